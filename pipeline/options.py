@@ -1,0 +1,239 @@
+"""The job's command-line options, turned at once into frozen, validated specs.
+
+`TokenWindowsOptions` is a Beam ``PipelineOptions`` subclass, so the same flags work with
+``python -m pipeline`` and when the job is built from Python. None of its flags is
+``required=True``: Beam parses every options class it knows whenever it builds options, and
+a required flag would break unrelated pipelines in the same process. `JobConfig.from_options`
+checks them instead, before any work starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from transforms.params import FORMATS, OFFSETS, SCORES, TAILS, UTF8_POLICIES, ReadSpec, WindowSpec
+from transforms.tokenizers import BYTES
+
+__all__ = ["JobConfig", "TokenWindowsOptions"]
+
+
+class TokenWindowsOptions(PipelineOptions):
+    """Our flags; Beam's own (``--runner``, ``--direct_num_workers`` …) pass through."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        g = parser.add_argument_group("input")
+        g.add_argument(
+            "--input",
+            dest="inputs",
+            action="append",
+            type=str,
+            default=None,
+            metavar="PATTERN",
+            help="Input files: a path or glob on any Beam file system (local, gs://, s3://). "
+            "Repeat for several patterns. Required.",
+        )
+        g.add_argument(
+            "--format",
+            dest="input_format",
+            type=str,
+            default=None,
+            choices=FORMATS,
+            help="Input format: text (one document per file), lines (one per line), jsonl, "
+            "parquet. Default: from each file's extension (.txt .jsonl .parquet; .gz .bz2 "
+            ".zst compression is always taken from the extension).",
+        )
+        g.add_argument(
+            "--text-field",
+            dest="text_field",
+            type=str,
+            default="text",
+            help="JSON key or Parquet column with the text. Default: text.",
+        )
+        g.add_argument(
+            "--id-field",
+            dest="id_field",
+            type=str,
+            default=None,
+            help="JSON key or Parquet column with a document id. Default: none; the id is "
+            "then FILE:LINE (JSONL, lines; 1-based), FILE:ROW (Parquet; 0-based) or FILE, with "
+            "FILE relative to its pattern's directory.",
+        )
+        g.add_argument(
+            "--keep-empty",
+            dest="keep_empty",
+            action="store_true",
+            default=False,
+            help="Keep empty documents (each has one pair, BOS -> EOS). Default: skip and "
+            "count them.",
+        )
+        g.add_argument(
+            "--invalid-utf8",
+            dest="invalid_utf8",
+            type=str,
+            default="replace",
+            choices=UTF8_POLICIES,
+            help="Undecodable bytes: replace them with U+FFFD and count the document "
+            "(default), or reject the record.",
+        )
+        g.add_argument(
+            "--max-doc-bytes",
+            dest="max_doc_bytes",
+            type=int,
+            default=64 << 20,
+            help="Reject (and count) documents with more UTF-8 bytes than this. Default: "
+            "67108864 (64 MiB).",
+        )
+        g = parser.add_argument_group("tokens and windows")
+        g.add_argument(
+            "--tokenizer",
+            dest="tokenizer",
+            type=str,
+            default=None,
+            help="'bytes' (UTF-8 bytes, BOS 256, EOS 257) or the path of a SentencePiece "
+            ".model on any Beam file system. Required.",
+        )
+        g.add_argument(
+            "--window",
+            dest="window",
+            type=int,
+            default=512,
+            help="W: the most (input, target) pairs in a window. Default: 512.",
+        )
+        g.add_argument(
+            "--stride",
+            dest="stride",
+            type=int,
+            default=None,
+            help="S: distance between window origins. Default: the window (no overlap).",
+        )
+        g.add_argument(
+            "--tail",
+            dest="tail",
+            type=str,
+            default="keep",
+            choices=TAILS,
+            help="When fewer than W pairs remain: keep them as a short window, drop them, or "
+            "trace_back (one last full window ending at EOS). Default: keep.",
+        )
+        g.add_argument(
+            "--min-tail",
+            dest="min_tail",
+            type=int,
+            default=1,
+            help="With --tail keep, the shortest tail kept. Default: 1.",
+        )
+        g.add_argument(
+            "--score",
+            dest="score",
+            type=str,
+            default="all",
+            choices=SCORES,
+            help="all: every target of every window is scored; new: only targets no earlier "
+            "window of the document scored (each target once). Default: all.",
+        )
+        g.add_argument(
+            "--offset",
+            dest="offset",
+            type=str,
+            default="zero",
+            choices=OFFSETS,
+            help="zero: windows start at BOS; random: a seeded first origin per document in "
+            "[0, min(S, P-W+1)). Default: zero.",
+        )
+        g.add_argument(
+            "--seed",
+            dest="seed",
+            type=int,
+            default=0,
+            help="Seeds the document shuffle and random offsets. Default: 0.",
+        )
+        g = parser.add_argument_group("output")
+        g.add_argument(
+            "--output",
+            dest="output",
+            type=str,
+            default=None,
+            help="Output directory on any Beam file system. Required.",
+        )
+        g.add_argument(
+            "--num-shards",
+            dest="num_shards",
+            type=int,
+            default=None,
+            help="Number of Parquet shards. Default: from the data, about 256 MiB of token "
+            "ids per shard.",
+        )
+        g.add_argument(
+            "--overwrite",
+            dest="overwrite",
+            action="store_true",
+            default=False,
+            help="Replace a dataset already in --output (its files are deleted first). "
+            "Default: refuse a non-empty output directory.",
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JobConfig:
+    """Everything the job needs, validated.
+
+    Raises (from `from_options`):
+        ValueError: a flag is missing or invalid; the message names it and the fix.
+    """
+
+    inputs: tuple[str, ...]
+    output: str
+    tokenizer: str
+    read: ReadSpec
+    windows: WindowSpec
+    num_shards: int | None = None
+    overwrite: bool = False
+
+    @property
+    def tokenizer_path(self) -> str | None:
+        """The SentencePiece model's path, or None for the bytes tokenizer."""
+        return None if self.tokenizer == BYTES else self.tokenizer
+
+    @classmethod
+    def from_options(cls, options: PipelineOptions) -> JobConfig:
+        o = options.view_as(TokenWindowsOptions)
+        if not o.inputs:
+            raise ValueError("--input is required: pass the corpus files, e.g. --input 'c/*.jsonl'")
+        if not o.output:
+            raise ValueError("--output is required: pass the directory for the shards")
+        if not o.tokenizer:
+            raise ValueError(
+                "--tokenizer is required: pass 'bytes' or the path of a SentencePiece .model"
+            )
+        if o.num_shards is not None and o.num_shards < 1:
+            raise ValueError(f"`num_shards` must be a positive integer, but got {o.num_shards}")
+        read = ReadSpec(
+            format=o.input_format,
+            text_field=o.text_field,
+            id_field=o.id_field,
+            keep_empty=o.keep_empty,
+            invalid_utf8=o.invalid_utf8,
+            max_doc_bytes=o.max_doc_bytes,
+        )
+        windows = WindowSpec(
+            window=o.window,
+            stride=o.window if o.stride is None else o.stride,
+            tail=o.tail,
+            min_tail=o.min_tail,
+            score=o.score,
+            offset=o.offset,
+            seed=o.seed,
+        )
+        return cls(
+            inputs=tuple(o.inputs),
+            output=o.output.rstrip("/") or o.output,
+            tokenizer=o.tokenizer,
+            read=read,
+            windows=windows,
+            num_shards=o.num_shards,
+            overwrite=o.overwrite,
+        )

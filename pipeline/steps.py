@@ -1,0 +1,545 @@
+"""The job's PTransforms. Each DoFn is a few lines around a pure function of `transforms`.
+
+    ReadDocuments ─▶ TokenizeDocuments ─▶ CutWindows ─▶ ShuffleDocuments ─▶ WriteShards
+          │                                                                    │
+          └──────────── rejects ──────────▶ WriteRejects ◀── duplicate ids ────┘
+                                                 │
+                       FinalizeDataset (manifest.json, written last) ◀─ counts
+
+Order never comes from arrival: documents are keyed by `transforms.keys.doc_key` and
+sorted inside their shard, so runners, worker counts and bundle sizes do not change a byte.
+`beam.Reshuffle` appears only as a fusion break (to spread file chunks over workers).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import typing
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import apache_beam as beam
+import pyarrow.parquet as pq
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+from apache_beam.utils import shared
+
+from pipeline import fs
+from transforms.documents import (
+    Document,
+    Reject,
+    detect_format,
+    line_starts_in,
+    parse_lines,
+    parse_parquet,
+    parse_text_file,
+    pattern_base,
+    relative_name,
+)
+from transforms.keys import doc_key, shard_of
+from transforms.params import ReadSpec, WindowSpec
+from transforms.schema import MANIFEST_NAME, REJECTS_DIR, dumps_manifest, shard_file_name
+from transforms.shards import build_manifest, build_shard, pack_document, write_shard
+from transforms.tokenizers import Tokenizer, tokenizer_from_bytes
+from transforms.windows import WindowPlan, plan_windows
+
+__all__ = [
+    "CHUNK_BYTES",
+    "TARGET_SHARD_BYTES",
+    "CutWindows",
+    "FinalizeDataset",
+    "ReadDocuments",
+    "ShuffleDocuments",
+    "TokenizeDocuments",
+    "WriteRejects",
+    "WriteShards",
+    "load_tokenizer",
+]
+
+# An uncompressed line-oriented file is read in ranges of this many bytes, in parallel.
+CHUNK_BYTES = 64 << 20
+# Without --num-shards, aim at this many bytes of int32 token ids per shard.
+TARGET_SHARD_BYTES = 256 << 20
+TMP_DIR = ".tmp"
+REJECTS = "rejects"
+RECORDS = "records"
+
+
+class Chunk(typing.NamedTuple):
+    """A piece of one input file that one worker parses."""
+
+    path: str
+    rel: str
+    fmt: str
+    compression: str | None
+    start: int  # byte offset, or first row group for Parquet
+    end: int
+    first: int | None  # first line (1-based) or row (0-based); None: still to be counted
+
+
+class TokenizedDocument(typing.NamedTuple):
+    doc: Document
+    tokens: Any  # np.ndarray[int32], the whole z
+
+
+class WindowedDocument(typing.NamedTuple):
+    doc: Document
+    tokens: Any
+    plan: WindowPlan
+
+
+def load_tokenizer(path: str | None, num_threads: int = 1) -> Tokenizer:
+    """The tokenizer named by ``--tokenizer`` (None: bytes), read through FileSystems.
+
+    Raises:
+        ValueError: the model cannot be read or is not a usable SentencePiece model.
+    """
+    if path is None:
+        return tokenizer_from_bytes(None, where="bytes")
+    try:
+        model = fs.read_bytes(path)
+    except Exception as e:  # FileSystems raises BeamIOError, OSError, or a cloud error
+        raise ValueError(
+            f"--tokenizer {path} cannot be read ({e}); pass the path of a SentencePiece "
+            ".model file or --tokenizer bytes"
+        ) from e
+    return tokenizer_from_bytes(model, where=path, num_threads=num_threads)
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+class _MatchPatternFn(beam.DoFn):
+    def process(self, item: tuple[int, str]) -> Iterator[tuple[str, tuple[int, str]]]:
+        index, pattern = item
+        found = FileSystems.match([pattern])[0].metadata_list
+        if not found:
+            raise ValueError(f"--input {pattern} matches no file; check the path and quoting")
+        for meta in found:
+            yield meta.path, (index, relative_name(meta.path, pattern_base(pattern)))
+
+
+class _PlanChunksFn(beam.DoFn):
+    def __init__(self, spec: ReadSpec, chunk_bytes: int) -> None:
+        self._spec = spec
+        self._chunk_bytes = chunk_bytes
+
+    def process(self, item: tuple[str, tuple[int, str]]) -> Iterator[Chunk]:
+        path, (_, rel) = item
+        fmt, compression = detect_format(path, self._spec.format)
+        if fmt == "parquet":
+            yield from _parquet_chunks(path, rel, compression, self._chunk_bytes)
+            return
+        size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+        if fmt == "text" or compression is not None or size <= self._chunk_bytes:
+            yield Chunk(path, rel, fmt, compression, 0, size, 1)
+            return
+        for start in range(0, size, self._chunk_bytes):
+            end = min(start + self._chunk_bytes, size)
+            yield Chunk(path, rel, fmt, None, start, end, None)
+
+
+def _parquet_chunks(
+    path: str, rel: str, compression: str | None, chunk_bytes: int
+) -> Iterator[Chunk]:
+    if compression is not None:
+        raise ValueError(f"{path}: compress Parquet inside the file (its codecs), not around it")
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        meta = pq.ParquetFile(f).metadata
+    row, group, first_group, first_row, size = 0, 0, 0, 0, 0
+    for group in range(meta.num_row_groups):
+        if size >= chunk_bytes:
+            yield Chunk(path, rel, "parquet", None, first_group, group, first_row)
+            first_group, first_row, size = group, row, 0
+        size += meta.row_group(group).total_byte_size
+        row += meta.row_group(group).num_rows
+    yield Chunk(path, rel, "parquet", None, first_group, meta.num_row_groups, first_row)
+
+
+def _count_lines(chunk: Chunk) -> tuple[str, tuple[Chunk, int]]:
+    first = max(chunk.start - 1, 0)
+    with FileSystems.open(chunk.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.seek(first)
+        data = f.read(chunk.end - first)
+    return chunk.path, (chunk, line_starts_in(data, chunk.start, chunk.end))
+
+
+def _number_chunks(item: tuple[str, Iterable[tuple[Chunk, int]]]) -> Iterator[Chunk]:
+    line = 1
+    for chunk, lines in sorted(item[1], key=lambda c: c[0].start):
+        yield chunk._replace(first=line)
+        line += lines
+
+
+class _ParseChunkFn(beam.DoFn):
+    def __init__(self, spec: ReadSpec) -> None:
+        self._spec = spec
+        self._records = Metrics.counter("read", "records")
+
+    def process(self, chunk: Chunk) -> Iterator[Any]:
+        count = 0
+        for item in self._parse(chunk):
+            count += 1
+            if isinstance(item, Reject):
+                Metrics.counter("rejects", item.reason).inc()
+                yield beam.pvalue.TaggedOutput(REJECTS, item)
+            else:
+                yield item
+        self._records.inc(count)
+        yield beam.pvalue.TaggedOutput(RECORDS, count)
+
+    def _parse(self, c: Chunk) -> Iterable[Document | Reject]:
+        spec, first = self._spec, c.first or 1
+        try:
+            if c.fmt == "text":
+                return [parse_text_file(fs.read_bytes(c.path, c.compression), path=c.path,
+                                        rel=c.rel, spec=spec)]
+            if c.fmt == "parquet":
+                with FileSystems.open(c.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+                    table = pq.ParquetFile(f).read_row_groups(range(c.start, c.end))
+                return list(parse_parquet(table, path=c.path, rel=c.rel, first_row=first,
+                                          spec=spec))
+            data = (
+                fs.read_bytes(c.path, c.compression)
+                if c.compression is not None
+                else fs.read_line_range(c.path, c.start, c.end)
+            )
+            return parse_lines(data, fmt=c.fmt, path=c.path, rel=c.rel, first_line=first,
+                               spec=spec)
+        except ValueError:
+            raise
+        except Exception as e:  # a file that cannot be read fails the job, naming it
+            raise OSError(f"cannot read input file {c.path}: {e}") from e
+
+
+class ReadDocuments(beam.PTransform):
+    """Input patterns → documents, plus tagged ``rejects`` and per-chunk ``records`` counts.
+
+    Files are matched on the workers (nothing is listed while the graph is built), files
+    matched by several patterns are read once (as the first pattern's), and uncompressed
+    line files larger than `CHUNK_BYTES` are parsed in parallel ranges, after a parallel pass
+    that counts each range's lines so that ids keep true line numbers.
+    """
+
+    def __init__(self, patterns: Iterable[str], spec: ReadSpec, chunk_bytes: int = CHUNK_BYTES):
+        super().__init__()
+        self._patterns = list(patterns)
+        self._spec = spec
+        self._chunk_bytes = chunk_bytes
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
+        chunks = (
+            pbegin
+            | "Patterns" >> beam.Create(list(enumerate(self._patterns)))
+            | "MatchFiles" >> beam.ParDo(_MatchPatternFn())
+            | "ReadEachFileOnce" >> beam.CombinePerKey(min)
+            | "PlanChunks" >> beam.ParDo(_PlanChunksFn(self._spec, self._chunk_bytes))
+            | "SpreadChunks" >> beam.Reshuffle()
+        )
+        counted = (
+            chunks
+            | "NeedsLineCount" >> beam.Filter(lambda c: c.first is None)
+            | "CountLines" >> beam.Map(_count_lines)
+            | "GroupChunksOfFile" >> beam.GroupByKey()
+            | "NumberLines" >> beam.FlatMap(_number_chunks)
+        )
+        numbered = chunks | "AlreadyNumbered" >> beam.Filter(lambda c: c.first is not None)
+        return (
+            (numbered, counted)
+            | "AllChunks" >> beam.Flatten()
+            | "SpreadNumberedChunks" >> beam.Reshuffle()
+            | "ParseChunks"
+            >> beam.ParDo(_ParseChunkFn(self._spec)).with_outputs(REJECTS, RECORDS, main="docs")
+        )
+
+
+# ------------------------------------------------------------------------ tokenizing
+
+
+class _TokenizeFn(beam.DoFn):
+    def __init__(self, tokenizer_path: str | None, handle: shared.Shared) -> None:
+        self._path = tokenizer_path
+        self._handle = handle
+        self._tokens = Metrics.counter("tokenize", "tokens")
+
+    def setup(self) -> None:
+        # One model per worker process, however many threads or DoFn instances it runs.
+        self._tokenizer = self._handle.acquire(
+            lambda: _Holder(load_tokenizer(self._path)), tag=self._path or "bytes"
+        ).tokenizer
+
+    def process(self, batch: list[Document]) -> Iterator[TokenizedDocument]:
+        encoded = self._tokenizer.encode_batch([d.text for d in batch])
+        for doc, z in zip(batch, encoded, strict=True):
+            self._tokens.inc(len(z))
+            yield TokenizedDocument(doc, z)
+
+
+class _Holder:
+    """A weak-referenceable box (``shared.Shared`` needs one)."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+
+class TokenizeDocuments(beam.PTransform):
+    """Documents → (document, z) with ``z = [BOS, ids…, EOS]`` as an int32 array."""
+
+    def __init__(self, tokenizer_path: str | None, batch_size: int = 64):
+        super().__init__()
+        self._path = tokenizer_path
+        self._batch_size = batch_size
+
+    def expand(self, docs: beam.PCollection) -> beam.PCollection:
+        return (
+            docs
+            | "BatchDocuments"
+            >> beam.BatchElements(min_batch_size=1, max_batch_size=self._batch_size)
+            | "Encode" >> beam.ParDo(_TokenizeFn(self._path, shared.Shared()))
+        )
+
+
+# ------------------------------------------------------------------------- windowing
+
+
+def _cut(item: TokenizedDocument, spec: WindowSpec) -> WindowedDocument:
+    plan = plan_windows(len(item.tokens) - 1, spec, item.doc.doc_id)
+    Metrics.counter("windows", "windows").inc(len(plan.starts))
+    return WindowedDocument(item.doc, item.tokens, plan)
+
+
+class CutWindows(beam.PTransform):
+    """(document, z) → (document, z, window plan) by `transforms.windows.plan_windows`."""
+
+    def __init__(self, spec: WindowSpec):
+        super().__init__()
+        self._spec = spec
+
+    def expand(self, docs: beam.PCollection) -> beam.PCollection:
+        return docs | "PlanWindows" >> beam.Map(_cut, self._spec)
+
+
+# ------------------------------------------------------------------ shuffle and write
+
+
+def _stored_tokens(item: WindowedDocument) -> int:
+    return int(item.plan.lengths.sum()) + len(item.plan.lengths)
+
+
+def _shard_count(stored_tokens: int) -> int:
+    return max(1, math.ceil(stored_tokens * 4 / TARGET_SHARD_BYTES))
+
+
+def _key_and_pack(item: WindowedDocument, seed: int, num_shards: int) -> tuple[int, bytes]:
+    key = doc_key(seed, item.doc.doc_id)
+    packed = pack_document(
+        doc_key=key,
+        doc_id=item.doc.doc_id,
+        source=item.doc.source,
+        tokens=item.tokens,
+        plan=item.plan,
+        repaired=item.doc.repaired,
+    )
+    return shard_of(key, num_shards), packed
+
+
+class ShuffleDocuments(beam.PTransform):
+    """Windowed documents → (shard, [packed documents]) by seeded key ranges.
+
+    The output also carries the shard count as ``.num_shards`` (a singleton PCollection):
+    ``--num-shards``, or chosen from the data so a shard holds about `TARGET_SHARD_BYTES`
+    of token ids.
+    """
+
+    def __init__(self, seed: int, num_shards: int | None):
+        super().__init__()
+        self._seed = seed
+        self._num_shards = num_shards
+        self.num_shards: beam.PCollection | None = None
+
+    def expand(self, docs: beam.PCollection) -> beam.PCollection:
+        if self._num_shards is not None:
+            self.num_shards = docs.pipeline | "NumShards" >> beam.Create([self._num_shards])
+        else:
+            self.num_shards = (
+                docs
+                | "StoredTokens" >> beam.Map(_stored_tokens)
+                | "SumStoredTokens" >> beam.CombineGlobally(sum)
+                | "ChooseNumShards" >> beam.Map(_shard_count)
+            )
+        return (
+            docs
+            | "KeyAndPack"
+            >> beam.Map(_key_and_pack, self._seed, beam.pvalue.AsSingleton(self.num_shards))
+            | "GroupByShard" >> beam.GroupByKey()
+        )
+
+
+class _WriteShardFn(beam.DoFn):
+    def __init__(self, output: str, window: int) -> None:
+        self._output = output
+        self._window = window
+
+    def process(self, item: tuple[int, Iterable[bytes]], num_shards: int) -> Iterator[Any]:
+        index, packed = item
+        built = build_shard(packed)
+        for reject in built.rejects:
+            Metrics.counter("rejects", reject.reason).inc()
+            yield beam.pvalue.TaggedOutput(REJECTS, reject)
+        yield _write_one(self._output, index, num_shards, built, self._window)
+
+
+def _write_one(output: str, index: int, num_shards: int, built: Any, window: int) -> dict:
+    name = shard_file_name(index, num_shards)
+    sha, size = typing.cast(
+        tuple[str, int],
+        fs.write_atomically(
+            fs.join(output, name),
+            lambda f: write_shard(built.table, f, window=window),
+            fs.join(output, TMP_DIR),
+        ),
+    )
+    Metrics.counter("write", "shards").inc()
+    return {"file": name, "index": index, "sha256": sha, "bytes": size, **built.counts}
+
+
+class WriteShards(beam.PTransform):
+    """(shard, [packed documents]) → one Parquet file each; emits the shard's counts.
+
+    Rejects (duplicate ids) leave by the tagged output ``rejects``.
+    """
+
+    def __init__(self, output: str, window: int, num_shards: beam.PCollection):
+        super().__init__()
+        self._output = output
+        self._window = window
+        self._num_shards = num_shards
+
+    def expand(self, groups: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        return groups | "WriteShard" >> beam.ParDo(
+            _WriteShardFn(self._output, self._window),
+            num_shards=beam.pvalue.AsSingleton(self._num_shards),
+        ).with_outputs(REJECTS, main="shards")
+
+
+def _write_rejects(item: tuple[str, Iterable[Reject]], output: str) -> tuple[str, int]:
+    reason, rejects = item
+    rows = sorted(rejects, key=lambda r: (r.source, r.detail))
+    body = b"".join(
+        (json.dumps(r.to_json(), ensure_ascii=False, sort_keys=True) + "\n").encode()
+        for r in rows
+    )
+    fs.write_atomically(
+        fs.join(output, REJECTS_DIR, f"{reason}.jsonl"),
+        lambda f: f.write(body),
+        fs.join(output, TMP_DIR),
+    )
+    return reason, len(rows)
+
+
+class WriteRejects(beam.PTransform):
+    """Rejects → ``OUTPUT/rejects/<reason>.jsonl`` (sorted by source); emits (reason, count)."""
+
+    def __init__(self, output: str):
+        super().__init__()
+        self._output = output
+
+    def expand(self, rejects: beam.PCollection) -> beam.PCollection:
+        return (
+            rejects
+            | "KeyByReason" >> beam.Map(lambda r: (r.reason, r))
+            | "GroupByReason" >> beam.GroupByKey()
+            | "WriteReasonFile" >> beam.Map(_write_rejects, self._output)
+        )
+
+
+class _FinalizeFn(beam.DoFn):
+    def __init__(self, *, output: str, window_spec: WindowSpec, inputs: list[str],
+                 reading: dict[str, Any], tokenizer_path: str | None) -> None:
+        self._output = output
+        self._spec = window_spec
+        self._inputs = inputs
+        self._reading = reading
+        self._tokenizer_path = tokenizer_path
+
+    def process(self, _: Any, shards: list[dict], rejects: dict[str, int], records: int,
+                num_shards: int) -> Iterator[dict]:
+        shards = list(shards)
+        done = {s["index"] for s in shards}
+        if len(done) != len(shards) or not done <= set(range(num_shards)):
+            raise RuntimeError(f"shards were written twice or out of range: {sorted(done)}")
+        for index in sorted(set(range(num_shards)) - done):
+            # A key range that no document fell in still gets its (empty) file.
+            shards.append(
+                _write_one(self._output, index, num_shards, build_shard([]), self._spec.window)
+            )
+        manifest = build_manifest(
+            tokenizer=load_tokenizer(self._tokenizer_path).info(),
+            windows=self._spec.to_json(),
+            inputs=self._inputs,
+            reading=self._reading,
+            shards=shards,
+            skipped=dict(rejects),
+            records=records,
+            versions=_versions(),
+        )
+        fs.write_atomically(
+            fs.join(self._output, MANIFEST_NAME),
+            lambda f: f.write(dumps_manifest(manifest)),
+            fs.join(self._output, TMP_DIR),
+        )
+        # Temporary files of failed attempts (and, on local disks, their directory).
+        tmp = fs.join(self._output, TMP_DIR)
+        leftovers = fs.list_dir(tmp) + ([tmp] if FileSystems.exists(tmp) else [])
+        if leftovers:
+            FileSystems.delete(leftovers)
+        yield manifest
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {}
+    for name in ("token-windows", "apache-beam", "pyarrow", "numpy", "sentencepiece"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+class FinalizeDataset(beam.PTransform):
+    """Writes ``manifest.json`` once every shard and reject file is written, then cleans up.
+
+    The shard counts, reject counts and record count arrive as side inputs, so the runner
+    cannot start this step before they are complete. It fails the job, writing no manifest,
+    if records read ≠ documents written + records skipped.
+    """
+
+    def __init__(self, *, output: str, window_spec: WindowSpec, inputs: list[str],
+                 reading: dict[str, Any], tokenizer_path: str | None,
+                 shards: beam.PCollection, reject_counts: beam.PCollection,
+                 records: beam.PCollection, num_shards: beam.PCollection):
+        super().__init__()
+        self._fn = _FinalizeFn(output=output, window_spec=window_spec, inputs=inputs,
+                               reading=reading, tokenizer_path=tokenizer_path)
+        self._shards = shards
+        self._reject_counts = reject_counts
+        self._records = records
+        self._num_shards = num_shards
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+        return (
+            pbegin
+            | "Once" >> beam.Create([None])
+            | "WriteManifest"
+            >> beam.ParDo(
+                self._fn,
+                shards=beam.pvalue.AsList(self._shards),
+                rejects=beam.pvalue.AsDict(self._reject_counts),
+                records=beam.pvalue.AsSingleton(self._records),
+                num_shards=beam.pvalue.AsSingleton(self._num_shards),
+            )
+        )

@@ -1,0 +1,42 @@
+"""token-windows: raw corpora → document-bounded token windows in seeded Parquet shards.
+
+Also the ``--setup_file`` that Beam workers (Dataflow, Flink SDK harness) install, as in
+Beam's ``examples/complete/juliaset``: the three packages and their requirements.
+"""
+
+import setuptools
+
+VERSION = "0.1.0"
+
+REQUIRES = [
+    "apache-beam>=2.77,<3",
+    "numpy>=1.26",
+    "pyarrow>=15",
+    "sentencepiece>=0.2.0,<0.3",
+    "zstandard>=0.21",
+]
+
+setuptools.setup(
+    name="token-windows",
+    version=VERSION,
+    description="Turn text corpora into training-ready token windows with Apache Beam.",
+    long_description=__doc__,
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=setuptools.find_packages(include=["transforms", "pipeline", "reader"]),
+    install_requires=REQUIRES,
+    extras_require={
+        # torch is a range the CPU wheel 2.13.0 satisfies; install that wheel first.
+        "reader": ["torch>=2.1,<3"],
+        "gcp": ["apache-beam[gcp]>=2.77,<3"],
+        "test": [
+            "torch>=2.1,<3",
+            "pytest>=8",
+            "hypothesis>=6.100",
+            "ruff>=0.5",
+            "duckdb>=1.0",
+        ],
+        "bench": ["datasets>=2.19", "psutil>=5.9"],
+    },
+    entry_points={"console_scripts": ["token-windows=pipeline.run:main"]},
+)
