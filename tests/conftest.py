@@ -1,0 +1,62 @@
+"""Shared fixtures: helpers that run the job into a temporary directory and read it back."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+SAMPLES = ROOT / "samples"
+
+
+def run_job(output: pathlib.Path, *args: str) -> dict[str, Any]:
+    """Run the job in this process (FnApiRunner) and return its manifest."""
+    from pipeline.run import run
+
+    manifest = run(["--output", str(output), *args])
+    assert manifest is not None
+    return manifest
+
+
+def read_rows(output: pathlib.Path) -> list[dict[str, Any]]:
+    """Every row of every shard, in shard order."""
+    manifest = json.loads((output / "manifest.json").read_text())
+    rows: list[dict[str, Any]] = []
+    for shard in manifest["shards"]:
+        rows.extend(pq.read_table(output / shard["file"]).to_pylist())
+    return rows
+
+
+def write_jsonl(path: pathlib.Path, records: list[Any]) -> pathlib.Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for r in records:
+            f.write((r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n")
+    return path
+
+
+def dir_bytes(output: pathlib.Path) -> dict[str, bytes]:
+    """Every file below ``output`` by relative path, for byte-equality checks."""
+    return {
+        str(p.relative_to(output)): p.read_bytes() for p in sorted(output.rglob("*")) if p.is_file()
+    }
+
+
+@pytest.fixture
+def corpus(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A small JSONL corpus of varied lengths, English and Chinese."""
+    texts = [
+        "abcde",
+        "abcd",
+        "",
+        "The grapes are sour, and not ripe as I thought. " * 7,
+        "道可道，非常道。名可名，非常名。" * 5,
+        "x",
+        "Slow but steady wins the race.",
+    ]
+    return write_jsonl(tmp_path / "in" / "c.jsonl", [{"text": t} for t in texts])

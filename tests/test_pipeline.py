@@ -1,0 +1,371 @@
+"""The job end to end: exact rows, exact counts, identical bytes, clear errors (SPEC §2–7).
+
+``PipelineTests`` keeps the two tests the seeds' own command runs::
+
+    python -m unittest -v tests.test_pipeline.PipelineTests.test_targets_exactly_once \
+        tests.test_pipeline.PipelineTests.test_padding_eos_is_not_ignored_eos
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import pathlib
+import subprocess
+import sys
+import tempfile
+import unittest
+from collections import defaultdict
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import sentencepiece as spm
+
+from tests.conftest import DATA, ROOT, SAMPLES, dir_bytes, read_rows, run_job, write_jsonl
+from transforms.keys import doc_key, shard_of
+from transforms.tokenizers import ByteTokenizer
+
+TEXTS = ["abcde", "abcd", "a", "The Fox and the Grapes. " * 9, "道可道，非常道。" * 4, "xy" * 40]
+
+
+def scored_targets_by_doc(rows):
+    out = defaultdict(list)
+    for r in rows:
+        t = r["tokens"]
+        out[r["doc_id"]].append((r["window_index"], t[1 + r["loss_start"] : r["length"] + 1]))
+    return {d: sum((t for _, t in sorted(ws)), []) for d, ws in out.items()}
+
+
+class PipelineTests(unittest.TestCase):
+    def test_targets_exactly_once(self):
+        """score=new with keep or trace_back scores z[1:] of every document exactly once."""
+        tok = ByteTokenizer()
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = pathlib.Path(tmp)
+            src = write_jsonl(tmp / "in.jsonl", [{"id": f"d{i}", "text": t}
+                                                  for i, t in enumerate(TEXTS)])
+            for n, (window, stride, tail) in enumerate(
+                [(2, 2, "keep"), (8, 3, "keep"), (8, 3, "trace_back"), (16, 16, "trace_back"),
+                 (5, 1, "keep")]
+            ):
+                out = tmp / f"out{n}"
+                manifest = run_job(out, "--input", str(src), "--tokenizer", "bytes",
+                                   "--id-field", "id", "--window", str(window), "--stride",
+                                   str(stride), "--tail", tail, "--score", "new",
+                                   "--num-shards", "2")
+                got = scored_targets_by_doc(read_rows(out))
+                want = {f"d{i}": tok.encode(t).tolist()[1:] for i, t in enumerate(TEXTS)}
+                self.assertEqual(got, want, (window, stride, tail))
+                pairs = sum(len(t.encode()) + 1 for t in TEXTS)
+                self.assertEqual(manifest["counts"]["scored_targets"], pairs)
+                self.assertEqual(manifest["counts"]["uncovered_pairs"], 0)
+
+    def test_padding_eos_is_not_ignored_eos(self):
+        """Seed 004's batch: the EOS targets count; padding with EOS does not hide them."""
+        import torch
+
+        from reader import collate, token_nll
+
+        windows = [
+            {"tokens": np.array([256, 97, 257], np.int32), "start": 0, "length": 2,
+             "loss_start": 0, "doc_id": "a"},
+            {"tokens": np.array([256, 257], np.int32), "start": 0, "length": 1,
+             "loss_start": 0, "doc_id": "b"},
+        ]
+        batch = collate(windows, pad_id=257)
+        self.assertEqual(batch["input_ids"].tolist(), [[256, 97], [256, 257]])
+        self.assertEqual(batch["labels"].tolist(), [[97, 257], [257, -100]])
+        self.assertEqual(int(batch["num_targets"]), 3)
+        self.assertEqual(int((batch["labels"] == 257).sum()), 2)
+        # The model gives its targets probabilities 1/2, 1/4, 1/8: mean NLL = 6 ln2 / 3.
+        probs = {(0, 0): 0.5, (0, 1): 0.25, (1, 0): 0.125}
+        logits = torch.full((2, 2, 258), -1e9, dtype=torch.float64)
+        for (b, t), p in probs.items():
+            target = int(batch["labels"][b, t])
+            logits[b, t, :] = math.log((1 - p) / 257)
+            logits[b, t, target] = math.log(p)
+        logits[1, 1, :] = 0.0  # padding: whatever it predicts must not count
+        nll_sum, count = token_nll(logits, batch["labels"])
+        self.assertEqual(int(count), 3)
+        self.assertAlmostEqual(float(nll_sum) / int(count), 2 * math.log(2), places=9)
+
+
+# ------------------------------------------------------------------ exact rows
+
+
+def test_worked_example_rows(tmp_path):
+    src = write_jsonl(tmp_path / "in" / "a.jsonl", [{"text": "abcde"}, {"text": "abcd"}])
+    manifest = run_job(tmp_path / "out", "--input", str(src), "--tokenizer", "bytes",
+                       "--window", "2", "--stride", "2", "--tail", "keep")
+    rows = read_rows(tmp_path / "out")
+    by_doc = defaultdict(list)
+    for r in rows:
+        by_doc[r["doc_id"]].append((r["start"], r["length"], r["loss_start"], r["tokens"]))
+    assert dict(by_doc) == {
+        "a.jsonl:1": [(0, 2, 0, [256, 97, 98]), (2, 2, 0, [98, 99, 100]),
+                      (4, 2, 0, [100, 101, 257])],
+        "a.jsonl:2": [(0, 2, 0, [256, 97, 98]), (2, 2, 0, [98, 99, 100]), (4, 1, 0, [100, 257])],
+    }
+    assert {r["doc_tokens"] for r in rows if r["doc_id"] == "a.jsonl:1"} == {7}
+    assert manifest["counts"] == {
+        "records": 2, "documents": 2, "documents_without_windows": 0, "skipped": {},
+        "repaired": {"invalid_utf8": 0}, "windows": 6, "tokens": 17, "pairs": 11,
+        "scored_targets": 11, "uncovered_pairs": 0,
+    }
+    assert manifest["windows"] == {"window": 2, "stride": 2, "tail": "keep", "min_tail": 1,
+                                   "score": "all", "offset": "zero", "seed": 0}
+    assert manifest["tokenizer"] == {"kind": "bytes", "vocab_size": 258, "bos_id": 256,
+                                     "eos_id": 257, "sha256": None}
+
+
+def test_rows_are_ordered_by_key_and_shards_are_key_ranges(corpus, tmp_path):
+    manifest = run_job(tmp_path / "out", "--input", str(corpus), "--tokenizer", "bytes",
+                       "--window", "8", "--stride", "4", "--num-shards", "3", "--seed", "7")
+    assert [s["file"] for s in manifest["shards"]] == [
+        f"part-0000{i}-of-00003.parquet" for i in range(3)
+    ]
+    order = []
+    for i, shard in enumerate(manifest["shards"]):
+        rows = pq.read_table(tmp_path / "out" / shard["file"]).to_pylist()
+        assert len(rows) == shard["rows"]
+        for r in rows:
+            assert r["doc_key"] == doc_key(7, r["doc_id"])
+            assert shard_of(r["doc_key"], 3) == i
+            order.append((r["doc_key"], r["doc_id"], r["start"]))
+    assert order == sorted(order)
+    # All windows of a document are consecutive.
+    ids = [o[1] for o in order]
+    assert len({d for d in ids}) == len([d for k, d in enumerate(ids) if k == 0 or ids[k - 1] != d])
+
+
+def test_sample_corpus_end_to_end_with_sentencepiece(tmp_path):
+    """Every row equals [BOS] + encode(text) + [EOS] sliced at start; counts and hashes hold."""
+    out = tmp_path / "out"
+    manifest = run_job(out, "--input", str(SAMPLES / "corpus" / "*.jsonl"), "--tokenizer",
+                       str(SAMPLES / "spm.model"), "--id-field", "id", "--window", "256",
+                       "--stride", "192", "--tail", "trace_back", "--score", "new",
+                       "--num-shards", "3")
+    sp = spm.SentencePieceProcessor(model_file=str(SAMPLES / "spm.model"))
+    texts = {}
+    for path in sorted((SAMPLES / "corpus").glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            texts[record["id"]] = record["text"]
+    z = {d: [sp.bos_id(), *sp.encode(t), sp.eos_id()] for d, t in texts.items()}
+    rows = read_rows(out)
+    for r in rows:
+        assert r["tokens"] == z[r["doc_id"]][r["start"] : r["start"] + r["length"] + 1]
+        assert r["doc_tokens"] == len(z[r["doc_id"]])
+    assert scored_targets_by_doc(rows) == {d: zz[1:] for d, zz in z.items()}
+    c = manifest["counts"]
+    assert c["documents"] == len(texts) == c["records"]
+    assert c["windows"] == len(rows)
+    assert c["tokens"] == sum(r["length"] + 1 for r in rows)
+    assert c["pairs"] == sum(len(v) - 1 for v in z.values()) == c["scored_targets"]
+    assert c["scored_targets"] == sum(r["length"] - r["loss_start"] for r in rows)
+    assert manifest["tokenizer"]["sha256"] == hashlib.sha256(
+        (SAMPLES / "spm.model").read_bytes()).hexdigest()
+    assert manifest["tokenizer"]["vocab_size"] == sp.get_piece_size()
+    for shard in manifest["shards"]:
+        data = (out / shard["file"]).read_bytes()
+        assert shard["sha256"] == hashlib.sha256(data).hexdigest()
+        assert shard["bytes"] == len(data)
+        assert shard["rows"] == pq.ParquetFile(out / shard["file"]).metadata.num_rows
+
+
+def test_duckdb_and_pandas_read_the_shards(corpus, tmp_path):
+    import duckdb
+
+    manifest = run_job(tmp_path / "out", "--input", str(corpus), "--tokenizer", "bytes",
+                       "--window", "8", "--num-shards", "2")
+    got = duckdb.sql(
+        f"SELECT count(*), sum(length + 1) FROM '{tmp_path / 'out'}/part-*.parquet'"
+    ).fetchall()[0]
+    assert got == (manifest["counts"]["windows"], manifest["counts"]["tokens"])
+    import pandas as pd
+
+    frame = pd.read_parquet(tmp_path / "out" / manifest["shards"][0]["file"])
+    assert list(frame.columns) == ["doc_id", "doc_key", "window_index", "start", "length",
+                                   "loss_start", "doc_tokens", "tokens"]
+
+
+# ------------------------------------------------------------------ determinism
+
+
+def test_same_bytes_on_both_direct_modes_and_seed_changes_only_order(tmp_path):
+    src_dir = tmp_path / "in"
+    for k in range(3):
+        write_jsonl(src_dir / f"f{k}.jsonl", [{"text": f"{t} {k}"} for t in TEXTS * 3])
+    args = ["--input", str(src_dir / "*.jsonl"), "--tokenizer", str(DATA / "tiny.model"),
+            "--window", "16", "--stride", "8", "--tail", "trace_back", "--num-shards", "3",
+            "--offset", "random", "--seed", "11"]
+    run_job(tmp_path / "a", *args, "--direct_running_mode=in_memory")
+    run_job(tmp_path / "b", *args, "--direct_running_mode=multi_processing",
+            "--direct_num_workers=2")
+    a, b = dir_bytes(tmp_path / "a"), dir_bytes(tmp_path / "b")
+    assert sorted(a) == ["manifest.json"] + [f"part-0000{i}-of-00003.parquet" for i in range(3)]
+    assert a == b
+
+    run_job(tmp_path / "c", *args[:-1], "12")
+    rows_a, rows_c = read_rows(tmp_path / "a"), read_rows(tmp_path / "c")
+    docs_a = list(dict.fromkeys(r["doc_id"] for r in rows_a))
+    docs_c = list(dict.fromkeys(r["doc_id"] for r in rows_c))
+    assert docs_a != docs_c and sorted(docs_a) == sorted(docs_c)
+    # Same documents, same tokens; only order (and the random offsets) follow the seed.
+    assert {r["doc_id"]: r["doc_tokens"] for r in rows_a} == {
+        r["doc_id"]: r["doc_tokens"] for r in rows_c
+    }
+
+
+def test_seed_changes_order_and_nothing_else_with_zero_offset(corpus, tmp_path):
+    args = ["--input", str(corpus), "--tokenizer", "bytes", "--window", "8", "--stride", "5"]
+    run_job(tmp_path / "a", *args, "--seed", "1")
+    run_job(tmp_path / "b", *args, "--seed", "2")
+    key = lambda r: (r["doc_id"], r["start"])  # noqa: E731
+    strip = lambda r: {k: v for k, v in r.items() if k != "doc_key"}  # noqa: E731
+    rows_a, rows_b = read_rows(tmp_path / "a"), read_rows(tmp_path / "b")
+    assert [strip(r) for r in sorted(rows_a, key=key)] == [
+        strip(r) for r in sorted(rows_b, key=key)
+    ]
+    assert [r["doc_id"] for r in rows_a] != [r["doc_id"] for r in rows_b]
+
+
+def test_auto_shard_count_is_one_for_small_data(corpus, tmp_path):
+    manifest = run_job(tmp_path / "out", "--input", str(corpus), "--tokenizer", "bytes")
+    assert manifest["num_shards"] == 1
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_bad_records_are_counted_and_kept(tmp_path):
+    src = tmp_path / "in" / "bad.jsonl"
+    src.parent.mkdir()
+    src.write_bytes(
+        b'{"text": "good"}\n'
+        b"{oops\n"
+        b'{"title": "no text"}\n'
+        b'{"text": 42}\n'
+        b'{"text": ""}\n'
+        b'{"text": "bad \xff byte"}\n'
+        b"\n"
+        b'"just a string"\n'
+    )
+    out = tmp_path / "out"
+    manifest = run_job(out, "--input", str(src), "--tokenizer", "bytes", "--window", "4")
+    c = manifest["counts"]
+    assert c["skipped"] == {"blank_line": 1, "empty": 1, "malformed_json": 1,
+                            "missing_text": 1, "not_an_object": 1, "text_not_string": 1}
+    assert (c["records"], c["documents"], c["repaired"]) == (8, 2, {"invalid_utf8": 1})
+    rejects = {p.name: [json.loads(x) for x in p.read_text().splitlines()]
+               for p in (out / "rejects").iterdir()}
+    assert rejects["malformed_json.jsonl"][0]["source"] == f"{src}:2"
+    assert rejects["malformed_json.jsonl"][0]["record"] == "{oops"
+    assert rejects["text_not_string.jsonl"][0]["source"] == f"{src}:4"
+    assert sum(len(v) for v in rejects.values()) == 6
+    rows = read_rows(out)
+    assert {r["doc_id"] for r in rows} == {"bad.jsonl:1", "bad.jsonl:6"}
+
+    manifest = run_job(tmp_path / "strict", "--input", str(src), "--tokenizer", "bytes",
+                       "--invalid-utf8", "reject", "--keep-empty")
+    assert manifest["counts"]["skipped"]["invalid_utf8"] == 1
+    assert "empty" not in manifest["counts"]["skipped"]
+    assert manifest["counts"]["documents"] == 2
+
+
+def test_duplicate_ids_are_rejected_not_reordered(tmp_path):
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "x", "text": "one"},
+                                              {"id": "x", "text": "two"},
+                                              {"id": "y", "text": "three"}])
+    manifest = run_job(tmp_path / "out", "--input", str(src), "--tokenizer", "bytes",
+                       "--id-field", "id")
+    assert manifest["counts"]["skipped"] == {"duplicate_id": 1}
+    (reject,) = [json.loads(x) for x in
+                 (tmp_path / "out" / "rejects" / "duplicate_id.jsonl").read_text().splitlines()]
+    assert reject["source"] == f"{src}:2"
+    assert {r["doc_id"] for r in read_rows(tmp_path / "out")} == {"x", "y"}
+
+
+def cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--window", "0"], "`window` must be a positive integer, but got 0"),
+        (["--stride", "0"], "`stride` must be a positive integer, but got 0"),
+        (["--window", "4", "--min-tail", "5"], "`min_tail` must be at most `window` (4)"),
+        (["--tail", "pad"], "argument --tail: invalid choice: 'pad'"),
+        (["--num-shards", "0"], "`num_shards` must be a positive integer, but got 0"),
+        (["--direct_running_mode=multi_threading"], "multi_threading is refused"),
+    ],
+)
+def test_invalid_parameters_fail_before_work(corpus, tmp_path, extra, message):
+    r = cli("--input", str(corpus), "--tokenizer", "bytes", "--output", str(tmp_path / "o"),
+            *extra)
+    assert r.returncode == 2
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_missing_inputs_tokenizer_and_output_are_one_line_errors(corpus, tmp_path):
+    base = ["--output", str(tmp_path / "o")]
+    cases = [
+        (["--input", str(tmp_path / "none*.jsonl"), "--tokenizer", "bytes"],
+         f"error: --input {tmp_path / 'none*.jsonl'} matches no file"),
+        (["--input", str(corpus), "--tokenizer", str(tmp_path / "gone.model")],
+         f"error: --tokenizer {tmp_path / 'gone.model'} cannot be read"),
+        (["--input", str(corpus), "--tokenizer", str(DATA / "no_bos_eos.model")],
+         "has no BOS id"),
+        (["--input", str(corpus), "--tokenizer", str(DATA / "tiny_corpus.txt")],
+         "is not a SentencePiece model"),
+        (["--tokenizer", "bytes"], "error: --input is required"),
+    ]
+    for args, message in cases:
+        r = cli(*base, *args)
+        assert r.returncode == 2, r.stderr
+        assert message in r.stderr, r.stderr
+        assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    r = cli("--input", str(corpus), "--tokenizer", "bytes")
+    assert (r.returncode, r.stderr.strip()) == (
+        2, "error: --output is required: pass the directory for the shards")
+
+
+def test_existing_output_is_refused_then_overwritten_without_stale_shards(corpus, tmp_path):
+    out = tmp_path / "out"
+    run_job(out, "--input", str(corpus), "--tokenizer", "bytes", "--num-shards", "3")
+    r = cli("--input", str(corpus), "--tokenizer", "bytes", "--output", str(out))
+    assert r.returncode == 2 and "already holds 5 files" in r.stderr and "--overwrite" in r.stderr
+    run_job(out, "--input", str(corpus), "--tokenizer", "bytes", "--num-shards", "2",
+            "--overwrite")
+    assert sorted(p.name for p in out.iterdir()) == [
+        "manifest.json", "part-00000-of-00002.parquet", "part-00001-of-00002.parquet",
+        "rejects",
+    ]
+    (out / "notes.txt").write_text("mine")
+    r = cli("--input", str(corpus), "--tokenizer", "bytes", "--output", str(out), "--overwrite")
+    assert r.returncode == 2 and "files this job did not write (e.g. notes.txt)" in r.stderr
+
+
+def test_unreadable_file_fails_the_job_naming_it(tmp_path):
+    bad = tmp_path / "in" / "broken.jsonl.gz"
+    bad.parent.mkdir()
+    bad.write_bytes(b"this is not gzip")
+    with pytest.raises(Exception, match="broken.jsonl.gz"):
+        run_job(tmp_path / "out", "--input", str(bad), "--tokenizer", "bytes")
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_help_lists_every_option():
+    r = cli("--help")
+    assert r.returncode == 0
+    for flag in ("--input", "--format", "--text-field", "--id-field", "--keep-empty",
+                 "--invalid-utf8", "--max-doc-bytes", "--tokenizer", "--window", "--stride",
+                 "--tail", "--min-tail", "--score", "--offset", "--seed", "--output",
+                 "--num-shards", "--overwrite"):
+        assert flag in r.stdout
