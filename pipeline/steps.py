@@ -191,7 +191,7 @@ class _ParseChunkFn(beam.DoFn):
         yield beam.pvalue.TaggedOutput(RECORDS, count)
 
     def _parse(self, c: Chunk) -> Iterable[Document | Reject]:
-        spec, first = self._spec, c.first or 1
+        spec, first = self._spec, (1 if c.first is None else c.first)
         try:
             if c.fmt == "text":
                 return [parse_text_file(fs.read_bytes(c.path, c.compression), path=c.path,

@@ -107,7 +107,7 @@ def test_matches_reference_algorithm(pairs, spec, doc):
     assert windows(plan) == expected
     assert plan.loss_starts.tolist() == loss
     # Windows stay inside [0, P) of their document, and loss_start < length.
-    assert all(0 <= s and s + n <= pairs and n >= 1 for s, n in expected)
+    assert all(s >= 0 and s + n <= pairs and n >= 1 for s, n in expected)
     assert np.all((plan.loss_starts >= 0) & (plan.loss_starts < plan.lengths))
     covered = set()
     for s, n in expected:

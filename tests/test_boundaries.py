@@ -1,0 +1,38 @@
+"""The package boundaries of STYLE.md, and lint."""
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+def imported_after(statement: str) -> set[str]:
+    code = f"{statement}\nimport sys\nprint('\\n'.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True, timeout=120)
+    return {m.split(".")[0] for m in out.stdout.split()}
+
+
+def test_transforms_imports_neither_beam_nor_torch():
+    mods = imported_after(
+        "import transforms.documents, transforms.keys, transforms.params, transforms.schema, "
+        "transforms.shards, transforms.tokenizers, transforms.windows"
+    )
+    assert "transforms" in mods
+    assert "apache_beam" not in mods and "torch" not in mods
+
+
+def test_reader_does_not_import_beam():
+    mods = imported_after("import reader")
+    assert "reader" in mods and "torch" in mods
+    assert "apache_beam" not in mods
+
+
+@pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff is not installed")
+def test_ruff_clean():
+    r = subprocess.run(["ruff", "check", "."], capture_output=True, text=True, cwd=ROOT,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
