@@ -369,3 +369,45 @@ def test_help_lists_every_option():
                  "--tail", "--min-tail", "--score", "--offset", "--seed", "--output",
                  "--num-shards", "--overwrite"):
         assert flag in r.stdout
+
+
+def test_parquet_input_bad_rows_and_huge_documents(tmp_path):
+    import pyarrow as pa
+
+    src = tmp_path / "in" / "p.parquet"
+    src.parent.mkdir()
+    pq.write_table(pa.table({"text": ["good one", None, "", "x" * 100, "fine"],
+                             "n": [1, 2, 3, 4, 5]}), src, row_group_size=2)
+    out = tmp_path / "out"
+    manifest = run_job(out, "--input", str(src), "--tokenizer", "bytes", "--max-doc-bytes", "50")
+    assert manifest["counts"]["skipped"] == {"empty": 1, "missing_text": 1, "too_large": 1}
+    assert {r["doc_id"] for r in read_rows(out)} == {"p.parquet:0", "p.parquet:4"}
+    (big,) = [json.loads(x) for x in (out / "rejects" / "too_large.jsonl").read_text().splitlines()]
+    assert big["source"] == f"{src}#row=3" and "100 bytes" in big["detail"]
+
+    # A text column of another type: every row is unusable, each is counted and kept.
+    pq.write_table(pa.table({"text": [1, 2]}), src)
+    manifest = run_job(tmp_path / "o2", "--input", str(src), "--tokenizer", "bytes")
+    assert manifest["counts"]["skipped"] == {"text_not_string": 2}
+    assert manifest["counts"]["documents"] == 0 and manifest["counts"]["windows"] == 0
+
+    # A missing text column fails the job naming the file and the columns.
+    with pytest.raises(Exception, match="has no column 'body'"):
+        run_job(tmp_path / "o3", "--input", str(src), "--tokenizer", "bytes",
+                "--text-field", "body")
+
+
+def test_text_and_lines_formats_with_compression(tmp_path):
+    import gzip
+
+    (tmp_path / "in" / "sub").mkdir(parents=True)
+    (tmp_path / "in" / "a.txt").write_text("whole file\nis one document\n")
+    (tmp_path / "in" / "sub" / "b.txt.gz").write_bytes(gzip.compress("道可道".encode()))
+    manifest = run_job(tmp_path / "out", "--input", str(tmp_path / "in" / "**"),
+                       "--tokenizer", "bytes", "--window", "64")
+    rows = read_rows(tmp_path / "out")
+    assert sorted(r["doc_id"] for r in rows) == ["a.txt", "sub/b.txt.gz"]
+    assert manifest["counts"]["documents"] == 2
+    manifest = run_job(tmp_path / "lines", "--input", str(tmp_path / "in" / "a.txt"),
+                       "--tokenizer", "bytes", "--format", "lines")
+    assert sorted(r["doc_id"] for r in read_rows(tmp_path / "lines")) == ["a.txt:1", "a.txt:2"]
