@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import BinaryIO
 
-from apache_beam.io.filesystem import BeamIOError, CompressionTypes
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 __all__ = [
@@ -80,7 +80,7 @@ def _ensure_dir(path: str) -> None:
         return
     try:
         FileSystems.mkdirs(path)
-    except BeamIOError:
+    except OSError:  # LocalFileSystem raises OSError, others BeamIOError (a subclass)
         if not FileSystems.exists(path):  # another worker made it meanwhile: fine
             raise
 

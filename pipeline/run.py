@@ -3,8 +3,17 @@
 Everything that can be checked is checked before the pipeline is built: the flags, that
 every input pattern matches a file, that the tokenizer loads and has BOS and EOS, that the
 output directory is empty (or ``--overwrite``). A failed check prints one line naming the
-option and the fix, and exits with status 2. In a ``--dry_run`` nothing touches a file
-system: the checks that would (patterns, tokenizer, output) run on the workers instead.
+option and the fix, and exits with status 2.
+
+Runners: without ``--runner`` the job runs on Beam's FnApiRunner (see `_runner`). Any other
+runner gets the same graph unchanged: ``--runner DataflowRunner`` (workers install the
+project from ``--setup_file ./setup.py``), ``--runner FlinkRunner`` or ``PortableRunner``
+(SDK workers from a worker pool or a container that has the project installed).
+
+``--dry_run``: the graph is built and, where the runner supports it (DataflowRunner),
+translated, but nothing runs and nothing touches a file system: the checks that would
+(patterns, tokenizer, output) are skipped, and the workers make them when the job really
+runs. Runners without a dry run of their own (the local ones) only build the graph.
 """
 
 from __future__ import annotations
@@ -14,16 +23,19 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (
     DirectOptions,
     PipelineOptions,
+    SetupOptions,
     StandardOptions,
     TestOptions,
+    WorkerOptions,
 )
+from apache_beam.runners.runner import PipelineResult
 
 from pipeline import fs
 from pipeline.options import JobConfig, TokenWindowsOptions
@@ -42,7 +54,7 @@ from pipeline.steps import (
 )
 from transforms.schema import MANIFEST_NAME, REJECTS_DIR, SHARD_PATTERN, parse_manifest
 
-__all__ = ["build_pipeline", "main", "run"]
+__all__ = ["Submitted", "build_pipeline", "main", "preflight", "run", "submit"]
 
 _LOG = logging.getLogger("token_windows")
 
@@ -90,6 +102,31 @@ def _is_dry_run(options: PipelineOptions) -> bool:
     return str(options.view_as(TestOptions).dry_run).lower() in ("true", "1", "yes")
 
 
+def _settle_dry_run(options: PipelineOptions) -> bool:
+    """Whether this is a dry run, written back as a bool so that Beam agrees.
+
+    ``--dry_run`` has no type in Beam: ``--dry_run=False`` arrives as the string 'False',
+    which Beam's DataflowRunner would take for true (and then submit nothing).
+    """
+    dry = _is_dry_run(options)
+    options.view_as(TestOptions).dry_run = dry
+    return dry
+
+
+def _runner_name(options: PipelineOptions) -> str | None:
+    """``--runner`` as Beam resolves it, lower case with the 'runner' suffix, or None."""
+    runner = options.view_as(StandardOptions).runner
+    if runner is None:
+        return None
+    name = (runner if isinstance(runner, str) else type(runner).__name__).rsplit(".", 1)[-1]
+    name = name.lower()
+    return name if name.endswith("runner") else name + "runner"
+
+
+def _is_dataflow(options: PipelineOptions) -> bool:
+    return _runner_name(options) in ("dataflowrunner", "testdataflowrunner")
+
+
 def _is_ours(rel: str) -> bool:
     return (
         rel == MANIFEST_NAME
@@ -133,6 +170,8 @@ def preflight(config: JobConfig, options: PipelineOptions) -> None:
             "elements under load (1e6 elements through a GroupByKey lost 0.3-1.2 %); use "
             "in_memory or multi_processing"
         )
+    if _is_dataflow(options):
+        _check_dataflow(config, options)
     if _is_dry_run(options):
         return
     for pattern in config.inputs:
@@ -140,6 +179,30 @@ def preflight(config: JobConfig, options: PipelineOptions) -> None:
             raise ValueError(f"--input {pattern} matches no file; check the path and quoting")
     load_tokenizer(config.tokenizer_path)
     _check_output(config)
+
+
+def _check_dataflow(config: JobConfig, options: PipelineOptions) -> None:
+    """What a Dataflow job needs that the launcher can tell without touching a file system."""
+    paths = [("--input", p) for p in config.inputs] + [("--output", config.output)]
+    if config.tokenizer_path is not None:
+        paths.append(("--tokenizer", config.tokenizer_path))
+    for flag, path in paths:
+        if FileSystems.get_scheme(path) in (None, "file"):
+            raise ValueError(
+                f"{flag} {path} is a local path, which Dataflow workers cannot read or write; "
+                "copy it to (or point it at) gs://BUCKET/..."
+            )
+    setup = options.view_as(SetupOptions)
+    if not (
+        setup.setup_file
+        or setup.extra_packages
+        or setup.requirements_file
+        or options.view_as(WorkerOptions).sdk_container_image
+    ):
+        raise ValueError(
+            "--runner DataflowRunner needs this project on its workers: pass --setup_file "
+            "./setup.py (or --sdk_container_image with token-windows installed)"
+        )
 
 
 def _runner(options: PipelineOptions) -> Any:
@@ -170,8 +233,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
-    """Run the job; returns its manifest (None for a dry run or a job left running).
+class Submitted(NamedTuple):
+    """A started job: what `submit` returns."""
+
+    config: JobConfig
+    result: PipelineResult | None
+    dry_run: bool
+    started: float  # time.monotonic() when the graph began to be built
+
+
+def submit(argv: Sequence[str] | None = None) -> Submitted:
+    """Check, build and start the job without waiting for it.
+
+    In a dry run ``result`` is the runner's translation where it has one (for the
+    DataflowRunner, ``result.job.proto_pipeline`` is the portable pipeline Dataflow would
+    receive) and None where it has not: the local runners would ignore ``--dry_run`` and run
+    the job, so its graph is only built.
 
     Raises:
         ValueError: a flag, an input pattern, the tokenizer or the output directory is
@@ -181,19 +258,39 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     _parser().parse_known_args(argv)  # --help, and argparse's own type/choice errors
     options = PipelineOptions(argv)
     config = JobConfig.from_options(options)
+    dry_run = _settle_dry_run(options)
     preflight(config, options)
+    setup = options.view_as(SetupOptions)
+    if setup.save_main_session is None:
+        # Every DoFn lives in an installed module. Beam would otherwise pickle __main__ for
+        # the DataflowRunner (its default with cloudpickle), which no worker needs.
+        setup.save_main_session = False
 
     started = time.monotonic()
     p = beam.Pipeline(runner=_runner(options), options=options)
     build_pipeline(p, config)
-    result = p.run()
-    if _is_dry_run(options):
+    if dry_run and not _is_dataflow(options):
+        p.to_runner_api()  # the graph translates; nothing runs
+        return Submitted(config, None, dry_run, started)
+    return Submitted(config, p.run(), dry_run, started)
+
+
+def run(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
+    """Run the job to its end; returns its manifest (None for a dry run).
+
+    Raises:
+        ValueError: a flag, an input pattern, the tokenizer or the output directory is
+            unusable (nothing has run).
+    """
+    job = submit(argv)
+    if job.result is None or job.dry_run:
+        done = "translated for Dataflow (nothing submitted)" if job.result else "nothing ran"
+        print(f"dry run: the job was built and {done}")
         return None
-    result.wait_until_finish()
-    manifest = parse_manifest(
-        fs.read_bytes(fs.join(config.output, MANIFEST_NAME)), where=config.output
-    )
-    _summary(manifest, config.output, time.monotonic() - started)
+    job.result.wait_until_finish()
+    output = job.config.output
+    manifest = parse_manifest(fs.read_bytes(fs.join(output, MANIFEST_NAME)), where=output)
+    _summary(manifest, output, time.monotonic() - job.started)
     return manifest
 
 
