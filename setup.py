@@ -11,6 +11,7 @@ VERSION = "0.1.0"
 REQUIRES = [
     "apache-beam>=2.77,<3",
     "numpy>=1.26",
+    "orjson>=3.9",
     "pyarrow>=15",
     "sentencepiece>=0.2.0,<0.3",
     "zstandard>=0.21",
@@ -38,5 +39,5 @@ setuptools.setup(
         ],
         "bench": ["datasets>=2.19", "psutil>=5.9"],
     },
-    entry_points={"console_scripts": ["token-windows=pipeline.run:main"]},
+    entry_points={"console_scripts": ["token-windows=pipeline.run:cli"]},
 )

@@ -1,6 +1,6 @@
 """``python -m pipeline --input … --output … --tokenizer …``"""
 
-from pipeline.run import main
+from pipeline.run import cli
 
 if __name__ == "__main__":
-    main()
+    cli()

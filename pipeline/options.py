@@ -97,6 +97,14 @@ class TokenWindowsOptions(PipelineOptions):
             ".model on any Beam file system. Required.",
         )
         g.add_argument(
+            "--encode-threads",
+            dest="encode_threads",
+            type=int,
+            default=None,
+            help="SentencePiece threads per worker process. Default: the worker machine's "
+            "cores. The ids do not depend on it.",
+        )
+        g.add_argument(
             "--window",
             dest="window",
             type=int,
@@ -192,6 +200,7 @@ class JobConfig:
     windows: WindowSpec
     num_shards: int | None = None
     overwrite: bool = False
+    encode_threads: int | None = None
 
     @property
     def tokenizer_path(self) -> str | None:
@@ -209,8 +218,10 @@ class JobConfig:
             raise ValueError(
                 "--tokenizer is required: pass 'bytes' or the path of a SentencePiece .model"
             )
-        if o.num_shards is not None and o.num_shards < 1:
-            raise ValueError(f"`num_shards` must be a positive integer, but got {o.num_shards}")
+        for name in ("num_shards", "encode_threads"):
+            value = getattr(o, name)
+            if value is not None and value < 1:
+                raise ValueError(f"`{name}` must be a positive integer, but got {value}")
         read = ReadSpec(
             format=o.input_format,
             text_field=o.text_field,
@@ -236,4 +247,5 @@ class JobConfig:
             windows=windows,
             num_shards=o.num_shards,
             overwrite=o.overwrite,
+            encode_threads=o.encode_threads,
         )

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -54,7 +55,7 @@ from pipeline.steps import (
 )
 from transforms.schema import MANIFEST_NAME, REJECTS_DIR, SHARD_PATTERN, parse_manifest
 
-__all__ = ["Submitted", "build_pipeline", "main", "preflight", "run", "submit"]
+__all__ = ["Submitted", "build_pipeline", "cli", "main", "preflight", "run", "submit"]
 
 _LOG = logging.getLogger("token_windows")
 
@@ -65,7 +66,8 @@ def build_pipeline(p: beam.Pipeline, config: JobConfig) -> beam.PCollection:
     shuffle = ShuffleDocuments(config.windows.seed, config.num_shards)
     groups = (
         read.docs
-        | "TokenizeDocuments" >> TokenizeDocuments(config.tokenizer_path)
+        | "TokenizeDocuments"
+        >> TokenizeDocuments(config.tokenizer_path, threads=config.encode_threads)
         | "CutWindows" >> CutWindows(config.windows)
         | "ShuffleDocuments" >> shuffle
     )
@@ -303,6 +305,19 @@ def _summary(manifest: dict[str, Any], output: str, seconds: float) -> None:
         f"scored targets, {manifest['num_shards']} shards in {seconds:.1f} s "
         f"({c['tokens'] / max(seconds, 1e-9):,.0f} tokens/s)"
     )
+
+
+def cli() -> None:
+    """The ``token-windows`` command: `main`, then exit at once.
+
+    Once the manifest is written nothing is left to do; tearing down Beam's few thousand
+    modules would cost about half a second.
+    """
+    main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

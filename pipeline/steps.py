@@ -9,18 +9,26 @@
 Order never comes from arrival: documents are keyed by `transforms.keys.doc_key` and
 sorted inside their shard, so runners, worker counts and bundle sizes do not change a byte.
 `beam.Reshuffle` appears only as a fusion break (to spread file chunks over workers).
+
+Speed: documents travel from parsing to packing as Beam batches (lists, through Batched
+DoFns: one call per list, not per document), and cross the shuffle as a few large blocks
+of packed documents under Beam's bytes coder. Batch and block boundaries never reach the
+output. `bench/bench_job.py` measures the job against a one-process script.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import typing
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 import pyarrow.parquet as pq
+from apache_beam import typehints
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
@@ -38,14 +46,23 @@ from transforms.documents import (
     pattern_base,
     relative_name,
 )
-from transforms.keys import doc_key, shard_of
+from transforms.keys import doc_key
 from transforms.params import ReadSpec, WindowSpec
 from transforms.schema import MANIFEST_NAME, REJECTS_DIR, dumps_manifest, shard_file_name
-from transforms.shards import build_manifest, build_shard, pack_document, write_shard
+from transforms.shards import (
+    PackedDocuments,
+    ShardRows,
+    build_manifest,
+    pack_block,
+    shard_blocks,
+    write_rows,
+)
 from transforms.tokenizers import Tokenizer, tokenizer_from_bytes
-from transforms.windows import WindowPlan, plan_windows
+from transforms.windows import WindowPlan, plan_windows_batch
 
 __all__ = [
+    "BATCH_CHARS",
+    "BATCH_DOCS",
     "CHUNK_BYTES",
     "TARGET_SHARD_BYTES",
     "CutWindows",
@@ -60,6 +77,10 @@ __all__ = [
 
 # An uncompressed line-oriented file is read in ranges of this many bytes, in parallel.
 CHUNK_BYTES = 64 << 20
+# Documents move from parsing to packing in lists of at most this many documents and
+# characters (Beam batches: one call per list, not per document).
+BATCH_DOCS = 4096
+BATCH_CHARS = 4 << 20
 # Without --num-shards, aim at this many bytes of int32 token ids per shard.
 TARGET_SHARD_BYTES = 256 << 20
 TMP_DIR = ".tmp"
@@ -174,21 +195,41 @@ def _number_chunks(item: tuple[str, Iterable[tuple[Chunk, int]]]) -> Iterator[Ch
 
 
 class _ParseChunkFn(beam.DoFn):
+    """A chunk → its documents in Beam batches (lists the steps after it take whole), plus
+    its rejects (a batch) and its record count as tagged outputs."""
+
     def __init__(self, spec: ReadSpec) -> None:
         self._spec = spec
         self._records = Metrics.counter("read", "records")
 
+    def infer_output_type(self, input_type: Any) -> Any:
+        return Any
+
+    def get_output_batch_type(self, input_element_type: Any) -> Any:
+        return typehints.List[Any]
+
+    @beam.DoFn.yields_batches
     def process(self, chunk: Chunk) -> Iterator[Any]:
-        count = 0
+        docs: list[Document] = []
+        rejects: list[Reject] = []
+        count = chars = 0
         for item in self._parse(chunk):
             count += 1
             if isinstance(item, Reject):
                 Metrics.counter("rejects", item.reason).inc()
-                yield beam.pvalue.TaggedOutput(REJECTS, item)
-            else:
-                yield item
+                rejects.append(item)
+                continue
+            docs.append(item)
+            chars += len(item.text)
+            if len(docs) >= BATCH_DOCS or chars >= BATCH_CHARS:
+                yield docs
+                docs, chars = [], 0
+        if docs:
+            yield docs
+        if rejects:
+            yield beam.pvalue.TaggedOutput(REJECTS, rejects)
         self._records.inc(count)
-        yield beam.pvalue.TaggedOutput(RECORDS, count)
+        yield beam.pvalue.TaggedOutput(RECORDS, [count])
 
     def _parse(self, c: Chunk) -> Iterable[Document | Reject]:
         spec, first = self._spec, (1 if c.first is None else c.first)
@@ -256,25 +297,46 @@ class ReadDocuments(beam.PTransform):
 
 
 # ------------------------------------------------------------------------ tokenizing
+#
+# Documents travel through TokenizeDocuments, CutWindows and the packing step of
+# ShuffleDocuments as Beam *batches* (lists of up to a few thousand documents): Batched DoFns
+# (`process_batch`) hand a list from one step to the next without a per-document call, and
+# Beam explodes a batch into elements only for a consumer that wants elements. The batch
+# boundaries never reach the output: each document is encoded, planned and packed alone.
 
 
-class _TokenizeFn(beam.DoFn):
-    def __init__(self, tokenizer_path: str | None, handle: shared.Shared) -> None:
+class _BatchedFn(beam.DoFn):
+    """A DoFn over lists of elements of whatever type its input has."""
+
+    def get_input_batch_type(self, input_element_type: Any) -> Any:
+        return typehints.List[input_element_type]
+
+    def get_output_batch_type(self, input_element_type: Any) -> Any:
+        return typehints.List[Any]
+
+
+class _TokenizeFn(_BatchedFn):
+    def __init__(
+        self, tokenizer_path: str | None, handle: shared.Shared, threads: int | None
+    ) -> None:
         self._path = tokenizer_path
         self._handle = handle
+        self._threads = threads
         self._tokens = Metrics.counter("tokenize", "tokens")
 
     def setup(self) -> None:
-        # One model per worker process, however many threads or DoFn instances it runs.
+        # One model per worker process, however many threads or DoFn instances it runs; by
+        # default as many SentencePiece threads as the worker's machine has cores.
+        threads = self._threads or os.cpu_count() or 1
         self._tokenizer = self._handle.acquire(
-            lambda: _Holder(load_tokenizer(self._path)), tag=self._path or "bytes"
+            lambda: _Holder(load_tokenizer(self._path, threads)),
+            tag=f"{self._path or 'bytes'}@{threads}",
         ).tokenizer
 
-    def process(self, batch: list[Document]) -> Iterator[TokenizedDocument]:
+    def process_batch(self, batch: list[Document]) -> Iterator[list[TokenizedDocument]]:
         encoded = self._tokenizer.encode_batch([d.text for d in batch])
-        for doc, z in zip(batch, encoded, strict=True):
-            self._tokens.inc(len(z))
-            yield TokenizedDocument(doc, z)
+        self._tokens.inc(sum(map(len, encoded)))
+        yield list(map(TokenizedDocument, batch, encoded))
 
 
 class _Holder:
@@ -285,29 +347,40 @@ class _Holder:
 
 
 class TokenizeDocuments(beam.PTransform):
-    """Documents → (document, z) with ``z = [BOS, ids…, EOS]`` as an int32 array."""
+    """Documents → (document, z) with ``z = [BOS, ids…, EOS]`` as an int32 array.
 
-    def __init__(self, tokenizer_path: str | None, batch_size: int = 64):
+    Args:
+        tokenizer_path: a SentencePiece ``.model`` path, or None for the bytes tokenizer.
+        threads: SentencePiece threads per worker process (None: as many as the worker's
+            machine has cores). Each document is encoded alone, so the ids do not depend
+            on it.
+    """
+
+    def __init__(self, tokenizer_path: str | None, threads: int | None = None):
         super().__init__()
         self._path = tokenizer_path
-        self._batch_size = batch_size
+        self._threads = threads
 
     def expand(self, docs: beam.PCollection) -> beam.PCollection:
-        return (
-            docs
-            | "BatchDocuments"
-            >> beam.BatchElements(min_batch_size=1, max_batch_size=self._batch_size)
-            | "Encode" >> beam.ParDo(_TokenizeFn(self._path, shared.Shared()))
+        return docs | "Encode" >> beam.ParDo(
+            _TokenizeFn(self._path, shared.Shared(), self._threads)
         )
 
 
 # ------------------------------------------------------------------------- windowing
 
 
-def _cut(item: TokenizedDocument, spec: WindowSpec) -> WindowedDocument:
-    plan = plan_windows(len(item.tokens) - 1, spec, item.doc.doc_id)
-    Metrics.counter("windows", "windows").inc(len(plan.starts))
-    return WindowedDocument(item.doc, item.tokens, plan)
+class _CutWindowsFn(_BatchedFn):
+    def __init__(self, spec: WindowSpec) -> None:
+        self._spec = spec
+        self._windows = Metrics.counter("windows", "windows")
+
+    def process_batch(self, batch: list[TokenizedDocument]) -> Iterator[list[WindowedDocument]]:
+        plans = plan_windows_batch(
+            [len(t.tokens) - 1 for t in batch], self._spec, [t.doc.doc_id for t in batch]
+        )
+        self._windows.inc(sum(len(p.starts) for p in plans))
+        yield [WindowedDocument(t.doc, t.tokens, p) for t, p in zip(batch, plans, strict=True)]
 
 
 class CutWindows(beam.PTransform):
@@ -318,35 +391,62 @@ class CutWindows(beam.PTransform):
         self._spec = spec
 
     def expand(self, docs: beam.PCollection) -> beam.PCollection:
-        return docs | "PlanWindows" >> beam.Map(_cut, self._spec)
+        return docs | "PlanWindows" >> beam.ParDo(_CutWindowsFn(self._spec))
 
 
 # ------------------------------------------------------------------ shuffle and write
-
-
-def _stored_tokens(item: WindowedDocument) -> int:
-    return int(item.plan.lengths.sum()) + len(item.plan.lengths)
 
 
 def _shard_count(stored_tokens: int) -> int:
     return max(1, math.ceil(stored_tokens * 4 / TARGET_SHARD_BYTES))
 
 
-def _key_and_pack(item: WindowedDocument, seed: int, num_shards: int) -> tuple[int, bytes]:
-    key = doc_key(seed, item.doc.doc_id)
-    packed = pack_document(
-        doc_key=key,
-        doc_id=item.doc.doc_id,
-        source=item.doc.source,
-        tokens=item.tokens,
-        plan=item.plan,
-        repaired=item.doc.repaired,
-    )
-    return shard_of(key, num_shards), packed
+class _PackFn(_BatchedFn):
+    """A batch of windowed documents → (token ids its rows will store, one block of them)."""
+
+    def __init__(self, seed: int) -> None:
+        self._seed = seed
+
+    def infer_output_type(self, input_type: Any) -> Any:
+        return typehints.Tuple[int, bytes]
+
+    def get_output_batch_type(self, input_element_type: Any) -> Any:
+        return None
+
+    @beam.DoFn.yields_elements
+    def process_batch(self, batch: list[WindowedDocument]) -> Iterator[tuple[int, bytes]]:
+        docs = [w.doc for w in batch]
+        plans = [w.plan for w in batch]
+        block = pack_block(
+            doc_keys=[doc_key(self._seed, d.doc_id) for d in docs],
+            doc_ids=[d.doc_id for d in docs],
+            sources=[d.source for d in docs],
+            tokens=[w.tokens for w in batch],
+            plans=plans,
+            repaired=[d.repaired for d in docs],
+        )
+        lengths = np.concatenate([p.lengths for p in plans]) if plans else np.empty(0)
+        yield int(lengths.sum(dtype=np.int64)) + len(lengths), block
+
+
+def _shard_blocks(block: tuple[int, bytes], num_shards: int) -> list[tuple[int, bytes]]:
+    return shard_blocks(block[1], num_shards)
+
+
+def _collect_blocks(item: tuple[int, Iterable[bytes]]) -> tuple[int, PackedDocuments]:
+    shard, blocks = item
+    return shard, PackedDocuments(blocks)
 
 
 class ShuffleDocuments(beam.PTransform):
-    """Windowed documents → (shard, [packed documents]) by seeded key ranges.
+    """Windowed documents → (shard, packed documents) by seeded key ranges.
+
+    Documents cross the shuffle packed in blocks (`transforms.shards.pack_block`): one per
+    batch and shard, each a byte string under Beam's bytes coder, so the runner moves a few
+    large elements, not one per document. What a block holds depends on batching, what a
+    shard holds does not, and `WriteShards` orders each shard by key. The packed documents
+    of a shard come as `transforms.shards.PackedDocuments`: an iterable of
+    `pack_document` byte strings that `ShardRows` reads block by block.
 
     The output also carries the shard count as ``.num_shards`` (a singleton PCollection):
     ``--num-shards``, or chosen from the data so a shard holds about `TARGET_SHARD_BYTES`
@@ -360,20 +460,23 @@ class ShuffleDocuments(beam.PTransform):
         self.num_shards: beam.PCollection | None = None
 
     def expand(self, docs: beam.PCollection) -> beam.PCollection:
+        blocks = docs | "PackDocuments" >> beam.ParDo(_PackFn(self._seed))
         if self._num_shards is not None:
             self.num_shards = docs.pipeline | "NumShards" >> beam.Create([self._num_shards])
         else:
             self.num_shards = (
-                docs
-                | "StoredTokens" >> beam.Map(_stored_tokens)
+                blocks
+                | "StoredTokens" >> beam.Map(lambda block: block[0]).with_output_types(int)
                 | "SumStoredTokens" >> beam.CombineGlobally(sum)
                 | "ChooseNumShards" >> beam.Map(_shard_count)
             )
         return (
-            docs
-            | "KeyAndPack"
-            >> beam.Map(_key_and_pack, self._seed, beam.pvalue.AsSingleton(self.num_shards))
+            blocks
+            | "AssignShards"
+            >> beam.FlatMap(_shard_blocks, beam.pvalue.AsSingleton(self.num_shards))
+            .with_output_types(typehints.Tuple[int, bytes])
             | "GroupByShard" >> beam.GroupByKey()
+            | "CollectBlocks" >> beam.Map(_collect_blocks)
         )
 
 
@@ -384,25 +487,25 @@ class _WriteShardFn(beam.DoFn):
 
     def process(self, item: tuple[int, Iterable[bytes]], num_shards: int) -> Iterator[Any]:
         index, packed = item
-        built = build_shard(packed)
-        for reject in built.rejects:
+        rows = ShardRows(packed)
+        for reject in rows.rejects:
             Metrics.counter("rejects", reject.reason).inc()
             yield beam.pvalue.TaggedOutput(REJECTS, reject)
-        yield _write_one(self._output, index, num_shards, built, self._window)
+        yield _write_one(self._output, index, num_shards, rows, self._window)
 
 
-def _write_one(output: str, index: int, num_shards: int, built: Any, window: int) -> dict:
+def _write_one(output: str, index: int, num_shards: int, rows: ShardRows, window: int) -> dict:
     name = shard_file_name(index, num_shards)
     sha, size = typing.cast(
         tuple[str, int],
         fs.write_atomically(
             fs.join(output, name),
-            lambda f: write_shard(built.table, f, window=window),
+            lambda f: write_rows(rows, f, window=window),
             fs.join(output, TMP_DIR),
         ),
     )
     Metrics.counter("write", "shards").inc()
-    return {"file": name, "index": index, "sha256": sha, "bytes": size, **built.counts}
+    return {"file": name, "index": index, "sha256": sha, "bytes": size, **rows.counts}
 
 
 class WriteShards(beam.PTransform):
@@ -473,7 +576,7 @@ class _FinalizeFn(beam.DoFn):
         for index in sorted(set(range(num_shards)) - done):
             # A key range that no document fell in still gets its (empty) file.
             shards.append(
-                _write_one(self._output, index, num_shards, build_shard([]), self._spec.window)
+                _write_one(self._output, index, num_shards, ShardRows([]), self._spec.window)
             )
         manifest = build_manifest(
             tokenizer=load_tokenizer(self._tokenizer_path).info(),

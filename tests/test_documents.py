@@ -141,3 +141,46 @@ def test_line_starts_counted_per_range_add_up(chunk):
         total += line_starts_in(data[max(start - 1, 0) : end], start, end)
     assert total == 6
     assert line_starts_in(b"x\n", 0, 2) == 1
+
+
+TRICKY_LINES = [
+    b'{"text": "plain", "id": "a"}',
+    b'{"text": "esc \\u00e9 \\n \\"q\\"", "id": 7}',
+    b'{"text": "lone \\ud800 surrogate", "id": "b"}',
+    b'{"text": "x", "id": 123456789012345678901234567890}',
+    b'{"text": "x", "id": 1.5}',
+    b'{"text": "x", "id": true}',
+    b'{"text": "x", "id": ""}',
+    b'{"text": "x"}',
+    b'{"text": "", "id": "e"}',
+    b'{"text": 3, "id": "f"}',
+    b'{"id": "g"}',
+    b'{"text": "dup", "text": "last wins", "id": "h"}',
+    b'{"text": NaN, "id": "i"}',
+    b'{"text": "big", "n": 1e400, "id": "j"}',
+    b'\xef\xbb\xbf{"text": "bom", "id": "k"}',
+    b'{"text": "bad \xff utf8", "id": "l"}',
+    b'[1, 2]',
+    b'{"text": "trailing"} x',
+    b'   ',
+    b'',
+    b'{"text": "crlf", "id": "m"}\r',
+    b'{"text": "' + "長".encode() * 40 + b'", "id": "n"}',
+]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [ReadSpec(id_field="id"), ReadSpec(), ReadSpec(keep_empty=True, invalid_utf8="reject"),
+     ReadSpec(id_field="id", max_doc_bytes=100)],
+)
+def test_orjson_fast_path_gives_what_json_gives(monkeypatch, spec):
+    """Every line, good or bad, becomes the same document or reject with or without orjson."""
+    import transforms.documents as documents
+
+    if documents._orjson is None:
+        pytest.skip("orjson is not installed")
+    data = b"\n".join(TRICKY_LINES) + b"\n"
+    fast = parse(data, spec=spec)
+    monkeypatch.setattr(documents, "_orjson", None)
+    assert fast == parse(data, spec=spec)

@@ -42,3 +42,12 @@ def test_model_without_bos_eos_is_refused():
 def test_garbage_model_is_refused():
     with pytest.raises(ValueError, match="x.model is not a SentencePiece model"):
         tokenizer_from_bytes(b"not a model", where="x.model")
+
+
+def test_sentencepiece_batches_with_threads_give_the_same_ids():
+    model = (DATA / "tiny.model").read_bytes()
+    texts = [f"The fox saw {i} grapes." * (i % 5) for i in range(200)] + ["道可道，非常道。", ""]
+    one = SentencePieceTokenizer(model, where="tiny.model", num_threads=1).encode_batch(texts)
+    two = SentencePieceTokenizer(model, where="tiny.model", num_threads=2).encode_batch(texts)
+    assert [z.tolist() for z in one] == [z.tolist() for z in two]
+    assert all(z[0] == 1 and z[-1] == 2 and z.dtype == np.int32 for z in one)

@@ -22,6 +22,11 @@ from typing import Any
 
 import pyarrow as pa
 
+try:  # optional: parses JSONL about 3× faster; used only where it agrees with `json`
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - the json module alone gives the same documents
+    _orjson = None
+
 from transforms.params import ReadSpec
 
 __all__ = [
@@ -183,6 +188,36 @@ def _record_id(record: dict[str, Any], spec: ReadSpec, source: str, raw: str) ->
     return str(value)
 
 
+def _plain_jsonl_document(
+    raw: bytes, number: int, path: str, rel: str, spec: ReadSpec
+) -> Document | None:
+    """The document of an unremarkable JSONL line, parsed by orjson; None for any other line.
+
+    Unremarkable: valid UTF-8 holding a JSON object whose text is a non-empty string (short
+    enough not to need a size check) and whose id, if asked for, is a non-empty string or an
+    integer. orjson refuses what `json` would read differently (lone surrogates, NaN, huge
+    numbers), so every other line, good or bad, takes the `json` path and gets exactly the
+    document or reject it always got.
+    """
+    try:
+        record = _orjson.loads(raw)  # type: ignore[union-attr]
+    except _orjson.JSONDecodeError:  # type: ignore[union-attr]
+        return None
+    if type(record) is not dict:
+        return None
+    text = record.get(spec.text_field)
+    if type(text) is not str or not text or len(text) * 4 > spec.max_doc_bytes:
+        return None
+    if spec.id_field is None:
+        return Document(f"{rel}:{number}", text, f"{path}:{number}")
+    value = record.get(spec.id_field)
+    if type(value) is str and value:
+        return Document(value, text, f"{path}:{number}")
+    if type(value) is int:
+        return Document(str(value), text, f"{path}:{number}")
+    return None
+
+
 def parse_lines(
     data: bytes,
     *,
@@ -204,9 +239,15 @@ def parse_lines(
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
+    fast = fmt == "jsonl" and _orjson is not None
     for number, raw in enumerate(lines, start=first_line):
         if raw.endswith(b"\r"):
             raw = raw[:-1]
+        if fast:
+            doc = _plain_jsonl_document(raw, number, path, rel, spec)
+            if doc is not None:
+                yield doc
+                continue
         source = f"{path}:{number}"
         text, repaired, reject = _decode(raw, spec, source)
         if text is None:

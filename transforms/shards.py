@@ -1,11 +1,15 @@
 """Documents → shard rows, and the manifest's exact counts (SPEC §4–5).
 
-A document crosses the shuffle as one compact byte string (`pack_document`): its key, id,
-source, the whole ``z`` (uint16 when the vocabulary fits, else int32) and its window plan.
-`build_shard` unpacks a shard's documents, orders them by (doc_key, doc_id), rejects
-duplicate ids deterministically, and slices every window's ``tokens`` out of ``z`` in one
-vectorised gather per document. `write_shard` writes the table as Parquet (zstd, small row
-groups for random access) to any binary file object while hashing what it writes.
+Documents cross the shuffle packed. `pack_document` packs one: its key, id, source, the
+whole ``z`` (uint16 when the vocabulary fits, else int32) and its window plan. The job packs
+many at once into a *block* (`pack_block`): the same fields as columns, so that a block
+splits by shard (`shard_blocks`) and a shard is ordered and cut into rows (`ShardRows`) with
+a few array operations rather than a Python step per document; a block still iterates as
+`pack_document` strings (`PackedDocuments`). `ShardRows` orders a shard's documents by
+(doc_key, doc_id), rejects duplicate ids deterministically, and slices every window's
+``tokens`` out of ``z``. `write_shard` writes rows as Parquet (zstd, small row groups for
+random access) to any binary file object while hashing what it writes; `write_rows` hands
+it a shard piece by piece, so a shard's rows never sit in memory all at once.
 
 Example: a document ``abcde`` (bytes tokenizer) with windows (0, 2), (2, 2), (4, 2) becomes
 three rows whose ``tokens`` are [256, 97, 98], [98, 99, 100], [100, 101, 257].
@@ -16,7 +20,8 @@ from __future__ import annotations
 import hashlib
 import struct
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -25,25 +30,37 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from transforms.documents import Reject
+from transforms.keys import shard_of
 from transforms.schema import ARROW_SCHEMA, FORMAT, FORMAT_VERSION
 from transforms.windows import WindowPlan
 
 __all__ = [
+    "PIECE_ROW_GROUPS",
     "ROW_GROUP_BYTES",
+    "Block",
     "PackedDocument",
+    "PackedDocuments",
     "ShardBuild",
+    "ShardRows",
     "build_manifest",
     "build_shard",
+    "block_documents",
+    "pack_block",
     "pack_document",
+    "read_block",
     "row_group_rows",
+    "shard_blocks",
     "unpack_document",
+    "write_rows",
     "write_shard",
 ]
 
 # Row groups of about this many bytes of tokens: small enough that a reader fetching one
 # window reads little, large enough that Parquet's per-group cost stays negligible.
 ROW_GROUP_BYTES = 1 << 20
-_HEADER = struct.Struct("<QqIIIB")  # doc_key, M, windows, len(doc_id), len(source), flags
+# doc_key, M, covered pairs, windows, len(doc_id), len(source), flags; then doc_id, source,
+# z, starts, lengths, loss_starts.
+_HEADER = struct.Struct("<QqqIIIB")
 _WIDE = 1  # flag: tokens are int32 (else uint16)
 _REPAIRED = 2  # flag: the text had undecodable bytes, replaced
 
@@ -75,7 +92,8 @@ def pack_document(
     wide = len(tokens) > 0 and int(tokens.max()) >= 1 << 16
     ids, src = doc_id.encode("utf-8"), source.encode("utf-8")
     flags = (_WIDE if wide else 0) | (_REPAIRED if repaired else 0)
-    head = _HEADER.pack(doc_key, len(tokens), len(plan.starts), len(ids), len(src), flags)
+    head = _HEADER.pack(doc_key, len(tokens), plan.covered, len(plan.starts), len(ids),
+                        len(src), flags)
     return b"".join(
         (
             head,
@@ -85,18 +103,17 @@ def pack_document(
             plan.starts.astype("<i8", copy=False).tobytes(),
             plan.lengths.astype("<i4", copy=False).tobytes(),
             plan.loss_starts.astype("<i4", copy=False).tobytes(),
-            struct.pack("<q", plan.covered),
         )
     )
 
 
 def unpack_document(data: bytes) -> PackedDocument:
     """The inverse of `pack_document`."""
-    key, m, n, id_len, src_len, flags = _HEADER.unpack_from(data)
+    key, m, covered, n, id_len, src_len, flags = _HEADER.unpack_from(data)
     pos = _HEADER.size
-    doc_id = data[pos : pos + id_len].decode("utf-8")
+    doc_id = bytes(data[pos : pos + id_len]).decode("utf-8")
     pos += id_len
-    source = data[pos : pos + src_len].decode("utf-8")
+    source = bytes(data[pos : pos + src_len]).decode("utf-8")
     pos += src_len
 
     def take(dtype: str, count: int) -> np.ndarray:
@@ -109,9 +126,215 @@ def unpack_document(data: bytes) -> PackedDocument:
     starts = take("<i8", n).astype(np.int64)
     lengths = take("<i4", n).astype(np.int32)
     loss = take("<i4", n).astype(np.int32)
-    (covered,) = struct.unpack_from("<q", data, pos)
     plan = WindowPlan(starts, lengths, loss, covered)
     return PackedDocument(key, doc_id, source, tokens, plan, bool(flags & _REPAIRED))
+
+
+# ---------------------------------------------------------------------------- blocks
+#
+# Between packing and writing, documents travel in *blocks*: many documents in columns (their
+# keys, sizes, ids, sources, then all their z and all their windows end to end), so that
+# splitting a block by shard and ordering a shard cost a few array operations, not a Python
+# step per document. A block iterates as `pack_document` byte strings (`PackedDocuments`).
+
+# magic, flags, documents, tokens (Σ M), windows (Σ n), bytes of ids, bytes of sources
+_BLOCK = struct.Struct("<4sIqqqqq")
+_MAGIC = b"TWB1"
+
+
+class Block(typing.NamedTuple):
+    """The columns of a block (see `pack_block`), as read-only views of its bytes."""
+
+    keys: npt.NDArray[np.uint64]
+    m: npt.NDArray[np.int64]  # M of each document
+    n: npt.NDArray[np.int64]  # windows of each document
+    covered: npt.NDArray[np.int64]
+    repaired: npt.NDArray[np.uint8]
+    id_ends: npt.NDArray[np.int64]  # end of each doc_id in ``ids``
+    src_ends: npt.NDArray[np.int64]
+    ids: bytes  # the doc_ids, UTF-8, end to end
+    sources: bytes
+    tokens: np.ndarray  # every z end to end, uint16 (or int32 when some id is ≥ 2**16)
+    starts: npt.NDArray[np.int64]  # every window, document after document
+    lengths: npt.NDArray[np.int32]
+    loss_starts: npt.NDArray[np.int32]
+
+
+def _pad(size: int) -> bytes:
+    return b"\0" * (-size % 8)
+
+
+def _block_bytes(block: Block) -> bytes:
+    wide = block.tokens.dtype.itemsize == 4
+    parts: list[bytes] = [
+        _BLOCK.pack(_MAGIC, _WIDE if wide else 0, len(block.keys), len(block.tokens),
+                    len(block.starts), len(block.ids), len(block.sources))
+    ]
+    for array, dtype in (
+        (block.keys, "<u8"), (block.m, "<i8"), (block.n, "<i8"), (block.covered, "<i8"),
+        (block.id_ends, "<i8"), (block.src_ends, "<i8"), (block.repaired, "u1"),
+    ):
+        data = np.ascontiguousarray(array, dtype=dtype).tobytes()
+        parts += (data, _pad(len(data)))
+    parts += (block.ids, _pad(len(block.ids)), block.sources, _pad(len(block.sources)))
+    for array, dtype in (
+        (block.tokens, "<i4" if wide else "<u2"), (block.starts, "<i8"),
+        (block.lengths, "<i4"), (block.loss_starts, "<i4"),
+    ):
+        data = np.ascontiguousarray(array, dtype=dtype).tobytes()
+        parts += (data, _pad(len(data)))
+    return b"".join(parts)
+
+
+def pack_block(
+    *,
+    doc_keys: Sequence[int],
+    doc_ids: Sequence[str],
+    sources: Sequence[str],
+    tokens: Sequence[npt.NDArray[np.int32]],
+    plans: Sequence[WindowPlan],
+    repaired: Sequence[bool],
+) -> bytes:
+    """Many documents and their windows as one compact, deterministic byte string.
+
+    Token ids travel as uint16 when every id of the block fits (any vocabulary up to 65536),
+    else int32. `read_block` gives the columns back; iterating `PackedDocuments` gives each
+    document as `pack_document` would have packed it.
+    """
+    count = len(doc_ids)
+    ids = [d.encode("utf-8") for d in doc_ids]
+    srcs = [s.encode("utf-8") for s in sources]
+    z = np.concatenate(tokens) if count else np.empty(0, np.int32)
+    wide = len(z) > 0 and int(z.max()) >= 1 << 16
+
+    def cat(arrays: Iterable[np.ndarray], dtype: str) -> np.ndarray:
+        arrays = list(arrays)
+        return np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.empty(0, dtype)
+
+    return _block_bytes(
+        Block(
+            keys=np.array(doc_keys, dtype=np.uint64).reshape(-1),
+            m=np.fromiter(map(len, tokens), np.int64, count),
+            n=np.fromiter((len(p.starts) for p in plans), np.int64, count),
+            covered=np.fromiter((p.covered for p in plans), np.int64, count),
+            repaired=np.fromiter(repaired, np.uint8, count),
+            id_ends=np.cumsum(np.fromiter(map(len, ids), np.int64, count)),
+            src_ends=np.cumsum(np.fromiter(map(len, srcs), np.int64, count)),
+            ids=b"".join(ids),
+            sources=b"".join(srcs),
+            tokens=z.astype("<i4" if wide else "<u2"),
+            starts=cat((p.starts for p in plans), "<i8"),
+            lengths=cat((p.lengths for p in plans), "<i4"),
+            loss_starts=cat((p.loss_starts for p in plans), "<i4"),
+        )
+    )
+
+
+def read_block(data: bytes) -> Block:
+    """The columns of a block written by `pack_block`."""
+    magic, flags, count, tokens, windows, id_bytes, src_bytes = _BLOCK.unpack_from(data)
+    if magic != _MAGIC:
+        raise ValueError(f"not a block of packed documents (magic {magic!r})")
+    pos = _BLOCK.size
+
+    def take(dtype: str, size: int) -> np.ndarray:
+        nonlocal pos
+        array = np.frombuffer(data, dtype=dtype, count=size, offset=pos)
+        pos += array.nbytes + (-array.nbytes % 8)
+        return array
+
+    def blob(size: int) -> bytes:
+        nonlocal pos
+        out = bytes(data[pos : pos + size])
+        pos += size + (-size % 8)
+        return out
+
+    keys, m, n, covered = take("<u8", count), take("<i8", count), take("<i8", count), take(
+        "<i8", count)
+    id_ends, src_ends, repaired = take("<i8", count), take("<i8", count), take("u1", count)
+    ids, sources = blob(id_bytes), blob(src_bytes)
+    return Block(keys, m, n, covered, repaired, id_ends, src_ends, ids, sources,
+                 take("<i4" if flags & _WIDE else "<u2", tokens), take("<i8", windows),
+                 take("<i4", windows), take("<i4", windows))
+
+
+def _select(block: Block, docs: np.ndarray) -> Block:
+    """The documents ``docs`` (indices, in that order) of a block, as a block."""
+    z_end, w_end = np.cumsum(block.m), np.cumsum(block.n)
+    z_lo, w_lo = z_end - block.m, w_end - block.n
+    id_lo = np.concatenate(([0], block.id_ends[:-1]))
+    src_lo = np.concatenate(([0], block.src_ends[:-1]))
+
+    def ranges(array: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        parts = [array[a:b] for a, b in zip(lo[docs].tolist(), hi[docs].tolist(), strict=True)]
+        return np.concatenate(parts) if parts else array[:0]
+
+    ids = [block.ids[a:b] for a, b in zip(id_lo[docs].tolist(), block.id_ends[docs].tolist(),
+                                          strict=True)]
+    srcs = [block.sources[a:b] for a, b in zip(src_lo[docs].tolist(),
+                                               block.src_ends[docs].tolist(), strict=True)]
+    return Block(
+        block.keys[docs], block.m[docs], block.n[docs], block.covered[docs],
+        block.repaired[docs], np.cumsum([len(i) for i in ids], dtype=np.int64),
+        np.cumsum([len(s) for s in srcs], dtype=np.int64), b"".join(ids), b"".join(srcs),
+        ranges(block.tokens, z_lo, z_end), ranges(block.starts, w_lo, w_end),
+        ranges(block.lengths, w_lo, w_end), ranges(block.loss_starts, w_lo, w_end),
+    )
+
+
+def shard_blocks(data: bytes, num_shards: int) -> list[tuple[int, bytes]]:
+    """A block's documents grouped by the shard of their key: (shard, block), shard order."""
+    if num_shards == 1:
+        return [(0, data)]
+    block = read_block(data)
+    shards = np.fromiter((shard_of(k, num_shards) for k in block.keys.tolist()), np.int64,
+                         len(block.keys))
+    return [(int(shard), _block_bytes(_select(block, np.flatnonzero(shards == shard))))
+            for shard in np.unique(shards)]
+
+
+def block_documents(data: bytes) -> Iterator[bytes]:
+    """Each document of a block, as `pack_document` packs it."""
+    block = read_block(data)
+    z_at = w_at = id_at = src_at = 0
+    for i in range(len(block.keys)):
+        m, n = int(block.m[i]), int(block.n[i])
+        id_end, src_end = int(block.id_ends[i]), int(block.src_ends[i])
+        plan = WindowPlan(block.starts[w_at : w_at + n], block.lengths[w_at : w_at + n],
+                          block.loss_starts[w_at : w_at + n], int(block.covered[i]))
+        yield pack_document(
+            doc_key=int(block.keys[i]),
+            doc_id=block.ids[id_at:id_end].decode("utf-8"),
+            source=block.sources[src_at:src_end].decode("utf-8"),
+            tokens=block.tokens[z_at : z_at + m].astype(np.int32),
+            plan=plan,
+            repaired=bool(block.repaired[i]),
+        )
+        z_at, w_at, id_at, src_at = z_at + m, w_at + n, id_end, src_end
+
+
+class PackedDocuments:
+    """A shard's documents as they leave the shuffle: blocks that iterate as packed documents.
+
+    `ShardRows` reads the blocks whole; anything else sees an iterable of byte strings that
+    `unpack_document` takes.
+    """
+
+    def __init__(self, blocks: Iterable[bytes]) -> None:
+        self.blocks = list(blocks)
+
+    def __iter__(self) -> Iterator[bytes]:
+        for data in self.blocks:
+            yield from block_documents(data)
+
+
+def _block_of_documents(packed: Iterable[bytes]) -> bytes:
+    docs = [unpack_document(p) for p in packed]
+    return pack_block(
+        doc_keys=[d.doc_key for d in docs], doc_ids=[d.doc_id for d in docs],
+        sources=[d.source for d in docs], tokens=[d.tokens for d in docs],
+        plans=[d.plan for d in docs], repaired=[d.repaired for d in docs],
+    )
 
 
 def row_group_rows(window: int) -> int:
@@ -128,101 +351,183 @@ class ShardBuild(typing.NamedTuple):
 
 
 def build_shard(packed: Iterable[bytes]) -> ShardBuild:
-    """Order a shard's documents by (doc_key, doc_id) and cut their rows.
+    """Order a shard's documents by (doc_key, doc_id) and cut their rows into one table.
+
+    See `ShardRows`, which does the work and can also hand the rows out a piece at a time.
+    """
+    rows = ShardRows(packed)
+    return ShardBuild(rows.table(0, rows.num_rows), rows.counts, rows.rejects)
+
+
+class ShardRows:
+    """A shard's documents in row order, cut into Parquet rows on demand.
 
     Two documents with the same ``doc_id`` (possible only with ``--id-field``) would make
     the row order depend on arrival; the one whose source sorts first is kept and the
     others are rejected as ``duplicate_id``.
+
+    Only the headers are read one document at a time; the columns are built with a few
+    vectorised operations, for any range of rows (`table`, `tables`), so a writer can take
+    a shard piece by piece without ever holding all its rows.
+
+    Attributes:
+        num_rows: the number of rows (windows).
+        counts: the shard's exact counts, for the manifest.
+        rejects: the documents rejected as duplicates.
     """
-    docs = sorted(
-        (unpack_document(p) for p in packed), key=lambda d: (d.doc_key, d.doc_id, d.source)
-    )
-    kept: list[PackedDocument] = []
-    rejects: list[Reject] = []
-    for doc in docs:
-        if kept and kept[-1].doc_id == doc.doc_id:
-            rejects.append(
-                Reject(
-                    "duplicate_id",
-                    doc.source,
-                    f"doc_id {doc.doc_id!r} is also at {kept[-1].source}, which was kept",
-                    "",
-                )
+
+    def __init__(self, packed: Iterable[bytes]) -> None:
+        blocks = [
+            read_block(b)
+            for b in (packed.blocks if isinstance(packed, PackedDocuments)
+                      else [_block_of_documents(packed)])
+        ]
+        keys = np.concatenate([b.keys for b in blocks])
+        m = np.concatenate([b.m for b in blocks])
+        n = np.concatenate([b.n for b in blocks])
+        wide = any(b.tokens.dtype.itemsize == 4 for b in blocks)
+        self._z = np.concatenate([b.tokens.astype("<i4") if wide else b.tokens for b in blocks])
+        starts = np.concatenate([b.starts for b in blocks])
+        lengths = np.concatenate([b.lengths for b in blocks])
+        loss = np.concatenate([b.loss_starts for b in blocks])
+        ids = _strings([b.ids for b in blocks], [b.id_ends for b in blocks])
+        sources = _strings([b.sources for b in blocks], [b.src_ends for b in blocks])
+
+        # Row order: by key; documents with equal keys (the same doc_id twice, or a 64-bit
+        # collision) by (doc_id, source), and of one doc_id only the first is kept.
+        order = np.argsort(keys, kind="stable")
+        self.rejects: list[Reject] = []
+        ties = np.flatnonzero(keys[order][1:] == keys[order][:-1])
+        if len(ties):
+            order, dropped = _break_ties(order, ties, ids, sources, self.rejects)
+            order = order[~np.isin(order, dropped)]
+
+        count = len(order)
+        n_sorted, m_sorted = n[order], m[order]
+        rows = self.num_rows = int(n_sorted.sum())
+        doc_of_row = np.repeat(order, n_sorted)  # the (unsorted) document of each row
+        first_row = np.zeros(count, np.int64)  # its first row, after sorting
+        np.cumsum(n_sorted[:-1], out=first_row[1:])
+        window = np.arange(rows) - np.repeat(first_row, n_sorted)
+        w_start = np.cumsum(n) - n  # each document's first window in the blocks
+        z_start = np.cumsum(m) - m
+        src_row = w_start[doc_of_row] + window  # where each row's window is in the blocks
+        starts, lengths, loss = starts[src_row], lengths[src_row], loss[src_row]
+        spans = lengths.astype(np.int64) + 1
+        self._offsets = np.zeros(rows + 1, np.int64)
+        np.cumsum(spans, out=self._offsets[1:])
+        total = int(self._offsets[-1])
+        if total >= 1 << 31:
+            raise ValueError(
+                f"a shard would hold {total} tokens, more than Parquet list<int32> offsets "
+                "allow; raise --num-shards"
             )
-            continue
-        kept.append(doc)
-
-    columns: dict[str, list[np.ndarray]] = {name: [] for name in (*ARROW_SCHEMA.names, "spans")}
-    doc_ids: list[str] = []
-    counts = dict.fromkeys(
-        (
-            "rows",
-            "documents",
-            "documents_without_windows",
-            "tokens",
-            "pairs",
-            "scored_targets",
-            "uncovered_pairs",
-            "repaired_invalid_utf8",
-        ),
-        0,
-    )
-    for doc in kept:
-        z, plan = doc.tokens, doc.plan
-        n = len(plan.starts)
-        counts["documents"] += 1
-        counts["pairs"] += len(z) - 1
-        counts["uncovered_pairs"] += len(z) - 1 - plan.covered
-        counts["repaired_invalid_utf8"] += int(doc.repaired)
-        if n == 0:
-            counts["documents_without_windows"] += 1
-            continue
-        spans = plan.lengths.astype(np.int64) + 1
-        offsets = np.concatenate(([0], np.cumsum(spans)))
-        # One gather: row i takes z[start_i : start_i + span_i].
-        index = np.arange(offsets[-1]) + np.repeat(plan.starts - offsets[:-1], spans)
-        columns["tokens"].append(z[index])
-        columns["spans"].append(spans)
-        columns["doc_key"].append(np.full(n, doc.doc_key, dtype=np.uint64))
-        columns["window_index"].append(np.arange(n, dtype=np.int32))
-        columns["start"].append(plan.starts)
-        columns["length"].append(plan.lengths)
-        columns["loss_start"].append(plan.loss_starts)
-        columns["doc_tokens"].append(np.full(n, len(z), dtype=np.int64))
-        doc_ids.extend([doc.doc_id] * n)
-        counts["rows"] += n
-        counts["tokens"] += int(spans.sum())
-        counts["scored_targets"] += int((plan.lengths - plan.loss_starts).sum())
-
-    table = _table(columns, doc_ids)
-    return ShardBuild(table, counts, rejects)
-
-
-def _table(columns: dict[str, list[np.ndarray]], doc_ids: list[str]) -> pa.Table:
-    def cat(name: str, dtype: Any) -> np.ndarray:
-        parts = columns.get(name) or []
-        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
-
-    offsets = np.concatenate(([0], np.cumsum(cat("spans", np.int64))))
-    if offsets[-1] >= 1 << 31:
-        raise ValueError(
-            f"a shard would hold {offsets[-1]} tokens, more than Parquet list<int32> offsets "
-            "allow; raise --num-shards"
+        self._first = z_start[doc_of_row] + starts  # row i stores z[first_i : first_i + span_i]
+        self._doc = doc_of_row
+        self._ids = ids
+        self._row_columns = (
+            keys[doc_of_row],
+            window.astype(np.int32),
+            starts.astype(np.int64),
+            lengths.astype(np.int32),
+            loss.astype(np.int32),
+            m[doc_of_row],
         )
-    tokens = pa.ListArray.from_arrays(
-        pa.array(offsets.astype(np.int32), pa.int32()), pa.array(cat("tokens", np.int32), pa.int32())
+        covered = np.concatenate([b.covered for b in blocks])[order]
+        repaired = np.concatenate([b.repaired for b in blocks])[order]
+        self.counts = {
+            "rows": rows,
+            "documents": count,
+            "documents_without_windows": int((n_sorted == 0).sum()),
+            "tokens": total,
+            "pairs": int((m_sorted - 1).sum()),
+            "scored_targets": int((lengths.astype(np.int64) - loss).sum()),
+            "uncovered_pairs": int((m_sorted - 1 - covered).sum()),
+            "repaired_invalid_utf8": int(repaired.astype(np.int64).sum()),
+        }
+
+    def table(self, lo: int, hi: int) -> pa.Table:
+        """Rows ``[lo, hi)`` as a table of `ARROW_SCHEMA` (each column one chunk)."""
+        first = self._first[lo:hi]
+        spans = np.diff(self._offsets[lo : hi + 1])
+        # One slice of z per row, joined by one concatenation: cheaper than a fancy-index
+        # gather, whose index would take 8 bytes a token.
+        tokens = (
+            np.concatenate(
+                [self._z[a:b] for a, b in zip(first.tolist(), (first + spans).tolist(),
+                                                strict=True)]
+            )
+            if hi > lo
+            else np.empty(0, np.int32)
+        ).astype(np.int32, copy=False)
+        offsets = (self._offsets[lo : hi + 1] - self._offsets[lo]).astype(np.int32)
+        key, index, start, length, loss, doc_tokens = (c[lo:hi] for c in self._row_columns)
+        arrays = [
+            self._ids.take(pa.array(self._doc[lo:hi], pa.int64())),
+            pa.array(key, pa.uint64()),
+            pa.array(index, pa.int32()),
+            pa.array(start, pa.int64()),
+            pa.array(length, pa.int32()),
+            pa.array(loss, pa.int32()),
+            pa.array(doc_tokens, pa.int64()),
+            pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(tokens, pa.int32()))
+            .cast(ARROW_SCHEMA.field("tokens").type),
+        ]
+        return pa.Table.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+    def tables(self, rows_per_table: int) -> Iterator[pa.Table]:
+        """All rows, as consecutive tables of ``rows_per_table`` rows (the last may be short;
+        a shard without rows is one empty table, so that its file has its one empty row
+        group as ``pq.write_table`` writes it)."""
+        for lo in range(0, max(self.num_rows, 1), rows_per_table):
+            yield self.table(lo, min(lo + rows_per_table, self.num_rows))
+
+
+def _strings(blobs: list[bytes], ends: list[np.ndarray]) -> pa.StringArray:
+    """The strings of several blobs (UTF-8 end to end, with end offsets) as one array."""
+    offsets, base = [np.zeros(1, np.int64)], 0
+    for blob, end in zip(blobs, ends, strict=True):
+        offsets.append(end + base)
+        base += len(blob)
+    if base >= 1 << 31:
+        raise ValueError("a shard's doc_ids or sources exceed 2 GiB; raise --num-shards")
+    return pa.StringArray.from_buffers(
+        sum(len(e) for e in ends),
+        pa.py_buffer(np.concatenate(offsets).astype(np.int32)),
+        pa.py_buffer(b"".join(blobs)),
     )
-    arrays = [
-        pa.array(doc_ids, pa.string()),
-        pa.array(cat("doc_key", np.uint64), pa.uint64()),
-        pa.array(cat("window_index", np.int32), pa.int32()),
-        pa.array(cat("start", np.int64), pa.int64()),
-        pa.array(cat("length", np.int32), pa.int32()),
-        pa.array(cat("loss_start", np.int32), pa.int32()),
-        pa.array(cat("doc_tokens", np.int64), pa.int64()),
-        tokens.cast(ARROW_SCHEMA.field("tokens").type),
-    ]
-    return pa.Table.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def _break_ties(
+    order: np.ndarray, ties: np.ndarray, ids: pa.StringArray, sources: pa.StringArray,
+    rejects: list[Reject],
+) -> tuple[np.ndarray, list[int]]:
+    """Order runs of equal keys by (doc_id, source); of one doc_id keep the first only."""
+    order = order.copy()
+    dropped: list[int] = []
+    # Runs of equal keys: positions p where sorted key p equals key p + 1, grouped.
+    run_starts = ties[np.concatenate(([True], np.diff(ties) > 1))]
+    run_ends = np.concatenate((ties[np.flatnonzero(np.diff(ties) > 1)], ties[-1:])) + 2
+    for lo, hi in zip(run_starts.tolist(), run_ends.tolist(), strict=True):
+        docs = sorted(order[lo:hi].tolist(),
+                      key=lambda d: (ids[d].as_py(), sources[d].as_py()))
+        order[lo:hi] = docs
+        kept = docs[0]
+        for doc in docs[1:]:
+            if ids[doc].as_py() == ids[kept].as_py():
+                rejects.append(
+                    Reject(
+                        "duplicate_id",
+                        sources[doc].as_py(),
+                        f"doc_id {ids[doc].as_py()!r} is also at {sources[kept].as_py()}, "
+                        "which was kept",
+                        "",
+                    )
+                )
+                dropped.append(doc)
+            else:
+                kept = doc
+    return order, dropped
 
 
 class _HashingWriter:
@@ -260,24 +565,55 @@ class _HashingWriter:
         return self.bytes
 
 
-def write_shard(table: pa.Table, sink: BinaryIO, *, window: int) -> tuple[str, int]:
-    """Write ``table`` as Parquet to ``sink``; returns (SHA-256 hex, bytes written).
+# Row groups a piece of a shard holds when `write_rows` hands a shard to the writer piece by
+# piece: big enough to keep the writer busy, small enough to bound memory.
+PIECE_ROW_GROUPS = 8
+
+
+def write_shard(table: pa.Table | Iterable[pa.Table], sink: BinaryIO, *,
+                window: int) -> tuple[str, int]:
+    """Write rows as Parquet to ``sink``; returns (SHA-256 hex, bytes written).
+
+    ``table`` is one table or consecutive pieces of one; pieces whose lengths are multiples
+    of `row_group_rows` (but the last) give the very bytes of the whole table. A piece is
+    written on a helper thread while the caller builds the next one (pyarrow releases the
+    GIL while it encodes and compresses).
 
     The bytes depend only on the rows and the pyarrow version: no timestamps, fixed
     compression and row-group size.
     """
     out = _HashingWriter(sink)
-    pq.write_table(
-        table,
-        out,
-        row_group_size=row_group_rows(window),
-        compression="zstd",
-        compression_level=3,
-        use_dictionary=["doc_id"],
-        write_statistics=["doc_id", "doc_key", "window_index", "start"],
-        store_schema=True,
-    )
+    rows = row_group_rows(window)
+    pieces = [table] if isinstance(table, pa.Table) else table
+    with (
+        pq.ParquetWriter(
+            out,
+            ARROW_SCHEMA,
+            compression="zstd",
+            compression_level=3,
+            use_dictionary=["doc_id"],
+            write_statistics=["doc_id", "doc_key", "window_index", "start"],
+            store_schema=True,
+        ) as writer,
+        ThreadPoolExecutor(1, thread_name_prefix="write-shard") as pool,
+    ):
+        writing = None
+        for piece in pieces:
+            if writing is not None:
+                writing.result()
+            writing = pool.submit(writer.write_table, piece, row_group_size=rows)
+        if writing is not None:
+            writing.result()
     return out.sha256.hexdigest(), out.bytes
+
+
+def write_rows(rows: ShardRows, sink: BinaryIO, *, window: int) -> tuple[str, int]:
+    """`write_shard` of a shard's rows, built a piece at a time while the last one is written.
+
+    The same bytes as ``write_shard(build_shard(…).table, …)``, with a fraction of the memory.
+    """
+    return write_shard(rows.tables(PIECE_ROW_GROUPS * row_group_rows(window)), sink,
+                       window=window)
 
 
 def build_manifest(

@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import hashlib
 import typing
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from transforms.params import WindowSpec
 
-__all__ = ["WindowPlan", "plan_windows", "random_offset"]
+__all__ = ["WindowPlan", "plan_windows", "plan_windows_batch", "random_offset"]
 
 
 class WindowPlan(typing.NamedTuple):
@@ -91,34 +92,101 @@ def plan_windows(pairs: int, spec: WindowSpec, doc_id: str = "") -> WindowPlan:
     w, s = spec.window, spec.stride
     r = random_offset(pairs, spec, doc_id) if spec.offset == "random" else 0
 
+    # Closed form of the reference loop: `full` windows at r, r + S, …; then perhaps a tail.
     full = 0 if r + w > pairs else (pairs - w - r) // s + 1
-    starts = r + s * np.arange(full, dtype=np.int64)
-    lengths = np.full(full, w, dtype=np.int64)
-
-    tail_start = r + s * full
-    reaches_end = full > 0 and int(starts[-1]) + w == pairs
-    if not reaches_end and tail_start < pairs:
-        tail_len = pairs - tail_start
-        tail: tuple[int, int] | None = None
-        if spec.tail == "keep" and tail_len >= spec.min_tail:
-            tail = (tail_start, tail_len)
+    last_end = r + s * (full - 1) + w if full else 0
+    tail_start, tail_len = -1, 0
+    if not (full and last_end == pairs) and r + s * full < pairs:
+        if spec.tail == "keep" and pairs - (r + s * full) >= spec.min_tail:
+            tail_start, tail_len = r + s * full, pairs - (r + s * full)
         elif spec.tail == "trace_back":
-            back = max(0, pairs - w)
-            tail = (back, pairs - back)
-        if tail is not None:
-            starts = np.append(starts, tail[0])
-            lengths = np.append(lengths, tail[1])
+            tail_start = max(0, pairs - w)
+            tail_len = pairs - tail_start
+    tail = tail_len > 0
+    n = full + tail
 
-    ends = starts + lengths
-    # End of everything covered before each window; starts ascend and ends never go down.
-    prev_end = np.concatenate(([0], ends[:-1])) if len(ends) else ends
-    new = np.maximum(0, prev_end - starts)
-    new[:1] = 0
-    covered = int((lengths - new).sum())
-    loss = new if spec.score == "new" else np.zeros_like(new)
-    return WindowPlan(
-        starts=starts,
-        lengths=lengths.astype(np.int32),
-        loss_starts=loss.astype(np.int32),
-        covered=covered,
-    )
+    # New targets of a window: those past the end of the windows before it. Full windows
+    # after the first overlap their predecessor by max(0, W − S); the tail by what is left.
+    overlap = max(0, w - s)
+    tail_new = max(0, last_end - tail_start) if tail and full else 0
+    covered = full * w + tail_len - overlap * max(0, full - 1) - tail_new
+
+    starts = np.arange(n, dtype=np.int64)
+    starts *= s
+    starts += r
+    lengths = np.full(n, w, dtype=np.int32)
+    loss = np.zeros(n, dtype=np.int32)
+    if tail:
+        starts[-1], lengths[-1] = tail_start, tail_len
+    if spec.score == "new":
+        loss[1:full] = overlap
+        if tail:
+            loss[-1] = tail_new
+    return WindowPlan(starts=starts, lengths=lengths, loss_starts=loss, covered=covered)
+
+
+def plan_windows_batch(
+    pairs: Sequence[int], spec: WindowSpec, doc_ids: Sequence[str]
+) -> list[WindowPlan]:
+    """`plan_windows` of many documents at once: the same plans, vectorised across them.
+
+    Args:
+        pairs: P of each document.
+        spec: the window parameters.
+        doc_ids: the documents' ids (only ``offset=random`` uses them).
+
+    Returns:
+        One plan per document; its arrays are views into arrays shared by the batch.
+    """
+    p = np.asarray(pairs, dtype=np.int64).reshape(-1)
+    count = len(p)
+    if count and int(p.min()) < 1:
+        raise ValueError(
+            f"a document has at least one pair (BOS → EOS), but got P = {int(p.min())}"
+        )
+    w, s = spec.window, spec.stride
+    if spec.offset == "random":
+        r = np.fromiter(
+            (random_offset(int(x), spec, d) for x, d in zip(p, doc_ids, strict=True)),
+            np.int64,
+            count,
+        )
+    else:
+        r = np.zeros(count, np.int64)
+
+    full = np.where(r + w > p, 0, (p - w - r) // s + 1)
+    last_end = np.where(full > 0, r + s * (full - 1) + w, 0)
+    rest = r + s * full  # where the tail would start
+    open_end = ~((full > 0) & (last_end == p)) & (rest < p)
+    if spec.tail == "keep":
+        tail = open_end & (p - rest >= spec.min_tail)
+        tail_start = rest
+    elif spec.tail == "trace_back":
+        tail = open_end
+        tail_start = np.maximum(0, p - w)
+    else:
+        tail = np.zeros(count, bool)
+        tail_start = rest
+    tail_len = np.where(tail, p - tail_start, 0)
+    overlap = max(0, w - s)
+    tail_new = np.where(tail & (full > 0), np.maximum(0, last_end - tail_start), 0)
+    covered = full * w + tail_len - overlap * np.maximum(0, full - 1) - tail_new
+
+    n = full + tail
+    bounds = np.zeros(count + 1, np.int64)
+    np.cumsum(n, out=bounds[1:])
+    doc = np.repeat(np.arange(count), n)
+    k = np.arange(int(bounds[-1])) - bounds[doc]  # window number within its document
+    is_tail = tail[doc] & (k == full[doc])
+    starts = np.where(is_tail, tail_start[doc], r[doc] + s * k)
+    lengths = np.where(is_tail, tail_len[doc], w).astype(np.int32)
+    if spec.score == "new":
+        loss = np.where(is_tail, tail_new[doc], np.where(k > 0, overlap, 0)).astype(np.int32)
+    else:
+        loss = np.zeros(len(k), np.int32)
+    b = bounds.tolist()
+    c = covered.tolist()
+    return [
+        WindowPlan(starts[b[i] : b[i + 1]], lengths[b[i] : b[i + 1]], loss[b[i] : b[i + 1]], c[i])
+        for i in range(count)
+    ]

@@ -1,0 +1,411 @@
+"""Throughput of the job next to a one-process script and the Hugging Face datasets recipe.
+
+Builds (once, cached in ``bench/work/``) corpora of real text that packages ship, or of
+yours (``--source``), and a 32 000-piece SentencePiece model trained on the 100 MB one (see
+``corpus.py``), then runs, alternating tools within each round and repeating the rounds:
+
+* ``job``: ``python -m pipeline`` with its defaults (the FnApiRunner in one process);
+* ``reference``: ``bench/reference.py``, the same work as a plain one-process script: the
+  practical limit, and what every ratio divides by;
+* ``datasets``: ``bench/hf_recipe.py`` (when the ``bench`` extra is installed);
+* ``job mp×N``: the job with ``--direct_running_mode=multi_processing
+  --direct_num_workers=N`` for each ``--workers`` N (on the largest corpus only).
+
+All with window 512, stride 256. For every run it measures the wall time of the whole
+command (interpreter start-up and imports included), the peak RSS summed over its process
+tree (sampled every 20 ms), the CPU time of the tree, and how busy the rest of the machine
+was meanwhile. Each tool's output is read back to count documents, windows and tokens, and
+(first round) to hash every window in one order and one type: the tools must agree. Tokens
+are the documents' own (Σ M = Σ |z|), the same number for every tool whatever the window
+overlap; MB are MB (10^6 bytes) of UTF-8 text.
+
+It prints a markdown table (medians over the repeats), a fit of wall time against corpus
+size per tool (fixed seconds + marginal MB/s, to check that time grows linearly), and
+writes every measurement to ``bench/work/results-<time>.json``::
+
+    pip install -e '.[bench]'
+    python bench/bench_job.py                       # 25, 50, 100 MB; 3 rounds; workers 1, 2
+    python bench/bench_job.py --sizes 100 --repeats 5 --no-datasets
+    python bench/bench_job.py --source my_corpus/   # your JSONL instead of the packages
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import psutil
+import pyarrow.parquet as pq
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+
+from corpus import (  # noqa: E402
+    MODEL_CORPUS_MB,
+    WORK,
+    build_corpus,
+    corpus_stats,
+    ensure_model,
+    is_built,
+    load_documents,
+)
+
+WINDOW, STRIDE = 512, 256
+SAMPLE_SECONDS = 0.02
+
+
+@dataclass
+class Run:
+    tool: str
+    size_mb: float
+    round: int
+    wall_s: float
+    cpu_s: float
+    peak_rss_mb: float
+    processes: int
+    others_cores: float
+    documents: int = 0
+    windows: int = 0
+    doc_tokens: int = 0
+    text_mb: float = 0.0
+    output_mb: float = 0.0
+    cache_mb: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+def _busy_seconds() -> float:
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+
+def measure(cmd: list[str], *, env: dict[str, str] | None = None) -> tuple[float, float, float,
+                                                                           int, float, str]:
+    """Run ``cmd``; (wall s, CPU s of its tree, peak tree RSS MB, most processes, CPU cores
+    the rest of the machine used meanwhile, stdout)."""
+    busy0 = _busy_seconds()
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    peak, most = [0], [1]
+    done = threading.Event()
+
+    def sample() -> None:
+        root = psutil.Process(proc.pid)
+        while not done.is_set():
+            try:
+                procs = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                break
+            rss = 0
+            for p in procs:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    rss += p.memory_info().rss
+            peak[0] = max(peak[0], rss)
+            most[0] = max(most[0], len(procs))
+            done.wait(SAMPLE_SECONDS)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    wall = time.perf_counter() - started
+    done.set()
+    sampler.join()
+    # The child's rusage covers every descendant it waited for (workers, pool processes).
+    tree_cpu = _children_cpu_delta.pop()
+    others = max(0.0, (_busy_seconds() - busy0 - tree_cpu) / wall)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-3000:]}")
+    return wall, tree_cpu, peak[0] / 1e6, most[0], others, out
+
+
+class _ChildrenCpu:
+    """CPU seconds of reaped children (and theirs) since the last call, from getrusage."""
+
+    def __init__(self) -> None:
+        self._last = self._now()
+
+    @staticmethod
+    def _now() -> float:
+        import resource
+
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    def pop(self) -> float:
+        now = self._now()
+        delta, self._last = now - self._last, now
+        return delta
+
+
+_children_cpu_delta = _ChildrenCpu()
+
+
+def read_counts(output: Path) -> dict[str, int]:
+    """Documents, windows and Σ M read back from any tool's Parquet output."""
+    docs = windows = tokens = 0
+    for f in sorted(output.glob("part-*.parquet")):
+        t = pq.read_table(f, columns=["window_index", "doc_tokens"])
+        first = t.column("window_index").to_numpy() == 0
+        docs += int(first.sum())
+        windows += t.num_rows
+        tokens += int(t.column("doc_tokens").to_numpy()[first].sum())
+    return {"documents": docs, "windows": windows, "doc_tokens": tokens}
+
+
+def rows_digest(output: Path) -> str:
+    """SHA-256 of every window (doc_id, start, length, loss_start, doc_tokens, tokens), in
+    one order and one type whatever the tool: equal digests mean exactly the same windows."""
+    import hashlib
+
+    import pyarrow as pa
+
+    columns = ["doc_id", "start", "length", "loss_start", "doc_tokens", "tokens"]
+    table = pa.concat_tables(
+        [pq.read_table(f, columns=columns) for f in sorted(output.glob("part-*.parquet"))]
+    )
+    table = table.cast(pa.schema([
+        ("doc_id", pa.string()), ("start", pa.int64()), ("length", pa.int64()),
+        ("loss_start", pa.int64()), ("doc_tokens", pa.int64()), ("tokens", pa.list_(pa.int64())),
+    ])).sort_by([("doc_id", "ascending"), ("start", "ascending")]).combine_chunks()
+    digest = hashlib.sha256()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    digest.update(sink.getvalue())
+    return digest.hexdigest()
+
+
+def _dir_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
+
+
+def commands(tool: str, corpus: Path, model: Path, out: Path, cache: Path) -> list[str]:
+    pattern = str(corpus / "*.jsonl")
+    common = ["--input", pattern, "--tokenizer", str(model), "--output", str(out),
+              "--window", str(WINDOW), "--stride", str(STRIDE)]
+    if tool == "reference":
+        return [sys.executable, str(BENCH / "reference.py"), *common]
+    if tool == "datasets":
+        return [sys.executable, str(BENCH / "hf_recipe.py"), *common, "--cache-dir", str(cache)]
+    job = [sys.executable, "-m", "pipeline", *common, "--id-field", "id", "--overwrite"]
+    if tool.startswith("job mp×"):
+        n = tool.removeprefix("job mp×")
+        job += ["--direct_running_mode=multi_processing", f"--direct_num_workers={n}"]
+    return job
+
+
+def wait_idle(limit_s: float, threshold: float = 10.0) -> float:
+    """Wait up to ``limit_s`` for the machine's CPU use to fall below ``threshold`` %."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit_s:
+        if psutil.cpu_percent(interval=1.0) < threshold:
+            break
+    return time.monotonic() - started
+
+
+def run_one(tool: str, size: float, rnd: int, corpus: Path, model: Path, idle_s: float,
+            verify: bool) -> Run:
+    scratch = WORK / "runs" / tool.replace(" ", "_").replace("×", "x")
+    out, cache = scratch / "out", scratch / "hf-cache"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    if idle_s:
+        wait_idle(idle_s)
+    env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1",
+               HF_DATASETS_CACHE=str(cache), TOKENIZERS_PARALLELISM="false")
+    wall, cpu, rss, procs, others, _ = measure(commands(tool, corpus, model, out, cache), env=env)
+    stats = corpus_stats(corpus)
+    run = Run(tool=tool, size_mb=size, round=rnd, wall_s=wall, cpu_s=cpu, peak_rss_mb=rss,
+              processes=procs, others_cores=others, text_mb=stats["text_bytes"] / 1e6,
+              output_mb=sum(f.stat().st_size for f in out.glob("part-*.parquet")) / 1e6,
+              cache_mb=_dir_mb(cache) if cache.exists() else 0.0, **read_counts(out))
+    if verify:
+        run.extra["rows_sha256"] = rows_digest(out)
+    shutil.rmtree(scratch, ignore_errors=True)
+    rate = run.doc_tokens / wall / 1e6
+    print(f"  {tool:12s} {size:5g} MB round {rnd}: {wall:6.2f} s, {rate:5.2f} M tokens/s, "
+          f"peak RSS {rss:6.0f} MB, CPU {cpu:5.1f} s, others {others:.2f} cores",
+          file=sys.stderr, flush=True)
+    return run
+
+
+def _median(runs: list[Run], attr: str) -> float:
+    return statistics.median(getattr(r, attr) for r in runs)
+
+
+def table(runs: list[Run]) -> str:
+    by: dict[tuple[str, float], list[Run]] = {}
+    for r in runs:
+        by.setdefault((r.tool, r.size_mb), []).append(r)
+    ref = {size: _median(rs, "wall_s") for (tool, size), rs in by.items() if tool == "reference"}
+    lines = [
+        "| tool | corpus | documents | tokens | wall s | M tokens/s | MB/s | peak RSS MB "
+        "| ratio to reference |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    order = {"reference": 0, "job": 1, "datasets": 2}
+    for (tool, size), rs in sorted(by.items(), key=lambda kv: (kv[0][1],
+                                                              order.get(kv[0][0], 3), kv[0][0])):
+        wall = _median(rs, "wall_s")
+        tokens, mb = rs[0].doc_tokens, rs[0].text_mb
+        ratio = f"{ref[size] / wall:.2f}" if size in ref else "–"
+        cache = f" (+{_median(rs, 'cache_mb'):.0f} MB cache)" if rs[0].cache_mb else ""
+        lines.append(
+            f"| {tool} | {mb:.0f} MB | {rs[0].documents:,} | {tokens / 1e6:.1f} M | {wall:.2f} "
+            f"| {tokens / wall / 1e6:.2f} | {mb / wall:.1f} | {_median(rs, 'peak_rss_mb'):.0f}"
+            f"{cache} | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def linearity(runs: list[Run]) -> str:
+    """Least-squares wall = a + b·MB per tool, over the sizes it ran at."""
+    lines = ["| tool | fixed s | marginal MB/s | marginal M tokens/s | R² |",
+             "|---|---:|---:|---:|---:|"]
+    tools = sorted({r.tool for r in runs})
+    for tool in tools:
+        pts: dict[float, list[Run]] = {}
+        for r in runs:
+            if r.tool == tool:
+                pts.setdefault(r.size_mb, []).append(r)
+        if len(pts) < 2:
+            continue
+        xs = [rs[0].text_mb for rs in pts.values()]
+        ys = [_median(rs, "wall_s") for rs in pts.values()]
+        ts = [rs[0].doc_tokens for rs in pts.values()]
+        mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        sxx = sum((x - mx) ** 2 for x in xs)
+        b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+        a = my - b * mx
+        ss = sum((y - my) ** 2 for y in ys)
+        r2 = 1 - sum((y - a - b * x) ** 2 for x, y in zip(xs, ys, strict=True)) / ss if ss else 1
+        tokens_per_mb = sum(ts) / sum(xs)
+        lines.append(f"| {tool} | {a:.2f} | {1 / b:.1f} | {tokens_per_mb / b / 1e6:.2f} "
+                     f"| {r2:.4f} |")
+    return "\n".join(lines)
+
+
+def check_same_work(runs: list[Run]) -> list[str]:
+    problems = []
+    for size in sorted({r.size_mb for r in runs}):
+        seen = {(r.documents, r.windows, r.doc_tokens) for r in runs if r.size_mb == size}
+        if len(seen) != 1:
+            problems.append(f"{size:g} MB: tools disagree on (documents, windows, tokens): {seen}")
+        digests = {r.tool: r.extra["rows_sha256"] for r in runs
+                   if r.size_mb == size and "rows_sha256" in r.extra}
+        if len(set(digests.values())) > 1:
+            problems.append(f"{size:g} MB: the tools' windows differ: {digests}")
+    return problems
+
+
+def machine() -> dict[str, object]:
+    import apache_beam
+    import sentencepiece
+
+    info: dict[str, object] = {
+        "python": platform.python_version(),
+        "cores": os.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "cpu": next((line.split(":", 1)[1].strip() for line in
+                     Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("model name")), platform.processor()),
+        "apache-beam": apache_beam.__version__,
+        "pyarrow": pq.__name__ and __import__("pyarrow").__version__,
+        "sentencepiece": getattr(sentencepiece, "__version__", "?"),
+    }
+    try:
+        import datasets
+
+        info["datasets"] = datasets.__version__
+    except ImportError:
+        info["datasets"] = None
+    return info
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="25,50,100", help="corpus sizes in MB of text")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds per size")
+    parser.add_argument("--workers", default="1,2",
+                        help="multi_processing worker counts to run on the largest corpus "
+                        "('' for none)")
+    parser.add_argument("--source", type=Path, default=None,
+                        help="a JSONL file or directory of your own instead of the packages")
+    parser.add_argument("--no-datasets", action="store_true", help="skip the datasets recipe")
+    parser.add_argument("--wait-idle", type=float, default=30.0,
+                        help="before each run, wait up to this many seconds for the machine "
+                        "to be idle (< 10 %% CPU); 0 to not wait")
+    args = parser.parse_args(argv)
+    sizes = [float(s) for s in args.sizes.split(",") if s]
+    workers = [int(w) for w in args.workers.split(",") if w]
+
+    wanted = [*sizes, MODEL_CORPUS_MB]
+    sources = (None if all(is_built(s, args.source) for s in wanted)
+               else load_documents(args.source))
+    corpora = {size: build_corpus(size, args.source, sources) for size in sizes}
+    # One model for every size (trained on the 100 MB corpus), so sizes compare alike.
+    model = ensure_model(build_corpus(MODEL_CORPUS_MB, args.source, sources))
+    tools = ["reference", "job"]
+    try:
+        import datasets  # noqa: F401
+
+        if not args.no_datasets:
+            tools.append("datasets")
+    except ImportError:
+        print("datasets is not installed (pip install -e '.[bench]'): skipping its recipe",
+              file=sys.stderr)
+    plan = [(tool, size) for size in sizes for tool in tools]
+    plan += [(f"job mp×{n}", max(sizes)) for n in workers]
+
+    runs: list[Run] = []
+    for rnd in range(args.repeats):
+        # Alternate the order from round to round so that drift hits every tool alike.
+        for tool, size in plan if rnd % 2 == 0 else list(reversed(plan)):
+            runs.append(run_one(tool, size, rnd, corpora[size], model, args.wait_idle,
+                                verify=rnd == 0))
+
+    report = {
+        "when": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": machine(),
+        "settings": {"window": WINDOW, "stride": STRIDE, "repeats": args.repeats,
+                     "sizes_mb": sizes, "workers": workers, "source": str(args.source or
+                                                                          "packages")},
+        "corpora": {str(s): corpus_stats(c) for s, c in corpora.items()},
+        "model": model.name,
+        "runs": [asdict(r) for r in runs],
+    }
+    path = WORK / f"results-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(report, indent=2) + "\n")
+
+    print(f"\nMachine: {report['machine']}\n")
+    print(table(runs))
+    print("\nWall time against corpus size (least squares, medians):\n")
+    print(linearity([r for r in runs if r.tool in tools]))
+    busy = max(r.others_cores for r in runs)
+    if busy > 0.25:
+        print(f"\nWARNING: other processes used up to {busy:.2f} cores during some runs; "
+              "the figures are noisy (see others_cores in the JSON).")
+    problems = check_same_work(runs)
+    for problem in problems:
+        print(f"\nWARNING: {problem}")
+    if not problems:
+        print("\nEvery tool wrote exactly the same windows (documents, tokens and a digest of "
+              "all rows agree).")
+    print(f"\nAll measurements: {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
