@@ -60,8 +60,14 @@ __all__ = ["Submitted", "build_pipeline", "cli", "main", "preflight", "run", "su
 _LOG = logging.getLogger("token_windows")
 
 
-def build_pipeline(p: beam.Pipeline, config: JobConfig) -> beam.PCollection:
-    """Wire the job into ``p``; returns the PCollection holding the manifest."""
+def build_pipeline(
+    p: beam.Pipeline, config: JobConfig, expected_files: dict[str, int] | None = None
+) -> beam.PCollection:
+    """Wire the job into ``p``; returns the PCollection holding the manifest.
+
+    ``expected_files`` ({path: size}, as `preflight` matched them) lets the last step check
+    that exactly these files were read, each exactly once.
+    """
     read = p | "ReadDocuments" >> ReadDocuments(config.inputs, config.read)
     shuffle = ShuffleDocuments(config.windows.seed, config.num_shards)
     groups = (
@@ -79,7 +85,6 @@ def build_pipeline(p: beam.Pipeline, config: JobConfig) -> beam.PCollection:
         | "AllRejects" >> beam.Flatten()
         | "WriteRejects" >> WriteRejects(config.output)
     )
-    records = read[RECORDS] | "CountRecords" >> beam.CombineGlobally(sum)
     return p | "FinalizeDataset" >> FinalizeDataset(
         output=config.output,
         window_spec=config.windows,
@@ -93,9 +98,10 @@ def build_pipeline(p: beam.Pipeline, config: JobConfig) -> beam.PCollection:
             "max_doc_bytes": config.read.max_doc_bytes,
         },
         tokenizer_path=config.tokenizer_path,
+        expected_files=expected_files,
         shards=written.shards,
         reject_counts=reject_counts,
-        records=records,
+        receipts=read[RECORDS],
         num_shards=shuffle.num_shards,
     )
 
@@ -163,8 +169,11 @@ def _check_output(config: JobConfig) -> None:
     _LOG.info("--overwrite: deleted the %d files of the dataset in %s", len(entries), config.output)
 
 
-def preflight(config: JobConfig, options: PipelineOptions) -> None:
-    """The checks that need no pipeline; raises ValueError naming the option and the fix."""
+def preflight(config: JobConfig, options: PipelineOptions) -> dict[str, int] | None:
+    """The checks that need no pipeline; raises ValueError naming the option and the fix.
+
+    Returns the input files and their sizes ({path: size}), or None in a dry run.
+    """
     direct = options.view_as(DirectOptions)
     if direct.direct_running_mode == "multi_threading":
         raise ValueError(
@@ -175,12 +184,16 @@ def preflight(config: JobConfig, options: PipelineOptions) -> None:
     if _is_dataflow(options):
         _check_dataflow(config, options)
     if _is_dry_run(options):
-        return
+        return None
+    files: dict[str, int] = {}
     for pattern in config.inputs:
-        if not FileSystems.match([pattern])[0].metadata_list:
+        found = FileSystems.match([pattern])[0].metadata_list
+        if not found:
             raise ValueError(f"--input {pattern} matches no file; check the path and quoting")
+        files.update((m.path, m.size_in_bytes) for m in found)
     load_tokenizer(config.tokenizer_path)
     _check_output(config)
+    return files
 
 
 def _check_dataflow(config: JobConfig, options: PipelineOptions) -> None:
@@ -261,7 +274,7 @@ def submit(argv: Sequence[str] | None = None) -> Submitted:
     options = PipelineOptions(argv)
     config = JobConfig.from_options(options)
     dry_run = _settle_dry_run(options)
-    preflight(config, options)
+    expected_files = preflight(config, options)
     setup = options.view_as(SetupOptions)
     if setup.save_main_session is None:
         # Every DoFn lives in an installed module. Beam would otherwise pickle __main__ for
@@ -270,7 +283,7 @@ def submit(argv: Sequence[str] | None = None) -> Submitted:
 
     started = time.monotonic()
     p = beam.Pipeline(runner=_runner(options), options=options)
-    build_pipeline(p, config)
+    build_pipeline(p, config, expected_files)
     if dry_run and not _is_dataflow(options):
         p.to_runner_api()  # the graph translates; nothing runs
         return Submitted(config, None, dry_run, started)

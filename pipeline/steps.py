@@ -37,7 +37,9 @@ from apache_beam.utils import shared
 from pipeline import fs
 from transforms.documents import (
     Document,
+    Receipt,
     Reject,
+    account_inputs,
     detect_format,
     line_starts_in,
     parse_lines,
@@ -98,6 +100,11 @@ class Chunk(typing.NamedTuple):
     start: int  # byte offset, or first row group for Parquet
     end: int
     first: int | None  # first line (1-based) or row (0-based); None: still to be counted
+    size: int  # the file's size in bytes
+    extent: int  # what start/end range over: the size, or the number of row groups
+
+    def receipt(self, records: int) -> Receipt:
+        return Receipt(self.path, self.size, self.extent, self.start, self.end, records)
 
 
 class TokenizedDocument(typing.NamedTuple):
@@ -150,33 +157,35 @@ class _PlanChunksFn(beam.DoFn):
     def process(self, item: tuple[str, tuple[int, str]]) -> Iterator[Chunk]:
         path, (_, rel) = item
         fmt, compression = detect_format(path, self._spec.format)
-        if fmt == "parquet":
-            yield from _parquet_chunks(path, rel, compression, self._chunk_bytes)
-            return
         size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+        if fmt == "parquet":
+            yield from _parquet_chunks(path, rel, compression, size, self._chunk_bytes)
+            return
         if fmt == "text" or compression is not None or size <= self._chunk_bytes:
-            yield Chunk(path, rel, fmt, compression, 0, size, 1)
+            yield Chunk(path, rel, fmt, compression, 0, size, 1, size, size)
             return
         for start in range(0, size, self._chunk_bytes):
             end = min(start + self._chunk_bytes, size)
-            yield Chunk(path, rel, fmt, None, start, end, None)
+            yield Chunk(path, rel, fmt, None, start, end, None, size, size)
 
 
 def _parquet_chunks(
-    path: str, rel: str, compression: str | None, chunk_bytes: int
+    path: str, rel: str, compression: str | None, file_size: int, chunk_bytes: int
 ) -> Iterator[Chunk]:
     if compression is not None:
         raise ValueError(f"{path}: compress Parquet inside the file (its codecs), not around it")
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         meta = pq.ParquetFile(f).metadata
+    groups = meta.num_row_groups
     row, group, first_group, first_row, size = 0, 0, 0, 0, 0
-    for group in range(meta.num_row_groups):
+    for group in range(groups):
         if size >= chunk_bytes:
-            yield Chunk(path, rel, "parquet", None, first_group, group, first_row)
+            yield Chunk(path, rel, "parquet", None, first_group, group, first_row, file_size,
+                        groups)
             first_group, first_row, size = group, row, 0
         size += meta.row_group(group).total_byte_size
         row += meta.row_group(group).num_rows
-    yield Chunk(path, rel, "parquet", None, first_group, meta.num_row_groups, first_row)
+    yield Chunk(path, rel, "parquet", None, first_group, groups, first_row, file_size, groups)
 
 
 def _count_lines(chunk: Chunk) -> tuple[str, tuple[Chunk, int]]:
@@ -229,7 +238,7 @@ class _ParseChunkFn(beam.DoFn):
         if rejects:
             yield beam.pvalue.TaggedOutput(REJECTS, rejects)
         self._records.inc(count)
-        yield beam.pvalue.TaggedOutput(RECORDS, [count])
+        yield beam.pvalue.TaggedOutput(RECORDS, [chunk.receipt(count)])
 
     def _parse(self, c: Chunk) -> Iterable[Document | Reject]:
         spec, first = self._spec, (1 if c.first is None else c.first)
@@ -560,15 +569,19 @@ class WriteRejects(beam.PTransform):
 
 class _FinalizeFn(beam.DoFn):
     def __init__(self, *, output: str, window_spec: WindowSpec, inputs: list[str],
-                 reading: dict[str, Any], tokenizer_path: str | None) -> None:
+                 reading: dict[str, Any], tokenizer_path: str | None,
+                 expected_files: dict[str, int] | None) -> None:
+        self._expected_files = expected_files
         self._output = output
         self._spec = window_spec
         self._inputs = inputs
         self._reading = reading
         self._tokenizer_path = tokenizer_path
 
-    def process(self, _: Any, shards: list[dict], rejects: dict[str, int], records: int,
-                num_shards: int) -> Iterator[dict]:
+    def process(self, _: Any, shards: list[dict], rejects: dict[str, int],
+                receipts: list[Receipt], num_shards: int) -> Iterator[dict]:
+        # Before anything is written: every input was read exactly once.
+        records = account_inputs(receipts, self._expected_files)
         shards = list(shards)
         done = {s["index"] for s in shards}
         if len(done) != len(shards) or not done <= set(range(num_shards)):
@@ -616,21 +629,25 @@ def _versions() -> dict[str, str]:
 class FinalizeDataset(beam.PTransform):
     """Writes ``manifest.json`` once every shard and reject file is written, then cleans up.
 
-    The shard counts, reject counts and record count arrive as side inputs, so the runner
+    The shard counts, reject counts and input receipts arrive as side inputs, so the runner
     cannot start this step before they are complete. It fails the job, writing no manifest,
-    if records read ≠ documents written + records skipped.
+    if any input was not read exactly once (`transforms.documents.account_inputs`, checked
+    against ``expected_files`` when the launcher matched the inputs), or if records read ≠
+    documents written + records skipped.
     """
 
     def __init__(self, *, output: str, window_spec: WindowSpec, inputs: list[str],
                  reading: dict[str, Any], tokenizer_path: str | None,
+                 expected_files: dict[str, int] | None,
                  shards: beam.PCollection, reject_counts: beam.PCollection,
-                 records: beam.PCollection, num_shards: beam.PCollection):
+                 receipts: beam.PCollection, num_shards: beam.PCollection):
         super().__init__()
         self._fn = _FinalizeFn(output=output, window_spec=window_spec, inputs=inputs,
-                               reading=reading, tokenizer_path=tokenizer_path)
+                               reading=reading, tokenizer_path=tokenizer_path,
+                               expected_files=expected_files)
         self._shards = shards
         self._reject_counts = reject_counts
-        self._records = records
+        self._receipts = receipts
         self._num_shards = num_shards
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
@@ -642,7 +659,7 @@ class FinalizeDataset(beam.PTransform):
                 self._fn,
                 shards=beam.pvalue.AsList(self._shards),
                 rejects=beam.pvalue.AsDict(self._reject_counts),
-                records=beam.pvalue.AsSingleton(self._records),
+                receipts=beam.pvalue.AsList(self._receipts),
                 num_shards=beam.pvalue.AsSingleton(self._num_shards),
             )
         )

@@ -184,3 +184,22 @@ def test_orjson_fast_path_gives_what_json_gives(monkeypatch, spec):
     fast = parse(data, spec=spec)
     monkeypatch.setattr(documents, "_orjson", None)
     assert fast == parse(data, spec=spec)
+
+
+def test_account_inputs_checks_every_file_is_read_exactly_once():
+    from transforms.documents import Receipt, account_inputs
+
+    pieces = [Receipt("a", 10, 10, 0, 4, 3), Receipt("a", 10, 10, 4, 10, 2),
+              Receipt("p", 99, 3, 0, 3, 7)]
+    assert account_inputs(pieces, {"a": 10, "p": 99}) == 12
+    assert account_inputs(list(reversed(pieces)), None) == 12
+    with pytest.raises(RuntimeError, match=r"a: the range \[4, 10\) was never read"):
+        account_inputs(pieces[:1], None)
+    with pytest.raises(RuntimeError, match=r"the range \[0, 4\) was read twice"):
+        account_inputs([*pieces, pieces[0]], None)
+    with pytest.raises(RuntimeError, match=r"1 input files were never read \(e.g. b\)"):
+        account_inputs(pieces, {"a": 10, "p": 99, "b": 5})
+    with pytest.raises(RuntimeError, match="inputs changed while the job ran"):
+        account_inputs(pieces, {"a": 10})
+    with pytest.raises(RuntimeError, match="a changed size"):
+        account_inputs(pieces, {"a": 11, "p": 99})

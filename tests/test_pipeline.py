@@ -411,3 +411,25 @@ def test_text_and_lines_formats_with_compression(tmp_path):
     manifest = run_job(tmp_path / "lines", "--input", str(tmp_path / "in" / "a.txt"),
                        "--tokenizer", "bytes", "--format", "lines")
     assert sorted(r["doc_id"] for r in read_rows(tmp_path / "lines")) == ["a.txt:1", "a.txt:2"]
+
+
+def test_lost_input_fails_the_job_and_writes_no_manifest(corpus, tmp_path):
+    """If the runner lost a whole file, the receipts say so: no manifest, a loud error."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+
+    from pipeline.options import JobConfig
+    from pipeline.run import build_pipeline
+
+    out = tmp_path / "out"
+    options = PipelineOptions(["--input", str(corpus), "--tokenizer", "bytes", "--output",
+                               str(out)])
+    config = JobConfig.from_options(options)
+    expected = {str(corpus): corpus.stat().st_size, str(tmp_path / "lost.jsonl"): 10}
+    with (
+        pytest.raises(Exception, match=r"1 input files were never read \(e.g. .*lost.jsonl"),
+        beam.Pipeline(runner=fn_runner.FnApiRunner(), options=options) as p,
+    ):
+        build_pipeline(p, config, expected)
+    assert not (out / "manifest.json").exists()

@@ -33,7 +33,9 @@ __all__ = [
     "COMPRESSIONS",
     "MAX_REJECT_RECORD_CHARS",
     "Document",
+    "Receipt",
     "Reject",
+    "account_inputs",
     "detect_format",
     "line_starts_in",
     "parse_lines",
@@ -84,6 +86,76 @@ class Reject(typing.NamedTuple):
             "record": self.record[:MAX_REJECT_RECORD_CHARS],
             "truncated": truncated,
         }
+
+
+class Receipt(typing.NamedTuple):
+    """What one parsed piece of an input file says about itself.
+
+    ``start``/``end`` are byte offsets, or row-group indices for Parquet, in ``[0, extent)``;
+    ``extent`` is the file's size in bytes, or its number of row groups.
+    """
+
+    path: str
+    size: int
+    extent: int
+    start: int
+    end: int
+    records: int
+
+
+def account_inputs(receipts: Iterable[Receipt], expected: dict[str, int] | None) -> int:
+    """The number of records read, after checking that every input was read exactly once.
+
+    The pieces of each file must tile ``[0, extent)`` with no gap and no overlap, and, when
+    ``expected`` ({path: size} as matched before the job started) is given, every expected
+    file must be there with its size and no other. A runner that lost or repeated work
+    thus fails the job instead of writing a dataset that silently lacks (or doubles) part of
+    its input.
+
+    Raises:
+        RuntimeError: naming the file and what is wrong with it.
+    """
+    by_path: dict[str, list[Receipt]] = {}
+    for r in receipts:
+        by_path.setdefault(r.path, []).append(r)
+    if expected is not None:
+        missing = sorted(set(expected) - set(by_path))
+        if missing:
+            raise RuntimeError(
+                f"{len(missing)} input files were never read (e.g. {missing[0]}): the runner "
+                "lost work; no manifest was written, rerun the job"
+            )
+        extra = sorted(set(by_path) - set(expected))
+        if extra:
+            raise RuntimeError(
+                f"{extra[0]} was read but did not match when the job started: inputs changed "
+                "while the job ran; no manifest was written"
+            )
+    total = 0
+    for path, pieces in sorted(by_path.items()):
+        pieces.sort(key=lambda r: (r.start, r.end))
+        sizes = {(r.size, r.extent) for r in pieces}
+        if len(sizes) != 1 or (expected is not None and pieces[0].size != expected[path]):
+            raise RuntimeError(
+                f"{path} changed size while the job ran ({sorted(sizes)}, expected "
+                f"{expected.get(path) if expected else '?'} bytes); no manifest was written"
+            )
+        position = 0
+        for r in pieces:
+            if r.start != position:
+                what = "was read twice" if r.start < position else "was never read"
+                raise RuntimeError(
+                    f"{path}: the range [{min(r.start, position)}, {max(r.start, position)}) "
+                    f"{what}: the runner lost or repeated work; no manifest was written"
+                )
+            position = r.end
+            total += r.records
+        if position != pieces[0].extent:
+            raise RuntimeError(
+                f"{path}: the range [{position}, {pieces[0].extent}) was never read: the "
+                "runner lost work; no manifest was written"
+            )
+    return total
 
 
 def pattern_base(pattern: str) -> str:
