@@ -2,10 +2,10 @@
 
 Usage (after the pipeline's first README command has written ``out/sample``)::
 
-    python examples/train_tiny.py out/sample --steps 300            # saves at step 150
-    python examples/train_tiny.py out/sample --steps 300 --resume   # continues from it
+    python examples/train_tiny.py out/sample              # 160 steps; saves at step 80
+    python examples/train_tiny.py out/sample --resume     # continues from step 80
 
-The second run loads the model, the optimiser and the sampler state saved at step 150 and
+The second run loads the model, the optimiser and the sampler state saved at step 80 and
 trains on exactly the batches the first run trained on after it, so both print the same
 final loss. Evaluation holds out the last documents of the global order (rows are sorted
 by the seeded document key, so they are a random sample of documents) and reports the NLL
@@ -128,7 +128,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("data", nargs="?", default="out/sample",
                    help="a finished output directory or URI (default: out/sample)")
-    p.add_argument("--steps", type=int, default=300, help="optimiser steps in all (default 300)")
+    p.add_argument("--steps", type=int, default=160, help="optimiser steps in all (default 160)")
     p.add_argument("--batch-size", type=int, default=8, help="windows per batch (default 8)")
     p.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (default 3e-3)")
     p.add_argument("--seed", type=int, default=0, help="model init and sampler seed (default 0)")
@@ -140,8 +140,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument("--eval-fraction", type=float, default=0.1,
                    help="share of documents held out for evaluation (default 0.1)")
-    p.add_argument("--eval-every", type=int, default=100, help="evaluate every N steps (100)")
-    p.add_argument("--log-every", type=int, default=25, help="print the loss every N steps (25)")
+    p.add_argument("--eval-every", type=int, default=80, help="evaluate every N steps (80)")
+    p.add_argument("--log-every", type=int, default=20, help="print the loss every N steps (20)")
     p.add_argument("--d-model", type=int, default=64, help="model width (default 64)")
     p.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
     p.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
