@@ -19,6 +19,7 @@ output. `bench/bench_job.py` measures the job against a one-process script.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import typing
@@ -76,6 +77,8 @@ __all__ = [
     "WriteShards",
     "load_tokenizer",
 ]
+
+_LOG = logging.getLogger("token_windows")
 
 # An uncompressed line-oriented file is read in ranges of this many bytes, in parallel.
 CHUNK_BYTES = 64 << 20
@@ -514,6 +517,9 @@ def _write_one(output: str, index: int, num_shards: int, rows: ShardRows, window
         ),
     )
     Metrics.counter("write", "shards").inc()
+    # Progress: one line per shard (the launcher prints the summary at the end).
+    _LOG.info("wrote %s: %d documents, %d windows, %.1f MB", name, rows.counts["documents"],
+              rows.counts["rows"], size / 1e6)
     return {"file": name, "index": index, "sha256": sha, "bytes": size, **rows.counts}
 
 

@@ -301,6 +301,7 @@ def cli(*args, cwd=ROOT):
         (["--window", "4", "--min-tail", "5"], "`min_tail` must be at most `window` (4)"),
         (["--tail", "pad"], "argument --tail: invalid choice: 'pad'"),
         (["--num-shards", "0"], "`num_shards` must be a positive integer, but got 0"),
+        (["--encode-threads", "0"], "`encode_threads` must be a positive integer, but got 0"),
         (["--direct_running_mode=multi_threading"], "multi_threading is refused"),
     ],
 )
@@ -367,6 +368,7 @@ def test_help_lists_every_option():
     for flag in ("--input", "--format", "--text-field", "--id-field", "--keep-empty",
                  "--invalid-utf8", "--max-doc-bytes", "--tokenizer", "--window", "--stride",
                  "--tail", "--min-tail", "--score", "--offset", "--seed", "--output",
+                 "--encode-threads",
                  "--num-shards", "--overwrite"):
         assert flag in r.stdout
 
