@@ -113,3 +113,7 @@ class ReadSpec:
         if self.id_field == "":
             raise ValueError("`id_field` must be a non-empty string or unset, but got ''")
         _positive_int("max_doc_bytes", self.max_doc_bytes)
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest's ``reading`` object."""
+        return dataclasses.asdict(self)
