@@ -11,8 +11,6 @@ import random
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from transforms.keys import doc_key, shard_of
 from transforms.params import WindowSpec
@@ -31,7 +29,7 @@ from transforms.shards import (
     write_shard,
 )
 from transforms.tokenizers import ByteTokenizer
-from transforms.windows import plan_windows, plan_windows_batch
+from transforms.windows import plan_windows
 
 TOK = ByteTokenizer()
 SPEC = WindowSpec(window=4, stride=3, tail="trace_back", score="new")
@@ -161,32 +159,3 @@ def test_equal_keys_of_different_ids_are_ordered_by_id():
     assert rows.rejects == []
     assert list(dict.fromkeys(rows.table(0, rows.num_rows).column("doc_id").to_pylist())) == [
         "d0", "d1", "d2"]
-
-
-specs = st.builds(
-    lambda w, s, tail, score, offset, seed, mt: WindowSpec(
-        window=w, stride=s, tail=tail, min_tail=min(mt, w), score=score, offset=offset,
-        seed=seed),
-    st.integers(1, 12), st.integers(1, 15), st.sampled_from(["keep", "drop", "trace_back"]),
-    st.sampled_from(["all", "new"]), st.sampled_from(["zero", "random"]), st.integers(0, 3),
-    st.integers(1, 12),
-)
-
-
-@settings(max_examples=300, deadline=None)
-@given(pairs=st.lists(st.integers(1, 60), max_size=12), spec=specs)
-def test_batch_planner_plans_each_document_as_the_single_planner(pairs, spec):
-    ids = [f"doc{i}" for i in range(len(pairs))]
-    for p, doc_id, plan in zip(pairs, ids, plan_windows_batch(pairs, spec, ids), strict=True):
-        one = plan_windows(p, spec, doc_id)
-        assert plan.starts.tolist() == one.starts.tolist()
-        assert plan.lengths.tolist() == one.lengths.tolist()
-        assert plan.loss_starts.tolist() == one.loss_starts.tolist()
-        assert plan.covered == one.covered
-        assert (plan.starts.dtype, plan.lengths.dtype, plan.loss_starts.dtype) == (
-            np.int64, np.int32, np.int32)
-
-
-def test_batch_planner_refuses_a_document_without_pairs():
-    with pytest.raises(ValueError, match="at least one pair"):
-        plan_windows_batch([3, 0], SPEC, ["a", "b"])

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transforms.params import WindowSpec
-from transforms.windows import plan_windows, random_offset
+from transforms.windows import plan_windows, plan_windows_batch, random_offset
 
 
 def reference(pairs, spec, r):
@@ -180,3 +180,22 @@ def test_specs_are_keyword_only_and_frozen():
     spec = WindowSpec(window=4, stride=4)
     with pytest.raises(AttributeError):
         spec.window = 5  # type: ignore[misc]
+
+
+@settings(max_examples=300, deadline=None)
+@given(pairs=st.lists(st.integers(1, 120), max_size=12), spec=specs)
+def test_batch_planner_plans_each_document_as_the_single_planner(pairs, spec):
+    ids = [f"doc{i}" for i in range(len(pairs))]
+    for p, doc_id, plan in zip(pairs, ids, plan_windows_batch(pairs, spec, ids), strict=True):
+        one = plan_windows(p, spec, doc_id)
+        assert plan.starts.tolist() == one.starts.tolist()
+        assert plan.lengths.tolist() == one.lengths.tolist()
+        assert plan.loss_starts.tolist() == one.loss_starts.tolist()
+        assert plan.covered == one.covered
+        assert (plan.starts.dtype, plan.lengths.dtype, plan.loss_starts.dtype) == (
+            np.int64, np.int32, np.int32)
+
+
+def test_batch_planner_refuses_a_document_without_pairs():
+    with pytest.raises(ValueError, match="at least one pair"):
+        plan_windows_batch([3, 0], WindowSpec(window=4, stride=3), ["a", "b"])
