@@ -24,7 +24,9 @@ Worked example: P = 1200, W = 512, S = 256. ``drop`` gives starts 0, 256, 512 (t
 ⌊(P − W)/S⌋ + 1 = 3); ``trace_back`` adds (688, 512), whose ``loss_start`` under
 ``score=new`` is 1024 − 688 = 336, so the four windows score each of the 1200 targets once.
 
-``plan_windows`` computes the same windows without a Python loop per window.
+``plan_windows_batch`` computes the same windows in closed form, vectorised across a batch
+of documents (no Python loop per window or per document); ``plan_windows`` is its
+one-document case. The tests hold both to the reference loop.
 """
 
 from __future__ import annotations
@@ -87,42 +89,7 @@ def plan_windows(pairs: int, spec: WindowSpec, doc_id: str = "") -> WindowPlan:
     Returns:
         The windows in order, as arrays (see `WindowPlan`).
     """
-    if pairs < 1:
-        raise ValueError(f"a document has at least one pair (BOS → EOS), but got P = {pairs}")
-    w, s = spec.window, spec.stride
-    r = random_offset(pairs, spec, doc_id) if spec.offset == "random" else 0
-
-    # Closed form of the reference loop: `full` windows at r, r + S, …; then perhaps a tail.
-    full = 0 if r + w > pairs else (pairs - w - r) // s + 1
-    last_end = r + s * (full - 1) + w if full else 0
-    tail_start, tail_len = -1, 0
-    if not (full and last_end == pairs) and r + s * full < pairs:
-        if spec.tail == "keep" and pairs - (r + s * full) >= spec.min_tail:
-            tail_start, tail_len = r + s * full, pairs - (r + s * full)
-        elif spec.tail == "trace_back":
-            tail_start = max(0, pairs - w)
-            tail_len = pairs - tail_start
-    tail = tail_len > 0
-    n = full + tail
-
-    # New targets of a window: those past the end of the windows before it. Full windows
-    # after the first overlap their predecessor by max(0, W − S); the tail by what is left.
-    overlap = max(0, w - s)
-    tail_new = max(0, last_end - tail_start) if tail and full else 0
-    covered = full * w + tail_len - overlap * max(0, full - 1) - tail_new
-
-    starts = np.arange(n, dtype=np.int64)
-    starts *= s
-    starts += r
-    lengths = np.full(n, w, dtype=np.int32)
-    loss = np.zeros(n, dtype=np.int32)
-    if tail:
-        starts[-1], lengths[-1] = tail_start, tail_len
-    if spec.score == "new":
-        loss[1:full] = overlap
-        if tail:
-            loss[-1] = tail_new
-    return WindowPlan(starts=starts, lengths=lengths, loss_starts=loss, covered=covered)
+    return plan_windows_batch([pairs], spec, [doc_id])[0]
 
 
 def plan_windows_batch(
