@@ -27,6 +27,11 @@ writes every measurement to ``bench/work/results-<time>.json``::
     python bench/bench_job.py                       # 25, 50, 100 MB; 3 rounds; workers 1, 2
     python bench/bench_job.py --sizes 100 --repeats 5 --no-datasets
     python bench/bench_job.py --source my_corpus/   # your JSONL instead of the packages
+
+    # The figures in the README: the job and the reference in a virtualenv holding only
+    # this project (as `pip install token-windows` gives it), datasets in this one.
+    python -m venv bench/work/venv && bench/work/venv/bin/pip install -e .
+    python bench/bench_job.py --python bench/work/venv/bin/python
 """
 
 from __future__ import annotations
@@ -192,15 +197,17 @@ def _dir_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
 
 
-def commands(tool: str, corpus: Path, model: Path, out: Path, cache: Path) -> list[str]:
+def commands(tool: str, corpus: Path, model: Path, out: Path, cache: Path,
+             python: str) -> list[str]:
+    """The command line of a tool; the job and the reference run under ``python``."""
     pattern = str(corpus / "*.jsonl")
     common = ["--input", pattern, "--tokenizer", str(model), "--output", str(out),
               "--window", str(WINDOW), "--stride", str(STRIDE)]
     if tool == "reference":
-        return [sys.executable, str(BENCH / "reference.py"), *common]
+        return [python, str(BENCH / "reference.py"), *common]
     if tool == "datasets":
         return [sys.executable, str(BENCH / "hf_recipe.py"), *common, "--cache-dir", str(cache)]
-    job = [sys.executable, "-m", "pipeline", *common, "--id-field", "id", "--overwrite"]
+    job = [python, "-m", "pipeline", *common, "--id-field", "id", "--overwrite"]
     if tool.startswith("job mp×"):
         n = tool.removeprefix("job mp×")
         job += ["--direct_running_mode=multi_processing", f"--direct_num_workers={n}"]
@@ -217,7 +224,7 @@ def wait_idle(limit_s: float, threshold: float = 10.0) -> float:
 
 
 def run_one(tool: str, size: float, rnd: int, corpus: Path, model: Path, idle_s: float,
-            verify: bool) -> Run:
+            verify: bool, python: str) -> Run:
     scratch = WORK / "runs" / tool.replace(" ", "_").replace("×", "x")
     out, cache = scratch / "out", scratch / "hf-cache"
     shutil.rmtree(scratch, ignore_errors=True)
@@ -226,7 +233,8 @@ def run_one(tool: str, size: float, rnd: int, corpus: Path, model: Path, idle_s:
         wait_idle(idle_s)
     env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1",
                HF_DATASETS_CACHE=str(cache), TOKENIZERS_PARALLELISM="false")
-    wall, cpu, rss, procs, others, _ = measure(commands(tool, corpus, model, out, cache), env=env)
+    wall, cpu, rss, procs, others, _ = measure(
+        commands(tool, corpus, model, out, cache, python), env=env)
     stats = corpus_stats(corpus)
     run = Run(tool=tool, size_mb=size, round=rnd, wall_s=wall, cpu_s=cpu, peak_rss_mb=rss,
               processes=procs, others_cores=others, text_mb=stats["text_bytes"] / 1e6,
@@ -311,6 +319,27 @@ def check_same_work(runs: list[Run]) -> list[str]:
     return problems
 
 
+def job_environment(python: str) -> dict[str, object]:
+    """What the job's interpreter imports along with Beam, and what that costs.
+
+    Beam imports every optional library it finds (pandas, the Google Cloud clients of the
+    gcp extra), which can double the job's start-up; the table says which case it shows.
+    """
+    probe = (
+        "import importlib.util as u, json, time; t = time.perf_counter(); "
+        "import apache_beam; s = time.perf_counter() - t; "
+        "print(json.dumps({'python': __import__('sys').executable, "
+        "'import_apache_beam_s': round(s, 2), 'pandas': bool(u.find_spec('pandas')), "
+        "'google_cloud': bool(u.find_spec('google')) and "
+        "bool(u.find_spec('google.cloud'))}))"
+    )
+    runs = [json.loads(subprocess.run([python, "-c", probe], capture_output=True, text=True,
+                                      check=True).stdout) for _ in range(3)]
+    info = runs[-1]
+    info["import_apache_beam_s"] = statistics.median(r["import_apache_beam_s"] for r in runs)
+    return info
+
+
 def machine() -> dict[str, object]:
     import apache_beam
     import sentencepiece
@@ -345,6 +374,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--source", type=Path, default=None,
                         help="a JSONL file or directory of your own instead of the packages")
     parser.add_argument("--no-datasets", action="store_true", help="skip the datasets recipe")
+    parser.add_argument("--python", default=sys.executable,
+                        help="the interpreter that runs the job and the reference (default: "
+                        "this one), e.g. a virtualenv with only this project installed")
     parser.add_argument("--wait-idle", type=float, default=30.0,
                         help="before each run, wait up to this many seconds for the machine "
                         "to be idle (< 10 %% CPU); 0 to not wait")
@@ -370,16 +402,18 @@ def main(argv: list[str] | None = None) -> None:
     plan = [(tool, size) for size in sizes for tool in tools]
     plan += [(f"job mp×{n}", max(sizes)) for n in workers]
 
+    environment = job_environment(args.python)
     runs: list[Run] = []
     for rnd in range(args.repeats):
         # Alternate the order from round to round so that drift hits every tool alike.
         for tool, size in plan if rnd % 2 == 0 else list(reversed(plan)):
             runs.append(run_one(tool, size, rnd, corpora[size], model, args.wait_idle,
-                                verify=rnd == 0))
+                                verify=rnd == 0, python=args.python))
 
     report = {
         "when": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": machine(),
+        "job_environment": environment,
         "settings": {"window": WINDOW, "stride": STRIDE, "repeats": args.repeats,
                      "sizes_mb": sizes, "workers": workers, "source": str(args.source or
                                                                           "packages")},
@@ -390,7 +424,8 @@ def main(argv: list[str] | None = None) -> None:
     path = WORK / f"results-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(report, indent=2) + "\n")
 
-    print(f"\nMachine: {report['machine']}\n")
+    print(f"\nMachine: {report['machine']}")
+    print(f"Job and reference environment: {report['job_environment']}\n")
     print(table(runs))
     print("\nWall time against corpus size (least squares, medians):\n")
     print(linearity([r for r in runs if r.tool in tools]))

@@ -44,11 +44,11 @@ from pipeline.steps import (
     RECORDS,
     REJECTS,
     TMP_DIR,
-    CutWindows,
+    ChooseNumShards,
+    EncodeChunks,
     FinalizeDataset,
-    ReadDocuments,
     ShuffleDocuments,
-    TokenizeDocuments,
+    SplitInputs,
     WriteRejects,
     WriteShards,
     load_tokenizer,
@@ -68,20 +68,18 @@ def build_pipeline(
     ``expected_files`` ({path: size}, as `preflight` matched them) lets the last step check
     that exactly these files were read, each exactly once.
     """
-    read = p | "ReadDocuments" >> ReadDocuments(config.inputs, config.read)
-    shuffle = ShuffleDocuments(config.windows.seed, config.num_shards)
-    groups = (
-        read.docs
-        | "TokenizeDocuments"
-        >> TokenizeDocuments(config.tokenizer_path, threads=config.encode_threads)
-        | "CutWindows" >> CutWindows(config.windows)
-        | "ShuffleDocuments" >> shuffle
+    chunks = p | "SplitInputs" >> SplitInputs(config.inputs, config.read)
+    num_shards = chunks | "ChooseNumShards" >> ChooseNumShards(config.num_shards)
+    encoded = chunks | "EncodeChunks" >> EncodeChunks(
+        config.read, config.windows, config.tokenizer_path, num_shards,
+        threads=config.encode_threads,
     )
+    groups = encoded.blocks | "ShuffleDocuments" >> ShuffleDocuments()
     written = groups | "WriteShards" >> WriteShards(
-        config.output, config.windows.window, shuffle.num_shards
+        config.output, config.windows.window, num_shards
     )
     reject_counts = (
-        (read[REJECTS], written[REJECTS])
+        (encoded[REJECTS], written[REJECTS])
         | "AllRejects" >> beam.Flatten()
         | "WriteRejects" >> WriteRejects(config.output)
     )
@@ -94,8 +92,8 @@ def build_pipeline(
         expected_files=expected_files,
         shards=written.shards,
         reject_counts=reject_counts,
-        receipts=read[RECORDS],
-        num_shards=shuffle.num_shards,
+        receipts=encoded[RECORDS],
+        num_shards=num_shards,
     )
 
 

@@ -1,19 +1,21 @@
 """The job's PTransforms. Each DoFn is a few lines around a pure function of `transforms`.
 
-    ReadDocuments ─▶ TokenizeDocuments ─▶ CutWindows ─▶ ShuffleDocuments ─▶ WriteShards
-          │                                                                    │
-          └──────────── rejects ──────────▶ WriteRejects ◀── duplicate ids ────┘
-                                                 │
-                       FinalizeDataset (manifest.json, written last) ◀─ counts
+    SplitInputs ─▶ EncodeChunks ─▶ ShuffleDocuments ─▶ WriteShards
+         │              │  ▲                                    │
+         │              │  └── ChooseNumShards                  │
+         │              └── rejects ──▶ WriteRejects ◀── duplicate ids
+         │                                   │
+         └─ receipts ─▶ FinalizeDataset (manifest.json, written last) ◀─ counts
 
 Order never comes from arrival: documents are keyed by `transforms.keys.doc_key` and
 sorted inside their shard, so runners, worker counts and bundle sizes do not change a byte.
 `beam.Reshuffle` appears only as a fusion break (to spread file chunks over workers).
 
-Speed: documents travel from parsing to packing as Beam batches (lists, through Batched
-DoFns: one call per list, not per document), and cross the shuffle as a few large blocks
-of packed documents under Beam's bytes coder. Batch and block boundaries never reach the
-output. `bench/bench_job.py` measures the job against a one-process script.
+Speed: a document is never a Beam element. `EncodeChunks` parses, encodes, plans and packs
+a chunk's documents in batches (encoding one batch while it parses and packs others), and
+they cross the shuffle as a few large blocks of packed documents under Beam's bytes coder.
+Batch and block boundaries never reach the output. `bench/bench_job.py` measures the job
+against a one-process script.
 """
 
 from __future__ import annotations
@@ -24,15 +26,16 @@ import math
 import os
 import typing
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import apache_beam as beam
 import numpy as np
 import pyarrow.parquet as pq
-from apache_beam import typehints
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils import shared
 
 from pipeline import fs
@@ -49,30 +52,30 @@ from transforms.documents import (
     pattern_base,
     relative_name,
 )
-from transforms.keys import doc_key
+from transforms.keys import doc_keys
 from transforms.params import ReadSpec, WindowSpec
 from transforms.schema import MANIFEST_NAME, REJECTS_DIR, dumps_manifest, shard_file_name
 from transforms.shards import (
     PackedDocuments,
     ShardRows,
     build_manifest,
-    pack_block,
-    shard_blocks,
+    pack_blocks,
     write_rows,
 )
 from transforms.tokenizers import Tokenizer, tokenizer_from_bytes
-from transforms.windows import WindowPlan, plan_windows_batch
+from transforms.windows import plan_windows_batch
 
 __all__ = [
     "BATCH_CHARS",
     "BATCH_DOCS",
     "CHUNK_BYTES",
-    "TARGET_SHARD_BYTES",
-    "CutWindows",
+    "TARGET_SHARD_INPUT_BYTES",
+    "Chunk",
+    "ChooseNumShards",
+    "EncodeChunks",
     "FinalizeDataset",
-    "ReadDocuments",
     "ShuffleDocuments",
-    "TokenizeDocuments",
+    "SplitInputs",
     "WriteRejects",
     "WriteShards",
     "load_tokenizer",
@@ -82,12 +85,14 @@ _LOG = logging.getLogger("token_windows")
 
 # An uncompressed line-oriented file is read in ranges of this many bytes, in parallel.
 CHUNK_BYTES = 64 << 20
-# Documents move from parsing to packing in lists of at most this many documents and
-# characters (Beam batches: one call per list, not per document).
+# Documents are encoded, planned and packed in batches of at most this many documents and
+# characters.
 BATCH_DOCS = 4096
-BATCH_CHARS = 4 << 20
-# Without --num-shards, aim at this many bytes of int32 token ids per shard.
-TARGET_SHARD_BYTES = 256 << 20
+BATCH_CHARS = 1 << 20
+# Without --num-shards: one shard per this many bytes of input files.
+TARGET_SHARD_INPUT_BYTES = 64 << 20
+# A worker writes at most this many shards at once (and no more than it has cores).
+SHARDS_AT_ONCE = 4
 TMP_DIR = ".tmp"
 REJECTS = "rejects"
 RECORDS = "records"
@@ -108,17 +113,6 @@ class Chunk(typing.NamedTuple):
 
     def receipt(self, records: int) -> Receipt:
         return Receipt(self.path, self.size, self.extent, self.start, self.end, records)
-
-
-class TokenizedDocument(typing.NamedTuple):
-    doc: Document
-    tokens: Any  # np.ndarray[int32], the whole z
-
-
-class WindowedDocument(typing.NamedTuple):
-    doc: Document
-    tokens: Any
-    plan: WindowPlan
 
 
 def load_tokenizer(path: str | None, num_threads: int = 1) -> Tokenizer:
@@ -206,42 +200,164 @@ def _number_chunks(item: tuple[str, Iterable[tuple[Chunk, int]]]) -> Iterator[Ch
         line += lines
 
 
-class _ParseChunkFn(beam.DoFn):
-    """A chunk → its documents in Beam batches (lists the steps after it take whole), plus
-    its rejects (a batch) and its record count as tagged outputs."""
+class SplitInputs(beam.PTransform):
+    """Input patterns → the chunks (`Chunk`) that workers parse, each file's exactly once.
 
-    def __init__(self, spec: ReadSpec) -> None:
+    Files are matched on the workers (nothing is listed while the graph is built), files
+    matched by several patterns are read once (as the first pattern's), and uncompressed
+    line files larger than `CHUNK_BYTES` become byte ranges, after a parallel pass that
+    counts each range's lines so that ids keep true line numbers.
+    """
+
+    def __init__(self, patterns: Iterable[str], spec: ReadSpec, chunk_bytes: int = CHUNK_BYTES):
+        super().__init__()
+        self._patterns = list(patterns)
         self._spec = spec
+        self._chunk_bytes = chunk_bytes
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+        chunks = (
+            pbegin
+            | "Patterns" >> beam.Create(list(enumerate(self._patterns)))
+            | "MatchFiles" >> beam.ParDo(_MatchPatternFn())
+            | "ReadEachFileOnce" >> beam.CombinePerKey(min)
+            | "PlanChunks" >> beam.ParDo(_PlanChunksFn(self._spec, self._chunk_bytes))
+            | "SpreadChunks" >> beam.Reshuffle()
+        )
+        counted = (
+            chunks
+            | "NeedsLineCount" >> beam.Filter(lambda c: c.first is None)
+            | "CountLines" >> beam.Map(_count_lines)
+            | "GroupChunksOfFile" >> beam.GroupByKey()
+            | "NumberLines" >> beam.FlatMap(_number_chunks)
+        )
+        numbered = chunks | "AlreadyNumbered" >> beam.Filter(lambda c: c.first is not None)
+        return (
+            (numbered, counted)
+            | "AllChunks" >> beam.Flatten()
+            | "SpreadNumberedChunks" >> beam.Reshuffle()
+        )
+
+
+def _shard_count(input_bytes: int, target_bytes: int) -> int:
+    return max(1, math.ceil(input_bytes / target_bytes))
+
+
+class ChooseNumShards(beam.PTransform):
+    """Chunks → the shard count (a singleton): ``num_shards``, or one shard per
+    ``target_bytes`` of input files (their sizes as stored, each file once)."""
+
+    def __init__(self, num_shards: int | None, target_bytes: int = TARGET_SHARD_INPUT_BYTES):
+        super().__init__()
+        self._num_shards = num_shards
+        self._target = target_bytes
+
+    def expand(self, chunks: beam.PCollection) -> beam.PCollection:
+        if self._num_shards is not None:
+            return chunks.pipeline | "Given" >> beam.Create([self._num_shards])
+        return (
+            chunks
+            | "FileSizes" >> beam.Map(lambda c: c.size if c.start == 0 else 0)
+            .with_output_types(int)
+            | "InputBytes" >> beam.CombineGlobally(sum)
+            | "FromInputBytes" >> beam.Map(_shard_count, self._target)
+        )
+
+
+# ------------------------------------------------------------------------- encoding
+
+
+class _EncodeChunkFn(beam.DoFn):
+    """A chunk → blocks of its documents, encoded, planned and packed by shard; plus its
+    rejects and its receipt as tagged outputs.
+
+    The chunk's documents go through in batches of about `BATCH_CHARS` characters. While
+    SentencePiece encodes one batch (on a helper thread, off the GIL, with its own threads),
+    this thread parses the next and plans and packs the one before, so the worker's cores
+    stay busy. Each document is encoded, planned and packed alone: batches never show in
+    the output.
+    """
+
+    def __init__(self, spec: ReadSpec, windows: WindowSpec, tokenizer_path: str | None,
+                 handle: shared.Shared, threads: int | None, batch_chars: int) -> None:
+        self._batch_chars = batch_chars
+        self._spec = spec
+        self._windows = windows
+        self._path = tokenizer_path
+        self._handle = handle
+        self._threads = threads
         self._records = Metrics.counter("read", "records")
+        self._tokens = Metrics.counter("tokenize", "tokens")
+        self._windows_made = Metrics.counter("windows", "windows")
 
-    def infer_output_type(self, input_type: Any) -> Any:
-        return Any
+    def setup(self) -> None:
+        # One model per worker process, however many threads or DoFn instances it runs; by
+        # default as many SentencePiece threads as the worker's machine has cores.
+        threads = self._threads or os.cpu_count() or 1
+        self._tokenizer = self._handle.acquire(
+            lambda: _Holder(load_tokenizer(self._path, threads)),
+            tag=f"{self._path or 'bytes'}@{threads}",
+        ).tokenizer
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="encode")
 
-    def get_output_batch_type(self, input_element_type: Any) -> Any:
-        return typehints.List[Any]
+    def teardown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
-    @beam.DoFn.yields_batches
-    def process(self, chunk: Chunk) -> Iterator[Any]:
+    def process(self, chunk: Chunk, num_shards: int) -> Iterator[Any]:
+        pending: tuple[list[Document], Future] | None = None
+        records = 0
+        for batch in self._batches(chunk):
+            if isinstance(batch, Reject):
+                records += 1
+                Metrics.counter("rejects", batch.reason).inc()
+                yield beam.pvalue.TaggedOutput(REJECTS, batch)
+                continue
+            records += len(batch)
+            encoding = batch, self._pool.submit(self._encode, batch)
+            if pending is not None:
+                yield from self._pack(*pending, num_shards)
+            pending = encoding
+        if pending is not None:
+            yield from self._pack(*pending, num_shards)
+        self._records.inc(records)
+        yield beam.pvalue.TaggedOutput(RECORDS, chunk.receipt(records))
+
+    def _batches(self, chunk: Chunk) -> Iterator[list[Document] | Reject]:
+        """The chunk's documents in batches, and its rejects as they come."""
         docs: list[Document] = []
-        rejects: list[Reject] = []
-        count = chars = 0
+        chars = 0
         for item in self._parse(chunk):
-            count += 1
             if isinstance(item, Reject):
-                Metrics.counter("rejects", item.reason).inc()
-                rejects.append(item)
+                yield item
                 continue
             docs.append(item)
             chars += len(item.text)
-            if len(docs) >= BATCH_DOCS or chars >= BATCH_CHARS:
+            if len(docs) >= BATCH_DOCS or chars >= self._batch_chars:
                 yield docs
                 docs, chars = [], 0
         if docs:
             yield docs
-        if rejects:
-            yield beam.pvalue.TaggedOutput(REJECTS, rejects)
-        self._records.inc(count)
-        yield beam.pvalue.TaggedOutput(RECORDS, [chunk.receipt(count)])
+
+    def _encode(self, docs: list[Document]) -> list[Any]:
+        return self._tokenizer.encode_batch([d.text for d in docs])
+
+    def _pack(self, docs: list[Document], encoding: Future,
+              num_shards: int) -> Iterator[tuple[int, bytes]]:
+        tokens = encoding.result()
+        ids = [d.doc_id for d in docs]
+        m = np.fromiter(map(len, tokens), np.int64, len(tokens))
+        plans = plan_windows_batch(m - 1, self._windows, ids)
+        self._tokens.inc(int(m.sum()))
+        self._windows_made.inc(len(plans.starts))
+        yield from pack_blocks(
+            doc_keys=doc_keys(self._windows.seed, ids),
+            doc_ids=ids,
+            sources=[d.source for d in docs],
+            tokens=tokens,
+            plans=plans,
+            repaired=[d.repaired for d in docs],
+            num_shards=num_shards,
+        )
 
     def _parse(self, c: Chunk) -> Iterable[Document | Reject]:
         spec, first = self._spec, (1 if c.first is None else c.first)
@@ -267,90 +383,6 @@ class _ParseChunkFn(beam.DoFn):
             raise OSError(f"cannot read input file {c.path}: {e}") from e
 
 
-class ReadDocuments(beam.PTransform):
-    """Input patterns → documents, plus tagged ``rejects`` and per-chunk ``records`` counts.
-
-    Files are matched on the workers (nothing is listed while the graph is built), files
-    matched by several patterns are read once (as the first pattern's), and uncompressed
-    line files larger than `CHUNK_BYTES` are parsed in parallel ranges, after a parallel pass
-    that counts each range's lines so that ids keep true line numbers.
-    """
-
-    def __init__(self, patterns: Iterable[str], spec: ReadSpec, chunk_bytes: int = CHUNK_BYTES):
-        super().__init__()
-        self._patterns = list(patterns)
-        self._spec = spec
-        self._chunk_bytes = chunk_bytes
-
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
-        chunks = (
-            pbegin
-            | "Patterns" >> beam.Create(list(enumerate(self._patterns)))
-            | "MatchFiles" >> beam.ParDo(_MatchPatternFn())
-            | "ReadEachFileOnce" >> beam.CombinePerKey(min)
-            | "PlanChunks" >> beam.ParDo(_PlanChunksFn(self._spec, self._chunk_bytes))
-            | "SpreadChunks" >> beam.Reshuffle()
-        )
-        counted = (
-            chunks
-            | "NeedsLineCount" >> beam.Filter(lambda c: c.first is None)
-            | "CountLines" >> beam.Map(_count_lines)
-            | "GroupChunksOfFile" >> beam.GroupByKey()
-            | "NumberLines" >> beam.FlatMap(_number_chunks)
-        )
-        numbered = chunks | "AlreadyNumbered" >> beam.Filter(lambda c: c.first is not None)
-        return (
-            (numbered, counted)
-            | "AllChunks" >> beam.Flatten()
-            | "SpreadNumberedChunks" >> beam.Reshuffle()
-            | "ParseChunks"
-            >> beam.ParDo(_ParseChunkFn(self._spec)).with_outputs(REJECTS, RECORDS, main="docs")
-        )
-
-
-# ------------------------------------------------------------------------ tokenizing
-#
-# Documents travel through TokenizeDocuments, CutWindows and the packing step of
-# ShuffleDocuments as Beam *batches* (lists of up to a few thousand documents): Batched DoFns
-# (`process_batch`) hand a list from one step to the next without a per-document call, and
-# Beam explodes a batch into elements only for a consumer that wants elements. The batch
-# boundaries never reach the output: each document is encoded, planned and packed alone.
-
-
-class _BatchedFn(beam.DoFn):
-    """A DoFn over lists of elements of whatever type its input has."""
-
-    def get_input_batch_type(self, input_element_type: Any) -> Any:
-        return typehints.List[input_element_type]
-
-    def get_output_batch_type(self, input_element_type: Any) -> Any:
-        return typehints.List[Any]
-
-
-class _TokenizeFn(_BatchedFn):
-    def __init__(
-        self, tokenizer_path: str | None, handle: shared.Shared, threads: int | None
-    ) -> None:
-        self._path = tokenizer_path
-        self._handle = handle
-        self._threads = threads
-        self._tokens = Metrics.counter("tokenize", "tokens")
-
-    def setup(self) -> None:
-        # One model per worker process, however many threads or DoFn instances it runs; by
-        # default as many SentencePiece threads as the worker's machine has cores.
-        threads = self._threads or os.cpu_count() or 1
-        self._tokenizer = self._handle.acquire(
-            lambda: _Holder(load_tokenizer(self._path, threads)),
-            tag=f"{self._path or 'bytes'}@{threads}",
-        ).tokenizer
-
-    def process_batch(self, batch: list[Document]) -> Iterator[list[TokenizedDocument]]:
-        encoded = self._tokenizer.encode_batch([d.text for d in batch])
-        self._tokens.inc(sum(map(len, encoded)))
-        yield list(map(TokenizedDocument, batch, encoded))
-
-
 class _Holder:
     """A weak-referenceable box (``shared.Shared`` needs one)."""
 
@@ -358,91 +390,47 @@ class _Holder:
         self.tokenizer = tokenizer
 
 
-class TokenizeDocuments(beam.PTransform):
-    """Documents → (document, z) with ``z = [BOS, ids…, EOS]`` as an int32 array.
+class _Pool(ThreadPoolExecutor):
+    """A thread pool that ``shared.Shared`` can hold (it needs a weak reference)."""
+
+
+class EncodeChunks(beam.PTransform):
+    """Chunks → (shard, block of packed documents), with tagged ``rejects`` and ``records``
+    (one `transforms.documents.Receipt` per chunk).
+
+    Each chunk is parsed (`transforms.documents`), each document encoded as
+    ``z = [BOS, ids…, EOS]`` (`transforms.tokenizers`), its windows planned
+    (`transforms.windows.plan_windows`) and the document packed with its seeded key into the
+    block of its shard (`transforms.shards.pack_blocks`): one step, so documents never
+    exist as Beam elements.
 
     Args:
+        spec: how to read the inputs.
+        windows: the window parameters (and the seed of the keys).
         tokenizer_path: a SentencePiece ``.model`` path, or None for the bytes tokenizer.
+        num_shards: the shard count, a singleton PCollection (`ChooseNumShards`).
         threads: SentencePiece threads per worker process (None: as many as the worker's
             machine has cores). Each document is encoded alone, so the ids do not depend
             on it.
+        batch_chars: documents are encoded in batches of about this many characters (the
+            output does not depend on it either).
     """
 
-    def __init__(self, tokenizer_path: str | None, threads: int | None = None):
+    def __init__(self, spec: ReadSpec, windows: WindowSpec, tokenizer_path: str | None,
+                 num_shards: beam.PCollection, threads: int | None = None,
+                 batch_chars: int = BATCH_CHARS):
         super().__init__()
-        self._path = tokenizer_path
-        self._threads = threads
+        self._fn = _EncodeChunkFn(spec, windows, tokenizer_path, shared.Shared(), threads,
+                                  batch_chars)
+        self._num_shards = num_shards
 
-    def expand(self, docs: beam.PCollection) -> beam.PCollection:
-        return docs | "Encode" >> beam.ParDo(
-            _TokenizeFn(self._path, shared.Shared(), self._threads)
-        )
-
-
-# ------------------------------------------------------------------------- windowing
-
-
-class _CutWindowsFn(_BatchedFn):
-    def __init__(self, spec: WindowSpec) -> None:
-        self._spec = spec
-        self._windows = Metrics.counter("windows", "windows")
-
-    def process_batch(self, batch: list[TokenizedDocument]) -> Iterator[list[WindowedDocument]]:
-        plans = plan_windows_batch(
-            [len(t.tokens) - 1 for t in batch], self._spec, [t.doc.doc_id for t in batch]
-        )
-        self._windows.inc(sum(len(p.starts) for p in plans))
-        yield [WindowedDocument(t.doc, t.tokens, p) for t, p in zip(batch, plans, strict=True)]
-
-
-class CutWindows(beam.PTransform):
-    """(document, z) → (document, z, window plan) by `transforms.windows.plan_windows`."""
-
-    def __init__(self, spec: WindowSpec):
-        super().__init__()
-        self._spec = spec
-
-    def expand(self, docs: beam.PCollection) -> beam.PCollection:
-        return docs | "PlanWindows" >> beam.ParDo(_CutWindowsFn(self._spec))
+    def expand(self, chunks: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        return chunks | "Encode" >> beam.ParDo(
+            self._fn, num_shards=beam.pvalue.AsSingleton(self._num_shards)
+        ).with_outputs(REJECTS, RECORDS, main="blocks")
 
 
 # ------------------------------------------------------------------ shuffle and write
-
-
-def _shard_count(stored_tokens: int) -> int:
-    return max(1, math.ceil(stored_tokens * 4 / TARGET_SHARD_BYTES))
-
-
-class _PackFn(_BatchedFn):
-    """A batch of windowed documents → (token ids its rows will store, one block of them)."""
-
-    def __init__(self, seed: int) -> None:
-        self._seed = seed
-
-    def infer_output_type(self, input_type: Any) -> Any:
-        return typehints.Tuple[int, bytes]
-
-    def get_output_batch_type(self, input_element_type: Any) -> Any:
-        return None
-
-    @beam.DoFn.yields_elements
-    def process_batch(self, batch: list[WindowedDocument]) -> Iterator[tuple[int, bytes]]:
-        docs = [w.doc for w in batch]
-        plans = [w.plan for w in batch]
-        block = pack_block(
-            doc_keys=[doc_key(self._seed, d.doc_id) for d in docs],
-            doc_ids=[d.doc_id for d in docs],
-            sources=[d.source for d in docs],
-            tokens=[w.tokens for w in batch],
-            plans=plans,
-            repaired=[d.repaired for d in docs],
-        )
-        lengths = np.concatenate([p.lengths for p in plans]) if plans else np.empty(0)
-        yield int(lengths.sum(dtype=np.int64)) + len(lengths), block
-
-
-def _shard_blocks(block: tuple[int, bytes], num_shards: int) -> list[tuple[int, bytes]]:
-    return shard_blocks(block[1], num_shards)
 
 
 def _collect_blocks(item: tuple[int, Iterable[bytes]]) -> tuple[int, PackedDocuments]:
@@ -451,59 +439,68 @@ def _collect_blocks(item: tuple[int, Iterable[bytes]]) -> tuple[int, PackedDocum
 
 
 class ShuffleDocuments(beam.PTransform):
-    """Windowed documents → (shard, packed documents) by seeded key ranges.
+    """(shard, block) → (shard, its packed documents): the one shuffle of the job.
 
-    Documents cross the shuffle packed in blocks (`transforms.shards.pack_block`): one per
-    batch and shard, each a byte string under Beam's bytes coder, so the runner moves a few
-    large elements, not one per document. What a block holds depends on batching, what a
-    shard holds does not, and `WriteShards` orders each shard by key. The packed documents
-    of a shard come as `transforms.shards.PackedDocuments`: an iterable of
-    `pack_document` byte strings that `ShardRows` reads block by block.
-
-    The output also carries the shard count as ``.num_shards`` (a singleton PCollection):
-    ``--num-shards``, or chosen from the data so a shard holds about `TARGET_SHARD_BYTES`
-    of token ids.
+    Documents cross it packed in blocks (`transforms.shards.pack_blocks`), one per batch and
+    shard, each a byte string under Beam's bytes coder, so the runner moves a few large
+    elements, not one per document. What a block holds depends on batching, what a shard
+    holds does not, and `WriteShards` orders each shard by key. The packed documents of a
+    shard come as `transforms.shards.PackedDocuments`: an iterable of `pack_document` byte
+    strings that `ShardRows` reads block by block.
     """
 
-    def __init__(self, seed: int, num_shards: int | None):
-        super().__init__()
-        self._seed = seed
-        self._num_shards = num_shards
-        self.num_shards: beam.PCollection | None = None
-
-    def expand(self, docs: beam.PCollection) -> beam.PCollection:
-        blocks = docs | "PackDocuments" >> beam.ParDo(_PackFn(self._seed))
-        if self._num_shards is not None:
-            self.num_shards = docs.pipeline | "NumShards" >> beam.Create([self._num_shards])
-        else:
-            self.num_shards = (
-                blocks
-                | "StoredTokens" >> beam.Map(lambda block: block[0]).with_output_types(int)
-                | "SumStoredTokens" >> beam.CombineGlobally(sum)
-                | "ChooseNumShards" >> beam.Map(_shard_count)
-            )
+    def expand(self, blocks: beam.PCollection) -> beam.PCollection:
         return (
             blocks
-            | "AssignShards"
-            >> beam.FlatMap(_shard_blocks, beam.pvalue.AsSingleton(self.num_shards))
-            .with_output_types(typehints.Tuple[int, bytes])
             | "GroupByShard" >> beam.GroupByKey()
             | "CollectBlocks" >> beam.Map(_collect_blocks)
         )
 
 
 class _WriteShardFn(beam.DoFn):
+    """Writes each shard on a helper thread (pyarrow encodes and compresses off the GIL),
+    up to `SHARDS_AT_ONCE` at a time per worker process (and no more than it has cores),
+    and emits its counts and rejects as it finishes, in arrival order; the last ones when
+    the bundle ends."""
+
     def __init__(self, output: str, window: int) -> None:
         self._output = output
         self._window = window
+        self._handle = shared.Shared()
+
+    def setup(self) -> None:
+        # One pool per worker process, shared by its threads: a process never holds more
+        # than that many shards being written.
+        self._at_once = max(1, min(SHARDS_AT_ONCE, os.cpu_count() or 1))
+        self._pool = self._handle.acquire(
+            lambda: _Pool(self._at_once, thread_name_prefix="write-shard"), tag="write-shard")
+
+    def start_bundle(self) -> None:
+        self._writing: list[Future] = []
 
     def process(self, item: tuple[int, Iterable[bytes]], num_shards: int) -> Iterator[Any]:
         index, packed = item
+        self._writing.append(self._pool.submit(self._write, index, packed, num_shards))
+        while self._writing and (self._writing[0].done() or len(self._writing) > self._at_once):
+            yield from self._finished(self._writing.pop(0))
+
+    def finish_bundle(self) -> Iterator[Any]:
+        # The job runs in the global window (a batch job), as Beam's own file sinks assume.
+        while self._writing:
+            yield from self._finished(self._writing.pop(0))
+
+    def _write(self, index: int, packed: Iterable[bytes],
+               num_shards: int) -> tuple[list[Reject], dict]:
         rows = ShardRows(packed)
-        for reject in rows.rejects:
+        return rows.rejects, _write_one(self._output, index, num_shards, rows, self._window)
+
+    def _finished(self, future: Future) -> Iterator[Any]:
+        rejects, shard = future.result()
+        Metrics.counter("write", "shards").inc()
+        for reject in rejects:
             Metrics.counter("rejects", reject.reason).inc()
-            yield beam.pvalue.TaggedOutput(REJECTS, reject)
-        yield _write_one(self._output, index, num_shards, rows, self._window)
+            yield beam.pvalue.TaggedOutput(REJECTS, GlobalWindows.windowed_value(reject))
+        yield GlobalWindows.windowed_value(shard)
 
 
 def _write_one(output: str, index: int, num_shards: int, rows: ShardRows, window: int) -> dict:
@@ -516,7 +513,6 @@ def _write_one(output: str, index: int, num_shards: int, rows: ShardRows, window
             fs.join(output, TMP_DIR),
         ),
     )
-    Metrics.counter("write", "shards").inc()
     # Progress: one line per shard (the launcher prints the summary at the end).
     _LOG.info("wrote %s: %d documents, %d windows, %.1f MB", name, rows.counts["documents"],
               rows.counts["rows"], size / 1e6)

@@ -20,10 +20,10 @@ from transforms.shards import (
     block_documents,
     build_shard,
     pack_block,
+    pack_blocks,
     pack_document,
     read_block,
     row_group_rows,
-    shard_blocks,
     unpack_document,
     write_rows,
     write_shard,
@@ -95,13 +95,28 @@ def test_read_block_refuses_other_bytes():
 
 
 @pytest.mark.parametrize("num_shards", [1, 2, 5, 64])
-def test_shard_blocks_moves_each_document_to_its_key_range(num_shards):
-    docs = docs_of([f"text {i} " * (i % 7) for i in range(60)], seed=7)
+@pytest.mark.parametrize("wide_at", [None, 3])
+def test_pack_blocks_moves_each_document_to_its_key_range(num_shards, wide_at):
+    docs = docs_of([f"text {i} " * (i % 7) for i in range(60)], seed=7, wide_at=wide_at)
     got = {}
-    for shard, data in shard_blocks(block_of(docs), num_shards):
+    blocks = pack_blocks(
+        doc_keys=[d["doc_key"] for d in docs], doc_ids=[d["doc_id"] for d in docs],
+        sources=[d["source"] for d in docs], tokens=[d["tokens"] for d in docs],
+        plans=[d["plan"] for d in docs], repaired=[d["repaired"] for d in docs],
+        num_shards=num_shards,
+    )
+    assert [s for s, _ in blocks] == sorted({s for s, _ in blocks})
+    for shard, data in blocks:
         for packed in block_documents(data):
-            got[unpack_document(packed).doc_id] = shard
-    assert got == {d["doc_id"]: shard_of(d["doc_key"], num_shards) for d in docs}
+            got[unpack_document(packed).doc_id] = (shard, packed)
+    # Each document lands in its key range, packed exactly as alone.
+    assert got == {d["doc_id"]: (shard_of(d["doc_key"], num_shards), pack_document(**d))
+                   for d in docs}
+
+
+def test_pack_blocks_of_no_documents_is_no_block():
+    assert pack_blocks(doc_keys=[], doc_ids=[], sources=[], tokens=[], plans=[], repaired=[],
+                       num_shards=3) == []
 
 
 def shard_bytes(packed, window=4):

@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transforms.keys import doc_key, shard_of
+from transforms.keys import doc_key, doc_keys, shard_of
 
 
 def test_known_values_are_stable():
@@ -15,6 +15,13 @@ def test_known_values_are_stable():
 @given(st.integers(0, 2**64 - 1), st.text())
 def test_key_is_uint64(seed, doc_id):
     assert 0 <= doc_key(seed, doc_id) < 2**64
+
+
+@given(st.integers(0, 2**64 - 1), st.lists(st.text(), max_size=20))
+def test_keys_of_many_ids_are_each_ids_key(seed, doc_ids):
+    keys = doc_keys(seed, doc_ids)
+    assert keys.dtype == "uint64"
+    assert keys.tolist() == [doc_key(seed, d) for d in doc_ids]
 
 
 @given(st.integers(0, 2**64 - 1), st.integers(1, 10_000))

@@ -14,11 +14,12 @@ import zstandard
 from apache_beam.runners.portability.fn_api_runner import fn_runner
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline.steps import CutWindows, ReadDocuments, ShuffleDocuments, TokenizeDocuments
+from pipeline.steps import ChooseNumShards, EncodeChunks, ShuffleDocuments, SplitInputs
 from tests.conftest import DATA
-from transforms.documents import Document
+from transforms.keys import doc_key, shard_of
 from transforms.params import ReadSpec, WindowSpec
-from transforms.shards import unpack_document
+from transforms.shards import block_documents, unpack_document
+from transforms.windows import plan_windows
 
 
 def pipeline():
@@ -26,13 +27,34 @@ def pipeline():
 
 
 DEFAULT = ReadSpec()
+WINDOWS = WindowSpec(window=8, stride=4)
+
+
+def encode(p, patterns, *, spec=DEFAULT, windows=WINDOWS, tokenizer=None, num_shards=1,
+           chunk_bytes=1 << 20, **kwargs):
+    chunks = p | SplitInputs(patterns, spec, chunk_bytes=chunk_bytes)
+    shards = chunks | ChooseNumShards(num_shards)
+    return chunks | EncodeChunks(spec, windows, tokenizer, shards, **kwargs)
+
+
+def documents(kv):
+    """(shard, block) → each document as it left EncodeChunks."""
+    shard, block = kv
+    return [(shard, unpack_document(packed)) for packed in block_documents(block)]
+
+
+def text_of(doc):
+    """The text back from the bytes tokenizer's z = [256, bytes…, 257]."""
+    assert doc.tokens[0] == 256 and doc.tokens[-1] == 257
+    return bytes(doc.tokens[1:-1].astype("u1")).decode("utf-8")
 
 
 def check_read(patterns, *, docs, rejects=(), records, spec=DEFAULT, chunk_bytes=1 << 20):
-    """ReadDocuments gives exactly these (doc_id, text), (reason, source) and record count."""
+    """Reading gives exactly these (doc_id, text), (reason, source) and record count."""
     with pipeline() as p:
-        out = p | ReadDocuments(patterns, spec, chunk_bytes=chunk_bytes)
-        assert_that(out.docs | "Docs" >> beam.Map(lambda d: (d.doc_id, d.text)),
+        out = encode(p, patterns, spec=spec, chunk_bytes=chunk_bytes)
+        got = out.blocks | beam.FlatMap(documents) | beam.Map(lambda sd: sd[1])
+        assert_that(got | "Docs" >> beam.Map(lambda d: (d.doc_id, text_of(d))),
                     equal_to(list(docs)), label="CheckDocs")
         assert_that(out.rejects | "Rej" >> beam.Map(lambda r: (r.reason, r.source)),
                     equal_to(list(rejects)), label="CheckRejects")
@@ -91,55 +113,80 @@ def test_text_files_relative_ids_and_each_file_read_once(tmp_path):
                docs=[("b/two.txt", "second\nfile"), ("one.txt", "first")], records=2)
 
 
-def test_tokenize_and_cut_windows():
+def test_encode_chunks_encodes_plans_and_keys_each_document(tmp_path):
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor(model_file=str(DATA / "tiny.model"))
-    za = [1, *sp.encode("abcde"), 2]
-    docs = [Document("a", "abcde", "s:1"), Document("b", "", "s:2")]
-    spec = WindowSpec(window=4, stride=2, tail="trace_back", score="new")
-    from transforms.windows import plan_windows
-
-    plan = plan_windows(len(za) - 1, spec)
+    texts = {"a": "abcde", "b": "The quick brown fox jumps over the lazy dog. " * 3}
+    (tmp_path / "in.jsonl").write_text(
+        "".join(json.dumps({"id": k, "text": t}) + "\n" for k, t in texts.items()))
+    spec = WindowSpec(window=4, stride=2, tail="trace_back", score="new", seed=5)
+    want = {}
+    for doc_id, text in texts.items():
+        z = [1, *sp.encode(text), 2]
+        plan = plan_windows(len(z) - 1, spec)
+        want[doc_id] = (doc_key(5, doc_id), z, plan.starts.tolist(), plan.lengths.tolist(),
+                        plan.loss_starts.tolist(), plan.covered, f"{tmp_path}/in.jsonl")
     with pipeline() as p:
-        out = (
-            p
-            | beam.Create(docs)
-            | TokenizeDocuments(str(DATA / "tiny.model"))
-            | CutWindows(spec)
-            | beam.Map(lambda w: (w.doc.doc_id, w.tokens.tolist(), w.plan.starts.tolist(),
-                                  w.plan.loss_starts.tolist()))
-        )
-        assert_that(out, equal_to([("a", za, plan.starts.tolist(), plan.loss_starts.tolist()),
-                                   ("b", [1, 2], [0], [0])]))
+        out = encode(p, [str(tmp_path / "in.jsonl")], spec=ReadSpec(id_field="id"),
+                     windows=spec, tokenizer=str(DATA / "tiny.model"))
+        got = out.blocks | beam.FlatMap(documents) | beam.Map(
+            lambda sd: (sd[1].doc_id, (sd[1].doc_key, sd[1].tokens.tolist(),
+                                       sd[1].plan.starts.tolist(), sd[1].plan.lengths.tolist(),
+                                       sd[1].plan.loss_starts.tolist(), sd[1].plan.covered,
+                                       sd[1].source.rsplit(":", 1)[0])))
+        assert_that(got, equal_to(list(want.items())))
 
 
-def test_shuffle_groups_documents_by_key_range():
-    docs = [Document(f"d{i}", "abc" * i, f"s:{i}") for i in range(1, 30)]
+@pytest.mark.parametrize("batch_chars", [1, 50, 1 << 20])
+def test_batches_do_not_show_in_what_is_encoded(tmp_path, batch_chars):
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(LINES) + "\n")
     with pipeline() as p:
-        groups = (
-            p
-            | beam.Create(docs)
-            | TokenizeDocuments(None)
-            | CutWindows(WindowSpec(window=4, stride=4))
-            | ShuffleDocuments(seed=3, num_shards=4)
-        )
-        summary = groups | beam.Map(
+        out = encode(p, [str(path)], num_shards=3, batch_chars=batch_chars)
+        got = out.blocks | beam.FlatMap(documents) | beam.Map(
+            lambda sd: (sd[0], sd[1].doc_id, text_of(sd[1]), sd[1].plan.starts.tolist()))
+        want = []
+        for i, line in enumerate(LINES):
+            doc_id, text = f"in.jsonl:{i + 1}", json.loads(line)["text"]
+            starts = plan_windows(len(text.encode()) + 1, WINDOWS).starts.tolist()
+            want.append((shard_of(doc_key(0, doc_id), 3), doc_id, text, starts))
+        assert_that(got, equal_to(want))
+
+
+def test_num_shards_from_input_sizes_counts_each_file_once(tmp_path):
+    (tmp_path / "a.jsonl").write_text("\n".join(LINES[:40]) + "\n")  # split into chunks
+    (tmp_path / "b.txt").write_text("x" * 120)
+    size = (tmp_path / "a.jsonl").stat().st_size + 120
+    with pipeline() as p:
+        chunks = p | SplitInputs([str(tmp_path / "*")], DEFAULT, chunk_bytes=64)
+        assert_that(chunks | "Chunks" >> beam.combiners.Count.Globally(),
+                    equal_to([(size - 120 + 63) // 64 + 1]), label="CheckChunks")
+        assert_that(chunks | "Auto" >> ChooseNumShards(None, target_bytes=100),
+                    equal_to([-(-size // 100)]), label="CheckAuto")
+        assert_that(chunks | "Given" >> ChooseNumShards(7, target_bytes=100),
+                    equal_to([7]), label="CheckGiven")
+
+
+def test_shuffle_groups_documents_by_key_range(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text("".join("abc" * i + "\n" for i in range(1, 30)))
+    with pipeline() as p:
+        out = encode(p, [str(path)], spec=ReadSpec(format="lines"), num_shards=4)
+        summary = out.blocks | ShuffleDocuments() | beam.Map(
             lambda kv: (kv[0], sorted(unpack_document(b).doc_id for b in kv[1])))
-        from transforms.keys import doc_key, shard_of
-
         expected = {}
-        for d in docs:
-            expected.setdefault(shard_of(doc_key(3, d.doc_id), 4), []).append(d.doc_id)
+        for i in range(1, 30):
+            doc_id = f"in.txt:{i}"
+            expected.setdefault(shard_of(doc_key(0, doc_id), 4), []).append(doc_id)
         assert_that(summary, equal_to([(k, sorted(v)) for k, v in expected.items()]))
 
 
-def test_packed_tokens_are_exact_after_the_shuffle():
-    docs = [Document("x", "道可道", "s:1")]
+def test_packed_tokens_are_exact_after_the_shuffle(tmp_path):
+    (tmp_path / "x.txt").write_text("道可道")
     with pipeline() as p:
-        groups = (p | beam.Create(docs) | TokenizeDocuments(None)
-                  | CutWindows(WindowSpec(window=2, stride=2)) | ShuffleDocuments(0, 1))
-        tokens = groups | beam.FlatMap(lambda kv: [unpack_document(b).tokens.tolist()
-                                                   for b in kv[1]])
+        out = encode(p, [str(tmp_path / "x.txt")], windows=WindowSpec(window=2, stride=2))
+        tokens = out.blocks | ShuffleDocuments() | beam.FlatMap(
+            lambda kv: [unpack_document(b).tokens.tolist() for b in kv[1]])
         want = [256, *"道可道".encode(), 257]
         assert_that(tokens, equal_to([want]))

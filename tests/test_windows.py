@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transforms.params import WindowSpec
-from transforms.windows import plan_windows, plan_windows_batch, random_offset
+from transforms.windows import WindowPlans, plan_windows, plan_windows_batch, random_offset
 
 
 def reference(pairs, spec, r):
@@ -186,7 +186,11 @@ def test_specs_are_keyword_only_and_frozen():
 @given(pairs=st.lists(st.integers(1, 120), max_size=12), spec=specs)
 def test_batch_planner_plans_each_document_as_the_single_planner(pairs, spec):
     ids = [f"doc{i}" for i in range(len(pairs))]
-    for p, doc_id, plan in zip(pairs, ids, plan_windows_batch(pairs, spec, ids), strict=True):
+    batch = plan_windows_batch(pairs, spec, ids)
+    again = WindowPlans.of(batch.split())
+    for a, b in zip(batch, again, strict=True):
+        assert a.tolist() == b.tolist() and a.dtype == b.dtype
+    for p, doc_id, plan in zip(pairs, ids, batch.split(), strict=True):
         one = plan_windows(p, spec, doc_id)
         assert plan.starts.tolist() == one.starts.tolist()
         assert plan.lengths.tolist() == one.lengths.tolist()

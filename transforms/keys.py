@@ -11,19 +11,35 @@ Example: ``shard_of(2**63, 4) == 2`` (the middle of the key space starts the thi
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
-__all__ = ["doc_key", "shard_of"]
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["doc_key", "doc_keys", "shard_of"]
+
+
+def _hasher(seed: int) -> hashlib.blake2b:
+    return hashlib.blake2b(digest_size=8, key=seed.to_bytes(8, "little"), person=b"tw-doc-key")
 
 
 def doc_key(seed: int, doc_id: str) -> int:
     """The document's shuffle key, an unsigned 64-bit integer derived from (seed, doc_id)."""
-    digest = hashlib.blake2b(
-        doc_id.encode("utf-8"),
-        digest_size=8,
-        key=seed.to_bytes(8, "little"),
-        person=b"tw-doc-key",
-    ).digest()
-    return int.from_bytes(digest, "big")
+    h = _hasher(seed)
+    h.update(doc_id.encode("utf-8"))
+    return int.from_bytes(h.digest(), "big")
+
+
+def doc_keys(seed: int, doc_ids: Sequence[str]) -> npt.NDArray[np.uint64]:
+    """`doc_key` of each id (the keyed hash state is set up once, then copied)."""
+    base = _hasher(seed)
+
+    def one(doc_id: str) -> int:
+        h = base.copy()
+        h.update(doc_id.encode("utf-8"))
+        return int.from_bytes(h.digest(), "big")
+
+    return np.fromiter(map(one, doc_ids), np.uint64, len(doc_ids))
 
 
 def shard_of(key: int, num_shards: int) -> int:

@@ -2,8 +2,8 @@
 
 Documents cross the shuffle packed. `pack_document` packs one: its key, id, source, the
 whole ``z`` (uint16 when the vocabulary fits, else int32) and its window plan. The job packs
-many at once into a *block* (`pack_block`): the same fields as columns, so that a block
-splits by shard (`shard_blocks`) and a shard is ordered and cut into rows (`ShardRows`) with
+many at once into a *block* (`pack_block`, or one block per shard: `pack_blocks`): the same
+fields as columns, so that a shard is ordered and cut into rows (`ShardRows`) with
 a few array operations rather than a Python step per document; a block still iterates as
 `pack_document` strings (`PackedDocuments`). `ShardRows` orders a shard's documents by
 (doc_key, doc_id), rejects duplicate ids deterministically, and slices every window's
@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from transforms.documents import Reject
 from transforms.keys import shard_of
 from transforms.schema import ARROW_SCHEMA, FORMAT, FORMAT_VERSION
-from transforms.windows import WindowPlan
+from transforms.windows import WindowPlan, WindowPlans
 
 __all__ = [
     "PIECE_ROW_GROUPS",
@@ -46,10 +46,10 @@ __all__ = [
     "build_shard",
     "block_documents",
     "pack_block",
+    "pack_blocks",
     "pack_document",
     "read_block",
     "row_group_rows",
-    "shard_blocks",
     "unpack_document",
     "write_rows",
     "write_shard",
@@ -192,7 +192,7 @@ def pack_block(
     doc_ids: Sequence[str],
     sources: Sequence[str],
     tokens: Sequence[npt.NDArray[np.int32]],
-    plans: Sequence[WindowPlan],
+    plans: WindowPlans | Sequence[WindowPlan],
     repaired: Sequence[bool],
 ) -> bytes:
     """Many documents and their windows as one compact, deterministic byte string.
@@ -201,31 +201,89 @@ def pack_block(
     else int32. `read_block` gives the columns back; iterating `PackedDocuments` gives each
     document as `pack_document` would have packed it.
     """
-    count = len(doc_ids)
-    ids = [d.encode("utf-8") for d in doc_ids]
-    srcs = [s.encode("utf-8") for s in sources]
-    z = np.concatenate(tokens) if count else np.empty(0, np.int32)
-    wide = len(z) > 0 and int(z.max()) >= 1 << 16
+    return _pack(_Batch.of(doc_keys, doc_ids, sources, tokens, plans, repaired))
 
-    def cat(arrays: Iterable[np.ndarray], dtype: str) -> np.ndarray:
-        arrays = list(arrays)
-        return np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.empty(0, dtype)
 
+def pack_blocks(
+    *,
+    doc_keys: Sequence[int],
+    doc_ids: Sequence[str],
+    sources: Sequence[str],
+    tokens: Sequence[npt.NDArray[np.int32]],
+    plans: WindowPlans | Sequence[WindowPlan],
+    repaired: Sequence[bool],
+    num_shards: int,
+) -> list[tuple[int, bytes]]:
+    """The documents packed by the shard of their key: (shard, `pack_block` of its
+    documents, in their order), in shard order; shards without documents are left out."""
+    batch = _Batch.of(doc_keys, doc_ids, sources, tokens, plans, repaired)
+    if num_shards == 1 or not len(batch.keys):
+        return [(0, _pack(batch))] if len(batch.keys) else []
+    shards = np.fromiter((shard_of(k, num_shards) for k in batch.keys.tolist()), np.int64,
+                         len(batch.keys))
+    present = np.unique(shards)
+    if len(present) == 1:
+        return [(int(present[0]), _pack(batch))]
+    return [(int(shard), _pack(batch.select(shards == shard))) for shard in present]
+
+
+class _Batch(typing.NamedTuple):
+    """Documents to pack, as columns."""
+
+    keys: npt.NDArray[np.uint64]
+    m: npt.NDArray[np.int64]
+    ids: list[bytes]
+    sources: list[bytes]
+    z: npt.NDArray[np.int32]  # every z end to end
+    plans: WindowPlans
+    repaired: npt.NDArray[np.uint8]
+
+    @classmethod
+    def of(cls, doc_keys: Sequence[int], doc_ids: Sequence[str], sources: Sequence[str],
+           tokens: Sequence[npt.NDArray[np.int32]], plans: WindowPlans | Sequence[WindowPlan],
+           repaired: Sequence[bool]) -> _Batch:
+        count = len(doc_ids)
+        return cls(
+            np.array(doc_keys, dtype=np.uint64).reshape(-1),
+            np.fromiter(map(len, tokens), np.int64, count),
+            [d.encode("utf-8") for d in doc_ids],
+            [s.encode("utf-8") for s in sources],
+            np.concatenate(tokens) if count else np.empty(0, np.int32),
+            plans if isinstance(plans, WindowPlans) else WindowPlans.of(plans),
+            np.fromiter(repaired, np.uint8, count),
+        )
+
+    def select(self, mask: npt.NDArray[np.bool_]) -> _Batch:
+        """The documents where ``mask`` holds, in their order."""
+        windows = np.repeat(mask, self.plans.counts)
+        which = np.flatnonzero(mask).tolist()
+        return _Batch(
+            self.keys[mask], self.m[mask], [self.ids[i] for i in which],
+            [self.sources[i] for i in which], self.z[np.repeat(mask, self.m)],
+            WindowPlans(*(a[mask] for a in self.plans[:2]),
+                        *(a[windows] for a in self.plans[2:])),
+            self.repaired[mask],
+        )
+
+
+def _pack(batch: _Batch) -> bytes:
+    wide = len(batch.z) > 0 and int(batch.z.max()) >= 1 << 16
     return _block_bytes(
         Block(
-            keys=np.array(doc_keys, dtype=np.uint64).reshape(-1),
-            m=np.fromiter(map(len, tokens), np.int64, count),
-            n=np.fromiter((len(p.starts) for p in plans), np.int64, count),
-            covered=np.fromiter((p.covered for p in plans), np.int64, count),
-            repaired=np.fromiter(repaired, np.uint8, count),
-            id_ends=np.cumsum(np.fromiter(map(len, ids), np.int64, count)),
-            src_ends=np.cumsum(np.fromiter(map(len, srcs), np.int64, count)),
-            ids=b"".join(ids),
-            sources=b"".join(srcs),
-            tokens=z.astype("<i4" if wide else "<u2"),
-            starts=cat((p.starts for p in plans), "<i8"),
-            lengths=cat((p.lengths for p in plans), "<i4"),
-            loss_starts=cat((p.loss_starts for p in plans), "<i4"),
+            keys=batch.keys,
+            m=batch.m,
+            n=batch.plans.counts,
+            covered=batch.plans.covered,
+            repaired=batch.repaired,
+            id_ends=np.cumsum(np.fromiter(map(len, batch.ids), np.int64, len(batch.ids))),
+            src_ends=np.cumsum(np.fromiter(map(len, batch.sources), np.int64,
+                                           len(batch.sources))),
+            ids=b"".join(batch.ids),
+            sources=b"".join(batch.sources),
+            tokens=batch.z.astype("<i4" if wide else "<u2"),
+            starts=batch.plans.starts,
+            lengths=batch.plans.lengths,
+            loss_starts=batch.plans.loss_starts,
         )
     )
 
@@ -256,41 +314,6 @@ def read_block(data: bytes) -> Block:
     return Block(keys, m, n, covered, repaired, id_ends, src_ends, ids, sources,
                  take("<i4" if flags & _WIDE else "<u2", tokens), take("<i8", windows),
                  take("<i4", windows), take("<i4", windows))
-
-
-def _select(block: Block, docs: np.ndarray) -> Block:
-    """The documents ``docs`` (indices, in that order) of a block, as a block."""
-    z_end, w_end = np.cumsum(block.m), np.cumsum(block.n)
-    z_lo, w_lo = z_end - block.m, w_end - block.n
-    id_lo = np.concatenate(([0], block.id_ends[:-1]))
-    src_lo = np.concatenate(([0], block.src_ends[:-1]))
-
-    def ranges(array: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        parts = [array[a:b] for a, b in zip(lo[docs].tolist(), hi[docs].tolist(), strict=True)]
-        return np.concatenate(parts) if parts else array[:0]
-
-    ids = [block.ids[a:b] for a, b in zip(id_lo[docs].tolist(), block.id_ends[docs].tolist(),
-                                          strict=True)]
-    srcs = [block.sources[a:b] for a, b in zip(src_lo[docs].tolist(),
-                                               block.src_ends[docs].tolist(), strict=True)]
-    return Block(
-        block.keys[docs], block.m[docs], block.n[docs], block.covered[docs],
-        block.repaired[docs], np.cumsum([len(i) for i in ids], dtype=np.int64),
-        np.cumsum([len(s) for s in srcs], dtype=np.int64), b"".join(ids), b"".join(srcs),
-        ranges(block.tokens, z_lo, z_end), ranges(block.starts, w_lo, w_end),
-        ranges(block.lengths, w_lo, w_end), ranges(block.loss_starts, w_lo, w_end),
-    )
-
-
-def shard_blocks(data: bytes, num_shards: int) -> list[tuple[int, bytes]]:
-    """A block's documents grouped by the shard of their key: (shard, block), shard order."""
-    if num_shards == 1:
-        return [(0, data)]
-    block = read_block(data)
-    shards = np.fromiter((shard_of(k, num_shards) for k in block.keys.tolist()), np.int64,
-                         len(block.keys))
-    return [(int(shard), _block_bytes(_select(block, np.flatnonzero(shards == shard))))
-            for shard in np.unique(shards)]
 
 
 def block_documents(data: bytes) -> Iterator[bytes]:

@@ -25,8 +25,9 @@ Worked example: P = 1200, W = 512, S = 256. ``drop`` gives starts 0, 256, 512 (t
 ``score=new`` is 1024 − 688 = 336, so the four windows score each of the 1200 targets once.
 
 ``plan_windows_batch`` computes the same windows in closed form, vectorised across a batch
-of documents (no Python loop per window or per document); ``plan_windows`` is its
-one-document case. The tests hold both to the reference loop.
+of documents (no Python loop per window or per document), and hands them back end to end
+(`WindowPlans`); ``plan_windows`` is its one-document case. The tests hold both to the
+reference loop.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import numpy.typing as npt
 
 from transforms.params import WindowSpec
 
-__all__ = ["WindowPlan", "plan_windows", "plan_windows_batch", "random_offset"]
+__all__ = ["WindowPlan", "WindowPlans", "plan_windows", "plan_windows_batch", "random_offset"]
 
 
 class WindowPlan(typing.NamedTuple):
@@ -57,6 +58,48 @@ class WindowPlan(typing.NamedTuple):
     lengths: npt.NDArray[np.int32]
     loss_starts: npt.NDArray[np.int32]
     covered: int
+
+
+class WindowPlans(typing.NamedTuple):
+    """The windows of a batch of documents, document after document.
+
+    Attributes:
+        counts: int64, the number of windows of each document.
+        covered: int64, each document's covered pairs.
+        starts, lengths, loss_starts: every window (as in `WindowPlan`), end to end.
+    """
+
+    counts: npt.NDArray[np.int64]
+    covered: npt.NDArray[np.int64]
+    starts: npt.NDArray[np.int64]
+    lengths: npt.NDArray[np.int32]
+    loss_starts: npt.NDArray[np.int32]
+
+    @classmethod
+    def of(cls, plans: Sequence[WindowPlan]) -> WindowPlans:
+        """Single plans, end to end."""
+
+        def cat(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
+            return np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.empty(
+                0, dtype)
+
+        return cls(
+            np.fromiter((len(p.starts) for p in plans), np.int64, len(plans)),
+            np.fromiter((p.covered for p in plans), np.int64, len(plans)),
+            cat([p.starts for p in plans], np.int64),
+            cat([p.lengths for p in plans], np.int32),
+            cat([p.loss_starts for p in plans], np.int32),
+        )
+
+    def split(self) -> list[WindowPlan]:
+        """One `WindowPlan` per document (views into these arrays)."""
+        b = [0, *np.cumsum(self.counts).tolist()]
+        c = self.covered.tolist()
+        return [
+            WindowPlan(self.starts[b[i] : b[i + 1]], self.lengths[b[i] : b[i + 1]],
+                       self.loss_starts[b[i] : b[i + 1]], c[i])
+            for i in range(len(c))
+        ]
 
 
 def random_offset(pairs: int, spec: WindowSpec, doc_id: str) -> int:
@@ -89,12 +132,12 @@ def plan_windows(pairs: int, spec: WindowSpec, doc_id: str = "") -> WindowPlan:
     Returns:
         The windows in order, as arrays (see `WindowPlan`).
     """
-    return plan_windows_batch([pairs], spec, [doc_id])[0]
+    return plan_windows_batch([pairs], spec, [doc_id]).split()[0]
 
 
 def plan_windows_batch(
     pairs: Sequence[int], spec: WindowSpec, doc_ids: Sequence[str]
-) -> list[WindowPlan]:
+) -> WindowPlans:
     """`plan_windows` of many documents at once: the same plans, vectorised across them.
 
     Args:
@@ -103,7 +146,7 @@ def plan_windows_batch(
         doc_ids: the documents' ids (only ``offset=random`` uses them).
 
     Returns:
-        One plan per document; its arrays are views into arrays shared by the batch.
+        The plans end to end (``.split()`` gives one `WindowPlan` per document).
     """
     p = np.asarray(pairs, dtype=np.int64).reshape(-1)
     count = len(p)
@@ -151,9 +194,5 @@ def plan_windows_batch(
         loss = np.where(is_tail, tail_new[doc], np.where(k > 0, overlap, 0)).astype(np.int32)
     else:
         loss = np.zeros(len(k), np.int32)
-    b = bounds.tolist()
-    c = covered.tolist()
-    return [
-        WindowPlan(starts[b[i] : b[i + 1]], lengths[b[i] : b[i + 1]], loss[b[i] : b[i + 1]], c[i])
-        for i in range(count)
-    ]
+    return WindowPlans(n.astype(np.int64), covered.astype(np.int64), starts.astype(np.int64),
+                       lengths, loss)
