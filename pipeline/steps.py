@@ -147,12 +147,16 @@ class _MatchPatternFn(beam.DoFn):
 
 
 class _PlanChunksFn(beam.DoFn):
+    """(path, [(pattern index, rel) of each pattern that matched it]) → the file's chunks,
+    read as the first pattern's."""
+
     def __init__(self, spec: ReadSpec, chunk_bytes: int) -> None:
         self._spec = spec
         self._chunk_bytes = chunk_bytes
 
-    def process(self, item: tuple[str, tuple[int, str]]) -> Iterator[Chunk]:
-        path, (_, rel) = item
+    def process(self, item: tuple[str, Iterable[tuple[int, str]]]) -> Iterator[Chunk]:
+        path, matches = item
+        _, rel = min(matches)
         fmt, compression = detect_format(path, self._spec.format)
         size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
         if fmt == "parquet":
@@ -186,6 +190,10 @@ def _parquet_chunks(
 
 
 def _count_lines(chunk: Chunk) -> tuple[str, tuple[Chunk, int]]:
+    """(path, (chunk, the number of lines that start in it)); 0 for a chunk already numbered
+    (a whole file, or Parquet row groups)."""
+    if chunk.first is not None:
+        return chunk.path, (chunk, 0)
     first = max(chunk.start - 1, 0)
     with FileSystems.open(chunk.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         f.seek(first)
@@ -196,7 +204,7 @@ def _count_lines(chunk: Chunk) -> tuple[str, tuple[Chunk, int]]:
 def _number_chunks(item: tuple[str, Iterable[tuple[Chunk, int]]]) -> Iterator[Chunk]:
     line = 1
     for chunk, lines in sorted(item[1], key=lambda c: c[0].start):
-        yield chunk._replace(first=line)
+        yield chunk if chunk.first is not None else chunk._replace(first=line)
         line += lines
 
 
@@ -216,25 +224,16 @@ class SplitInputs(beam.PTransform):
         self._chunk_bytes = chunk_bytes
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
-        chunks = (
+        return (
             pbegin
             | "Patterns" >> beam.Create(list(enumerate(self._patterns)))
             | "MatchFiles" >> beam.ParDo(_MatchPatternFn())
-            | "ReadEachFileOnce" >> beam.CombinePerKey(min)
+            | "ReadEachFileOnce" >> beam.GroupByKey()
             | "PlanChunks" >> beam.ParDo(_PlanChunksFn(self._spec, self._chunk_bytes))
             | "SpreadChunks" >> beam.Reshuffle()
-        )
-        counted = (
-            chunks
-            | "NeedsLineCount" >> beam.Filter(lambda c: c.first is None)
             | "CountLines" >> beam.Map(_count_lines)
             | "GroupChunksOfFile" >> beam.GroupByKey()
             | "NumberLines" >> beam.FlatMap(_number_chunks)
-        )
-        numbered = chunks | "AlreadyNumbered" >> beam.Filter(lambda c: c.first is not None)
-        return (
-            (numbered, counted)
-            | "AllChunks" >> beam.Flatten()
             | "SpreadNumberedChunks" >> beam.Reshuffle()
         )
 
@@ -257,10 +256,9 @@ class ChooseNumShards(beam.PTransform):
             return chunks.pipeline | "Given" >> beam.Create([self._num_shards])
         return (
             chunks
-            | "FileSizes" >> beam.Map(lambda c: c.size if c.start == 0 else 0)
-            .with_output_types(int)
-            | "InputBytes" >> beam.CombineGlobally(sum)
-            | "FromInputBytes" >> beam.Map(_shard_count, self._target)
+            | "FileSizes" >> beam.Map(lambda c: (None, c.size if c.start == 0 else 0))
+            | "AllSizes" >> beam.GroupByKey()
+            | "FromInputBytes" >> beam.Map(lambda kv: _shard_count(sum(kv[1]), self._target))
         )
 
 
