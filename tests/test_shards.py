@@ -72,6 +72,15 @@ def test_duplicate_ids_keep_first_source_and_reject_the_rest():
     assert [(r.reason, r.source) for r in built.rejects] == [("duplicate_id", "b:1")]
 
 
+def test_duplicate_ids_keep_the_first_in_input_order_not_string_order():
+    spec = WindowSpec(window=4, stride=4)
+    built = build_shard([packed("x", "the later one", spec, source="gs://b/a.jsonl:45"),
+                         packed("x", "first", spec, source="gs://b/a.jsonl:5"),
+                         packed("x", "other file", spec, source="gs://b/b.jsonl:1")])
+    assert set(built.table.column("doc_tokens").to_pylist()) == {len("first") + 2}
+    assert sorted(r.source for r in built.rejects) == ["gs://b/a.jsonl:45", "gs://b/b.jsonl:1"]
+
+
 def test_drop_counts_uncovered_and_windowless_documents():
     spec = WindowSpec(window=4, stride=4, tail="drop")
     built = build_shard([packed("a", "ab", spec), packed("b", "abcdef", spec)])

@@ -43,6 +43,7 @@ __all__ = [
     "parse_text_file",
     "pattern_base",
     "relative_name",
+    "source_order",
 ]
 
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bzip2", ".zst": "zstd"}
@@ -156,6 +157,15 @@ def account_inputs(receipts: Iterable[Receipt], expected: dict[str, int] | None)
                 "runner lost work; no manifest was written"
             )
     return total
+
+
+def source_order(source: str) -> tuple[str, int]:
+    """A sort key that puts sources in input order: by file, then by line or row number
+    (``a.jsonl:5`` before ``a.jsonl:45``, which plain string order would reverse)."""
+    path, _, position = source.rpartition(":")
+    if path and position.isdigit():
+        return path, int(position)
+    return source, -1
 
 
 def pattern_base(pattern: str) -> str:

@@ -29,7 +29,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transforms.documents import Reject
+from transforms.documents import Reject, source_order
 from transforms.keys import shard_of
 from transforms.schema import ARROW_SCHEMA, FORMAT, FORMAT_VERSION
 from transforms.windows import WindowPlan, WindowPlans
@@ -386,8 +386,8 @@ class ShardRows:
     """A shard's documents in row order, cut into Parquet rows on demand.
 
     Two documents with the same ``doc_id`` (possible only with ``--id-field``) would make
-    the row order depend on arrival; the one whose source sorts first is kept and the
-    others are rejected as ``duplicate_id``.
+    the row order depend on arrival; the first in input order (`source_order`) is kept and
+    the others are rejected as ``duplicate_id``.
 
     Only the headers are read one document at a time; the columns are built with a few
     vectorised operations, for any range of rows (`table`, `tables`), so a writer can take
@@ -525,7 +525,8 @@ def _break_ties(
     order: np.ndarray, ties: np.ndarray, ids: pa.StringArray, sources: pa.StringArray,
     rejects: list[Reject],
 ) -> tuple[np.ndarray, list[int]]:
-    """Order runs of equal keys by (doc_id, source); of one doc_id keep the first only."""
+    """Order runs of equal keys by doc_id, then input order (`source_order`); of one doc_id
+    keep the first only."""
     order = order.copy()
     dropped: list[int] = []
     # Runs of equal keys: positions p where sorted key p equals key p + 1, grouped.
@@ -533,7 +534,7 @@ def _break_ties(
     run_ends = np.concatenate((ties[np.flatnonzero(np.diff(ties) > 1)], ties[-1:])) + 2
     for lo, hi in zip(run_starts.tolist(), run_ends.tolist(), strict=True):
         docs = sorted(order[lo:hi].tolist(),
-                      key=lambda d: (ids[d].as_py(), sources[d].as_py()))
+                      key=lambda d: (ids[d].as_py(), source_order(sources[d].as_py())))
         order[lo:hi] = docs
         kept = docs[0]
         for doc in docs[1:]:
