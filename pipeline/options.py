@@ -14,6 +14,7 @@ import dataclasses
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipeline.steps import TARGET_SHARD_INPUT_BYTES
 from transforms.params import FORMATS, OFFSETS, SCORES, TAILS, UTF8_POLICIES, ReadSpec, WindowSpec
 from transforms.tokenizers import BYTES
 
@@ -172,8 +173,9 @@ class TokenWindowsOptions(PipelineOptions):
             dest="num_shards",
             type=int,
             default=None,
-            help="Number of Parquet shards. Default: from the data, about 256 MiB of token "
-            "ids per shard.",
+            help="Number of Parquet shards. Default: one per "
+            f"{TARGET_SHARD_INPUT_BYTES >> 20} MiB of input files (their sizes as stored), at "
+            "least one.",
         )
         g.add_argument(
             "--overwrite",

@@ -288,6 +288,26 @@ def test_duplicate_ids_are_rejected_not_reordered(tmp_path):
     assert {r["doc_id"] for r in read_rows(tmp_path / "out")} == {"x", "y"}
 
 
+def test_shards_written_at_once_or_one_by_one_are_the_same_bytes(tmp_path, monkeypatch):
+    """WriteShards writes several shards at once and emits the last ones (and their
+    duplicate-id rejects) when the bundle ends: nothing may be lost or change."""
+    from pipeline import steps
+
+    records = [{"id": f"d{i % 40}", "text": f"text {i} " * (i % 9 + 1)} for i in range(60)]
+    src = write_jsonl(tmp_path / "in.jsonl", records)
+    args = ("--input", str(src), "--tokenizer", "bytes", "--id-field", "id", "--window", "8",
+            "--num-shards", "7")
+    manifest = run_job(tmp_path / "at-once", *args)
+    monkeypatch.setattr(steps, "SHARDS_AT_ONCE", 1)
+    run_job(tmp_path / "one-by-one", *args)
+    assert dir_bytes(tmp_path / "at-once") == dir_bytes(tmp_path / "one-by-one")
+    assert manifest["num_shards"] == 7 and len(manifest["shards"]) == 7
+    assert manifest["counts"]["skipped"] == {"duplicate_id": 20}
+    rejected = (tmp_path / "at-once" / "rejects" / "duplicate_id.jsonl").read_text().splitlines()
+    assert sorted(json.loads(r)["source"] for r in rejected) == sorted(
+        f"{src}:{i + 1}" for i in range(40, 60))
+
+
 def cli(*args, cwd=ROOT):
     return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True,
                           text=True, cwd=cwd, timeout=300)
