@@ -1,11 +1,11 @@
 """The job's PTransforms. Each DoFn is a few lines around a pure function of `transforms`.
 
     SplitInputs ─▶ EncodeChunks ─▶ ShuffleDocuments ─▶ WriteShards
-         │              │  ▲                                    │
-         │              │  └── ChooseNumShards                  │
-         │              └── rejects ──▶ WriteRejects ◀── duplicate ids
-         │                                   │
-         └─ receipts ─▶ FinalizeDataset (manifest.json, written last) ◀─ counts
+     (chunks)       │ ▲        (blocks by shard)            │
+                    │ └── ChooseNumShards (from the chunks)  │
+                    ├── rejects ─────────▶ WriteRejects ◀────┤ duplicate ids
+                    └── input receipts ─▶ FinalizeDataset ◀──┘ shard and reject counts
+                                          (manifest.json, written last)
 
 Order never comes from arrival: documents are keyed by `transforms.keys.doc_key` and
 sorted inside their shard, so runners, worker counts and bundle sizes do not change a byte.
@@ -299,7 +299,9 @@ class _EncodeChunkFn(beam.DoFn):
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="encode")
 
     def teardown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        pool = getattr(self, "_pool", None)  # None when setup failed
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def process(self, chunk: Chunk, num_shards: int) -> Iterator[Any]:
         pending: tuple[list[Document], Future] | None = None
