@@ -51,6 +51,7 @@ from transforms.documents import (
     parse_text_file,
     pattern_base,
     relative_name,
+    source_order,
 )
 from transforms.keys import doc_keys
 from transforms.params import ReadSpec, WindowSpec
@@ -238,8 +239,8 @@ class SplitInputs(beam.PTransform):
         )
 
 
-def _shard_count(input_bytes: int, target_bytes: int) -> int:
-    return max(1, math.ceil(input_bytes / target_bytes))
+def _shards_for_sizes(item: tuple[None, Iterable[int]], target_bytes: int) -> int:
+    return max(1, math.ceil(sum(item[1]) / target_bytes))
 
 
 class ChooseNumShards(beam.PTransform):
@@ -258,7 +259,7 @@ class ChooseNumShards(beam.PTransform):
             chunks
             | "FileSizes" >> beam.Map(lambda c: (None, c.size if c.start == 0 else 0))
             | "AllSizes" >> beam.GroupByKey()
-            | "FromInputBytes" >> beam.Map(lambda kv: _shard_count(sum(kv[1]), self._target))
+            | "FromInputBytes" >> beam.Map(_shards_for_sizes, self._target)
         )
 
 
@@ -540,7 +541,7 @@ class WriteShards(beam.PTransform):
 
 def _write_rejects(item: tuple[str, Iterable[Reject]], output: str) -> tuple[str, int]:
     reason, rejects = item
-    rows = sorted(rejects, key=lambda r: (r.source, r.detail))
+    rows = sorted(rejects, key=lambda r: (source_order(r.source), r.detail))
     body = b"".join(
         (json.dumps(r.to_json(), ensure_ascii=False, sort_keys=True) + "\n").encode()
         for r in rows
@@ -554,7 +555,8 @@ def _write_rejects(item: tuple[str, Iterable[Reject]], output: str) -> tuple[str
 
 
 class WriteRejects(beam.PTransform):
-    """Rejects → ``OUTPUT/rejects/<reason>.jsonl`` (sorted by source); emits (reason, count)."""
+    """Rejects → ``OUTPUT/rejects/<reason>.jsonl`` (in input order, `source_order`); emits
+    (reason, count)."""
 
     def __init__(self, output: str):
         super().__init__()

@@ -275,6 +275,14 @@ def test_bad_records_are_counted_and_kept(tmp_path):
     assert manifest["counts"]["documents"] == 2
 
 
+def test_reject_files_list_records_in_input_order(tmp_path):
+    src = write_jsonl(tmp_path / "in.jsonl", ["{bad" if i % 2 else {"text": f"ok {i}"}
+                                              for i in range(24)])
+    run_job(tmp_path / "out", "--input", str(src), "--tokenizer", "bytes")
+    lines = (tmp_path / "out" / "rejects" / "malformed_json.jsonl").read_text().splitlines()
+    assert [json.loads(x)["source"] for x in lines] == [f"{src}:{n}" for n in range(2, 25, 2)]
+
+
 def test_duplicate_ids_are_rejected_not_reordered(tmp_path):
     src = write_jsonl(tmp_path / "in.jsonl", [{"id": "x", "text": "one"},
                                               {"id": "x", "text": "two"},
