@@ -13,7 +13,8 @@ yours (``--source``), and a 32 000-piece SentencePiece model trained on the 100 
 
 All with window 512, stride 256. For every run it measures the wall time of the whole
 command (interpreter start-up and imports included), the peak RSS summed over its process
-tree (sampled every 20 ms), the CPU time of the tree, and how busy the rest of the machine
+tree (sampled every 50 ms: a sample costs about 1 ms of CPU, which a tool that keeps every
+core busy would otherwise pay), the CPU time of the tree, and how busy the rest of the machine
 was meanwhile. Each tool's output is read back to count documents, windows and tokens, and
 (first round) to hash every window in one order and one type: the tools must agree. Tokens
 are the documents' own (Σ M = Σ |z|), the same number for every tool whatever the window
@@ -69,7 +70,7 @@ from corpus import (  # noqa: E402
 )
 
 WINDOW, STRIDE = 512, 256
-SAMPLE_SECONDS = 0.02
+SAMPLE_SECONDS = 0.05
 
 
 @dataclass
