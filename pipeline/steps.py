@@ -20,6 +20,7 @@ against a one-process script.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import math
@@ -90,6 +91,9 @@ CHUNK_BYTES = 64 << 20
 # characters.
 BATCH_DOCS = 4096
 BATCH_CHARS = 1 << 20
+# Batches being encoded at once, each on its own helper thread: two keep the cores busy
+# when one batch's documents split unevenly across SentencePiece's threads.
+ENCODING_AHEAD = 2
 # Without --num-shards: one shard per this many bytes of input files.
 TARGET_SHARD_INPUT_BYTES = 64 << 20
 # A worker writes at most this many shards at once (and no more than it has cores).
@@ -271,10 +275,10 @@ class _EncodeChunkFn(beam.DoFn):
     rejects and its receipt as tagged outputs.
 
     The chunk's documents go through in batches of about `BATCH_CHARS` characters. While
-    SentencePiece encodes one batch (on a helper thread, off the GIL, with its own threads),
-    this thread parses the next and plans and packs the one before, so the worker's cores
-    stay busy. Each document is encoded, planned and packed alone: batches never show in
-    the output.
+    SentencePiece encodes batches (up to `ENCODING_AHEAD` at once on helper threads, off the
+    GIL, each with its own threads), this thread parses the batches after them and plans and
+    packs the ones before, so the worker's cores stay busy. Each document is encoded, planned
+    and packed alone: batches never show in the output.
     """
 
     def __init__(self, spec: ReadSpec, windows: WindowSpec, tokenizer_path: str | None,
@@ -297,7 +301,7 @@ class _EncodeChunkFn(beam.DoFn):
             lambda: _Holder(load_tokenizer(self._path, threads)),
             tag=f"{self._path or 'bytes'}@{threads}",
         ).tokenizer
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="encode")
+        self._pool = ThreadPoolExecutor(ENCODING_AHEAD, thread_name_prefix="encode")
 
     def teardown(self) -> None:
         pool = getattr(self, "_pool", None)  # None when setup failed
@@ -305,7 +309,7 @@ class _EncodeChunkFn(beam.DoFn):
             pool.shutdown(wait=False, cancel_futures=True)
 
     def process(self, chunk: Chunk, num_shards: int) -> Iterator[Any]:
-        pending: tuple[list[Document], Future] | None = None
+        pending: collections.deque[tuple[list[Document], Future]] = collections.deque()
         records = 0
         for batch in self._batches(chunk):
             if isinstance(batch, Reject):
@@ -314,12 +318,11 @@ class _EncodeChunkFn(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(REJECTS, batch)
                 continue
             records += len(batch)
-            encoding = batch, self._pool.submit(self._encode, batch)
-            if pending is not None:
-                yield from self._pack(*pending, num_shards)
-            pending = encoding
-        if pending is not None:
-            yield from self._pack(*pending, num_shards)
+            pending.append((batch, self._pool.submit(self._encode, batch)))
+            if len(pending) > ENCODING_AHEAD:
+                yield from self._pack(*pending.popleft(), num_shards)
+        while pending:
+            yield from self._pack(*pending.popleft(), num_shards)
         self._records.inc(records)
         yield beam.pvalue.TaggedOutput(RECORDS, chunk.receipt(records))
 
