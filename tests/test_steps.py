@@ -154,6 +154,22 @@ def test_batches_do_not_show_in_what_is_encoded(tmp_path, batch_chars):
         assert_that(got, equal_to(want))
 
 
+def test_batches_encoded_at_once_give_each_document_its_own_ids(tmp_path):
+    """Small batches keep several SentencePiece calls in flight on one model at once."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(DATA / "tiny.model"))
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(LINES) + "\n")
+    with pipeline() as p:
+        out = encode(p, [str(path)], tokenizer=str(DATA / "tiny.model"), batch_chars=40)
+        got = out.blocks | beam.FlatMap(documents) | beam.Map(
+            lambda sd: (sd[1].doc_id, sd[1].tokens.tolist()))
+        want = [(f"in.jsonl:{i + 1}", [1, *sp.encode(json.loads(line)["text"]), 2])
+                for i, line in enumerate(LINES)]
+        assert_that(got, equal_to(want))
+
+
 def test_num_shards_from_input_sizes_counts_each_file_once(tmp_path):
     (tmp_path / "a.jsonl").write_text("\n".join(LINES[:40]) + "\n")  # split into chunks
     (tmp_path / "b.txt").write_text("x" * 120)
