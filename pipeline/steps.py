@@ -142,28 +142,28 @@ def load_tokenizer(path: str | None, num_threads: int = 1) -> Tokenizer:
 
 
 class _MatchPatternFn(beam.DoFn):
-    def process(self, item: tuple[int, str]) -> Iterator[tuple[str, tuple[int, str]]]:
+    def process(self, item: tuple[int, str]) -> Iterator[tuple[str, tuple[int, str, int]]]:
         index, pattern = item
         found = FileSystems.match([pattern])[0].metadata_list
         if not found:
             raise ValueError(f"--input {pattern} matches no file; check the path and quoting")
         for meta in found:
-            yield meta.path, (index, relative_name(meta.path, pattern_base(pattern)))
+            rel = relative_name(meta.path, pattern_base(pattern))
+            yield meta.path, (index, rel, meta.size_in_bytes)
 
 
 class _PlanChunksFn(beam.DoFn):
-    """(path, [(pattern index, rel) of each pattern that matched it]) → the file's chunks,
-    read as the first pattern's."""
+    """(path, [(pattern index, rel, size) of each pattern that matched it]) → the file's
+    chunks, read as the first pattern's."""
 
     def __init__(self, spec: ReadSpec, chunk_bytes: int) -> None:
         self._spec = spec
         self._chunk_bytes = chunk_bytes
 
-    def process(self, item: tuple[str, Iterable[tuple[int, str]]]) -> Iterator[Chunk]:
+    def process(self, item: tuple[str, Iterable[tuple[int, str, int]]]) -> Iterator[Chunk]:
         path, matches = item
-        _, rel = min(matches)
+        _, rel, size = min(matches)  # the size the match found: no second look-up
         fmt, compression = detect_format(path, self._spec.format)
-        size = FileSystems.match([path])[0].metadata_list[0].size_in_bytes
         if fmt == "parquet":
             yield from _parquet_chunks(path, rel, compression, size, self._chunk_bytes)
             return

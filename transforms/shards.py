@@ -217,8 +217,10 @@ def pack_blocks(
     """The documents packed by the shard of their key: (shard, `pack_block` of its
     documents, in their order), in shard order; shards without documents are left out."""
     batch = _Batch.of(doc_keys, doc_ids, sources, tokens, plans, repaired)
-    if num_shards == 1 or not len(batch.keys):
-        return [(0, _pack(batch))] if len(batch.keys) else []
+    if not len(batch.keys):
+        return []
+    if num_shards == 1:
+        return [(0, _pack(batch))]
     shards = np.fromiter((shard_of(k, num_shards) for k in batch.keys.tolist()), np.int64,
                          len(batch.keys))
     present = np.unique(shards)
