@@ -2,9 +2,22 @@
 
 Contract:
 
-* Epoch e's global order is ``torch.randperm(n)`` drawn from a ``torch.Generator`` seeded with
-  a stable hash of ``(seed, e)`` (:func:`epoch_seed`), so it depends on nothing but the seed
-  and the epoch: not on the batch size, the world size or the rank.
+* Epoch e's order is a function of the seed, the epoch and n only (and, for ``blocks``, of
+  the blocks and k): not of the batch size, the world size, the rank, or the torch, NumPy or
+  Python release. It is evaluated per position by
+  :class:`reader.permutation.FeistelPermutation` with keys from :func:`epoch_seed`, so it
+  takes no memory proportional to n. Two orders:
+
+  - ``order="global"`` (the default): a seeded permutation of all n windows.
+  - ``order="blocks"``: for data read block by block (row groups or shards, given as
+    ``blocks``, their sizes in dataset order): a seeded permutation of the blocks, cut into
+    buffers of ``buffer_blocks`` consecutive blocks of that permutation, then a seeded
+    permutation of the windows within each buffer. A reader holding one buffer (k blocks)
+    at a time reads every window of the epoch; the memory is O(number of blocks).
+
+  Worked example of ``blocks``: sizes (2, 3, 1), k = 2, block permutation (2, 0, 1) → buffers
+  {block 2, block 0} = windows {5, 0, 1} and {block 1} = {2, 3, 4}; the epoch is a
+  permutation of 5, 0, 1 followed by a permutation of 2, 3, 4.
 * From the global cursor c (windows of epoch e already consumed by all ranks together), the
   rest of the order is cut into global batches of ``G = world_size * batch_size`` windows;
   rank r takes ``order[a + r*batch_size : a + (r+1)*batch_size]`` of the global batch
@@ -37,8 +50,8 @@ distributed job every rank steps once per batch; ``targets_seen`` is then this r
 unless each rank passes the all-reduced count (``step(batch, num_targets=total)``) so that the
 state saved by rank 0 is global.
 
-The order comes from ``torch.randperm``: resume with the torch version that started the run
-(a different release may draw another permutation from the same seed).
+The state's version is 2. Version 1 (the ``torch.randperm`` order of earlier releases) is
+refused: its rest of the epoch cannot be computed here (see :meth:`EpochSampler.load_state_dict`).
 
 Example::
 
@@ -51,23 +64,30 @@ Example::
         json.dumps(sampler.state_dict())   # resume with sampler.load_state_dict(state)
 """
 
+
 from __future__ import annotations
 
 import hashlib
 import numbers
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
-__all__ = ["EpochSampler", "epoch_seed"]
+from reader.permutation import FeistelPermutation, round_keys
 
+__all__ = ["ORDERS", "EpochSampler", "epoch_seed"]
+
+ORDERS = ("global", "blocks")
 _STATE_FORMAT = "epoch-sampler"
-_STATE_VERSION = 1
+_STATE_VERSION = 2
+_CHUNK = 8192  # order positions evaluated at once: amortises NumPy's per-call cost
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
-    """The ``torch.Generator`` seed of an epoch: 63 bits of SHA-256 of ``(seed, epoch)``."""
+    """The seed of an epoch's order: 63 bits of SHA-256 of ``(seed, epoch)``."""
     digest = hashlib.sha256(f"{_STATE_FORMAT}:{seed}:{epoch}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
@@ -80,23 +100,94 @@ def _check_int(name: str, value: Any, low: int | None) -> int:
     return int(value)
 
 
+class _GlobalOrder:
+    """Epoch order ``global``: one Feistel permutation of all n windows."""
+
+    def __init__(self, n: int, seed: int, epoch: int) -> None:
+        self._perm = FeistelPermutation(n, round_keys(f"global:{epoch_seed(seed, epoch)}"))
+
+    def take(self, lo: int, hi: int) -> npt.NDArray[np.int64]:
+        return self._perm(np.arange(lo, hi, dtype=np.int64))
+
+
+class _BlocksOrder:
+    """Epoch order ``blocks``: permuted blocks, then windows permuted within buffers of k."""
+
+    def __init__(self, sizes: npt.NDArray[np.int64], buffer_blocks: int, seed: int,
+                 epoch: int) -> None:
+        self._label = f"blocks:{epoch_seed(seed, epoch)}"
+        keep = np.flatnonzero(sizes)  # an empty block (an empty shard) holds no position
+        starts = np.concatenate([[0], np.cumsum(sizes)])[keep]
+        perm = FeistelPermutation(len(keep), round_keys(self._label))(np.arange(len(keep)))
+        self._block_index_start = starts[perm]  # first dataset index of each permuted block
+        psizes = sizes[keep][perm]
+        # Position in the epoch of each permuted block's first window, and of each buffer's.
+        self._block_pos = np.concatenate([[0], np.cumsum(psizes)])
+        self._buffer_pos = self._block_pos[::buffer_blocks].copy()
+        if self._buffer_pos[-1] != self._block_pos[-1]:
+            self._buffer_pos = np.append(self._buffer_pos, self._block_pos[-1])
+        self._perms: dict[int, FeistelPermutation] = {}
+
+    def _buffer_perm(self, j: int) -> FeistelPermutation:
+        perm = self._perms.get(j)
+        if perm is None:
+            size = int(self._buffer_pos[j + 1] - self._buffer_pos[j])
+            perm = FeistelPermutation(size, round_keys(f"{self._label}:buffer:{j}"))
+            if len(self._perms) >= 64:
+                self._perms.clear()
+            self._perms[j] = perm
+        return perm
+
+    def take(self, lo: int, hi: int) -> npt.NDArray[np.int64]:
+        p = np.arange(lo, hi, dtype=np.int64)
+        buf = np.searchsorted(self._buffer_pos, p, side="right") - 1
+        q = p - self._buffer_pos[buf]
+        for j in np.unique(buf).tolist():
+            at = buf == j
+            q[at] = self._buffer_perm(j)(q[at])
+        pos = self._buffer_pos[buf] + q  # the position in the stream of permuted blocks
+        b = np.searchsorted(self._block_pos, pos, side="right") - 1
+        return self._block_index_start[b] + (pos - self._block_pos[b])
+
+
+class _Window:
+    """Positions ``[lo, hi)`` of one epoch's order, evaluated in chunks as they are needed."""
+
+    def __init__(self, order: _GlobalOrder | _BlocksOrder, n: int) -> None:
+        self._order, self._n = order, n
+        self._lo = self._hi = 0
+        self._values = np.empty(0, dtype=np.int64)
+
+    def get(self, lo: int, hi: int) -> npt.NDArray[np.int64]:
+        if not (self._lo <= lo and hi <= self._hi):
+            self._lo = lo
+            self._hi = min(self._n, max(hi, lo + _CHUNK))
+            self._values = self._order.take(self._lo, self._hi)
+        return self._values[lo - self._lo : hi - self._lo]
+
+
 class EpochSampler:
     """Batches of window indices: seeded per epoch, split over ranks, resumable mid-epoch.
 
-    See the module docstring for the order, the tail policy and the committed state. The
+    See the module docstring for the orders, the tail policy and the committed state. The
     parameters after ``batch_size`` are keyword-only (``EpochSampler(n, 8, seed=0)``).
 
     Args:
         n: the number of windows (``len(dataset)``), at least 1.
         batch_size: windows per batch on this rank (a short tail batch may hold fewer).
-        seed: the seed of every epoch's permutation.
+        seed: the seed of every epoch's order.
         rank: this process's rank, in ``[0, world_size)``.
         world_size: the number of ranks sharing each global batch.
         drop_last: drop the last global batch of each epoch when it is short.
+        order: ``"global"`` (a permutation of all windows) or ``"blocks"``.
+        blocks: for ``order="blocks"``, the block sizes in dataset order (they sum to n),
+            e.g. ``dataset.blocks("shard")`` or ``dataset.blocks("row_group")``.
+        buffer_blocks: for ``order="blocks"``, k, the blocks whose windows are mixed together.
 
     Raises:
-        ValueError: a parameter out of range, or ``drop_last`` with fewer than
-            ``world_size * batch_size`` windows (an epoch would have no batch).
+        ValueError: a parameter out of range, ``drop_last`` with fewer than
+            ``world_size * batch_size`` windows (an epoch would have no batch), or blocks that
+            do not sum to n.
     """
 
     def __init__(
@@ -108,6 +199,9 @@ class EpochSampler:
         rank: int = 0,
         world_size: int = 1,
         drop_last: bool = False,
+        order: str = "global",
+        blocks: Sequence[int] | None = None,
+        buffer_blocks: int = 16,
     ) -> None:
         self.n = _check_int("n", n, 1)
         self.batch_size = _check_int("batch_size", batch_size, 1)
@@ -125,26 +219,65 @@ class EpochSampler:
                 f"with drop_last, n ({self.n}) must be at least world_size * batch_size "
                 f"({self.global_batch}), or an epoch has no batch"
             )
+        if order not in ORDERS:
+            raise ValueError(f"`order` must be one of {ORDERS}, but got {order!r}")
+        self.order = order
+        self.buffer_blocks = _check_int("buffer_blocks", buffer_blocks, 1)
+        self._blocks: npt.NDArray[np.int64] | None = None
+        self._blocks_digest: str | None = None
+        if order == "blocks":
+            if blocks is None:
+                raise ValueError("`blocks` must be given with order='blocks', but got None")
+            sizes = [_check_int("blocks[i]", b, 0) for b in blocks]
+            if sum(sizes) != self.n:
+                raise ValueError(
+                    f"`blocks` must sum to n ({self.n}), but got {len(sizes)} blocks summing "
+                    f"to {sum(sizes)}"
+                )
+            self._blocks = np.asarray(sizes, dtype=np.int64)
+            self._blocks_digest = hashlib.sha256(
+                ",".join(map(str, sizes)).encode()).hexdigest()
+        elif blocks is not None:
+            raise ValueError(f"`blocks` must be None with order={order!r}, but got a sequence")
         # The committed position (advanced by step) and the iterator's position.
         self._epoch, self._cursor = 0, 0
         self._issued = (0, 0)
         self._tracking = False
         self._targets_seen = 0
         self._batches_seen = 0
-        self._perm_epoch: int | None = None
-        self._perm: torch.Tensor | None = None
+        self._window_epoch: int | None = None
+        self._window: _Window | None = None
 
     # -- the order ------------------------------------------------------------------------
 
-    def permutation(self, epoch: int) -> torch.Tensor:
-        """Epoch ``epoch``'s global order of all ``n`` windows (int64 tensor)."""
+    def _order(self, epoch: int) -> _Window:
+        if self._window_epoch != epoch or self._window is None:
+            if self._blocks is not None:
+                order: _GlobalOrder | _BlocksOrder = _BlocksOrder(
+                    self._blocks, self.buffer_blocks, self.seed, epoch)
+            else:
+                order = _GlobalOrder(self.n, self.seed, epoch)
+            self._window = _Window(order, self.n)
+            self._window_epoch = epoch
+        return self._window
+
+    def indices(self, epoch: int, lo: int, hi: int) -> npt.NDArray[np.int64]:
+        """Positions ``[lo, hi)`` of epoch ``epoch``'s order: the window indices there.
+
+        Raises:
+            ValueError: ``epoch`` is negative or ``[lo, hi)`` is not within ``[0, n]``.
+        """
         epoch = _check_int("epoch", epoch, 0)
-        if self._perm_epoch != epoch:
-            generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
-            self._perm = torch.randperm(self.n, generator=generator)
-            self._perm_epoch = epoch
-        assert self._perm is not None
-        return self._perm
+        if not 0 <= lo <= hi <= self.n:
+            raise ValueError(f"`[lo, hi)` must be within [0, {self.n}], but got [{lo}, {hi})")
+        return self._order(epoch).get(lo, hi).copy()
+
+    def permutation(self, epoch: int) -> torch.Tensor:
+        """Epoch ``epoch``'s whole order of all ``n`` windows (int64 tensor; O(n) memory).
+
+        For inspection and tests; iterating never materialises it.
+        """
+        return torch.from_numpy(self.indices(epoch, 0, self.n))
 
     def _end(self, cursor: int) -> int:
         """Where the epoch ends for batches cut from ``cursor``."""
@@ -155,19 +288,20 @@ class EpochSampler:
     def _normalise(self, epoch: int, cursor: int) -> tuple[int, int]:
         return (epoch + 1, 0) if cursor >= self._end(cursor) else (epoch, cursor)
 
-    def _rank_part(self, order: torch.Tensor, lo: int, hi: int) -> list[int]:
+    def _rank_part(self, order: _Window, lo: int, hi: int) -> list[int]:
         """This rank's part of the global batch ``order[lo:hi]`` (the tail policy)."""
         m, ws, r = hi - lo, self.world_size, self.rank
         if m == self.global_batch:
             a = lo + r * self.batch_size
-            return order[a : a + self.batch_size].tolist()
+            return order.get(a, a + self.batch_size).tolist()
         if m >= ws:
             q, extra = divmod(m, ws)
             a = lo + r * q + min(r, extra)
-            return order[a : a + q + (r < extra)].tolist()
+            return order.get(a, a + q + (r < extra)).tolist()
         if r < m:
-            return [int(order[lo + r])]
-        return [int(order[(r - m) % self.n])]  # a repeat from the epoch's start
+            return order.get(lo + r, lo + r + 1).tolist()
+        k = (r - m) % self.n  # a repeat from the epoch's start
+        return order.get(k, k + 1).tolist()
 
     def _start(self) -> tuple[int, int]:
         return (self._epoch, self._cursor) if self._tracking else self._issued
@@ -176,7 +310,7 @@ class EpochSampler:
         """This rank's remaining batches of the current epoch, from the committed position."""
         epoch, cursor = self._start()
         self._issued = (epoch, cursor)
-        order = self.permutation(epoch)
+        order = self._order(epoch)
         end = self._end(cursor)
         while cursor < end:
             stop = min(cursor + self.global_batch, self.n)
@@ -259,31 +393,50 @@ class EpochSampler:
             "cursor": cursor,
             "targets_seen": self._targets_seen,
             "batches_seen": self._batches_seen,
+            "order": self.order,
+            "blocks": None if self._blocks is None else {
+                "count": len(self._blocks), "sha256": self._blocks_digest,
+                "buffer_blocks": self.buffer_blocks},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state``: the next iteration yields exactly the batches that came next.
 
         The world size and batch size may differ from the run that saved the state; ``n``,
-        ``seed`` and ``drop_last`` must not.
+        ``seed``, ``drop_last`` and the order (with its blocks and k) must not.
 
         Raises:
-            ValueError: the state is not a sampler state, or belongs to another dataset or seed.
+            ValueError: the state is not a sampler state, is of another version (version 1,
+                the ``torch.randperm`` order, cannot be continued by this reader), or belongs
+                to another dataset, seed or order.
         """
         if not isinstance(state, Mapping) or state.get("format") != _STATE_FORMAT:
             raise ValueError(f"not an EpochSampler state: {state!r}")
-        if state.get("version") != _STATE_VERSION:
+        version = state.get("version")
+        if version == 1:
             raise ValueError(
-                f"EpochSampler state version {state.get('version')!r} is not {_STATE_VERSION}"
+                "EpochSampler state version 1 was saved by a reader whose order came from "
+                "torch.randperm; this reader's order (version 2) is a Feistel permutation, so "
+                "it cannot continue that epoch exactly. Either finish the run with the release "
+                "that saved it, or continue with the next epoch on this reader by loading "
+                "{**state, 'version': 2, 'epoch': state['epoch'] + 1, 'cursor': 0, "
+                "'order': 'global', 'blocks': None} (the rest of the saved epoch is skipped)"
             )
-        for key in ("seed", "n", "drop_last", "epoch", "cursor", "targets_seen", "batches_seen"):
+        if version != _STATE_VERSION:
+            raise ValueError(
+                f"EpochSampler state version {version!r} is not {_STATE_VERSION}; it was saved "
+                "by another release of the reader: resume with that release"
+            )
+        for key in ("seed", "n", "drop_last", "epoch", "cursor", "targets_seen", "batches_seen",
+                    "order", "blocks"):
             if key not in state:
                 raise ValueError(f"the EpochSampler state lacks the key {key!r}")
-        for key in ("n", "seed", "drop_last"):
-            if state[key] != getattr(self, key):
+        mine = self.state_dict()
+        for key in ("n", "seed", "drop_last", "order", "blocks"):
+            if state[key] != mine[key]:
                 raise ValueError(
                     f"the state has {key} {state[key]!r}, but this sampler has "
-                    f"{getattr(self, key)!r}; it belongs to another dataset or run"
+                    f"{mine[key]!r}; it belongs to another dataset or run"
                 )
         epoch = _check_int("epoch", state["epoch"], 0)
         cursor = _check_int("cursor", state["cursor"], 0)
@@ -299,5 +452,5 @@ class EpochSampler:
         return (
             f"EpochSampler(n={self.n}, batch_size={self.batch_size}, seed={self.seed}, "
             f"rank={self.rank}, world_size={self.world_size}, drop_last={self.drop_last}, "
-            f"epoch={self.epoch}, cursor={self.cursor})"
+            f"order={self.order!r}, epoch={self.epoch}, cursor={self.cursor})"
         )

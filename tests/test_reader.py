@@ -16,7 +16,6 @@ import math
 import os
 import pickle
 import random
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from reader import EpochSampler, WindowDataset, collate, epoch_seed, evaluate, token_nll
+from reader import EpochSampler, WindowDataset, collate, evaluate, token_nll
 from transforms.schema import (
     ARROW_SCHEMA,
     FORMAT,
@@ -463,179 +462,6 @@ def test_bad_row_fields_are_named(tmp_path: Path) -> None:
         WindowDataset(root)[0]
 
 
-# -- the sampler ---------------------------------------------------------------------------
-
-
-def one_epoch(sampler: EpochSampler) -> list[list[int]]:
-    return list(sampler)
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.integers(1, 60), st.integers(1, 9), st.integers(0, 2**40), st.booleans())
-def test_each_epoch_is_the_seeded_permutation(n: int, bs: int, seed: int, drop: bool) -> None:
-    if drop and n < bs:
-        with pytest.raises(ValueError, match="no batch"):
-            EpochSampler(n, bs, seed=seed, drop_last=drop)
-        return
-    sampler = EpochSampler(n, bs, seed=seed, drop_last=drop)
-    for epoch in range(3):
-        expected_len = len(sampler)
-        batches = one_epoch(sampler)
-        assert len(batches) == expected_len
-        flat = [i for b in batches for i in b]
-        perm = sampler.permutation(epoch).tolist()
-        g = torch.Generator().manual_seed(epoch_seed(seed, epoch))
-        assert perm == torch.randperm(n, generator=g).tolist()
-        kept = n - n % bs if drop else n
-        assert flat == perm[:kept]
-        assert all(len(b) == bs for b in batches[:-1]) and 1 <= len(batches[-1]) <= bs
-        assert len(batches) == sampler.batches_per_epoch
-        if not drop:
-            assert sorted(flat) == list(range(n))  # every window once
-
-
-def test_permutation_is_a_function_of_seed_and_epoch() -> None:
-    a, b = EpochSampler(50, 4, seed=7), EpochSampler(50, 5, seed=7, rank=1, world_size=3)
-    assert a.permutation(3).tolist() == b.permutation(3).tolist()
-    assert a.permutation(0).tolist() != a.permutation(1).tolist()
-    assert a.permutation(0).tolist() != EpochSampler(50, 4, seed=8).permutation(0).tolist()
-    jumped = EpochSampler(50, 4, seed=7)
-    jumped.load_state_dict({**jumped.state_dict(), "epoch": 2})
-    assert [i for batch in jumped for i in batch] == a.permutation(2).tolist()
-
-
-def run_ranks(n: int, bs: int, ws: int, seed: int = 3, drop: bool = False,
-              state: dict | None = None, stop: int | None = None) -> list[list[list[int]]]:
-    """Batches of every rank, in lockstep, until ``stop`` global batches or the epoch's end."""
-    samplers = [EpochSampler(n, bs, seed=seed, rank=r, world_size=ws, drop_last=drop)
-                for r in range(ws)]
-    if state is not None:
-        for s in samplers:
-            s.load_state_dict(json.loads(json.dumps(state)))
-    out: list[list[list[int]]] = []
-    iters = [iter(s) for s in samplers]
-    while stop is None or len(out) < stop:
-        parts = [next(it, None) for it in iters]
-        if parts[0] is None:
-            assert all(p is None for p in parts)  # every rank ends together
-            break
-        assert all(p is not None for p in parts)
-        out.append(parts)  # type: ignore[arg-type]
-        total = sum(len(p) for p in parts)  # type: ignore[arg-type]
-        for s in samplers:
-            s.step(num_targets=total)  # as if all-reduced over ranks: one global count
-    run_ranks.last_state = samplers[0].state_dict()  # type: ignore[attr-defined]
-    return out
-
-
-@pytest.mark.parametrize("ws", [1, 2, 3, 4])
-@pytest.mark.parametrize("n", [1, 2, 5, 12, 13, 22, 23, 25])
-@pytest.mark.parametrize("drop", [False, True])
-def test_ranks_are_disjoint_and_complete(ws: int, n: int, drop: bool) -> None:
-    bs = 3
-    g = ws * bs
-    if drop and n < g:
-        return
-    perm = EpochSampler(n, bs, seed=3).permutation(0).tolist()
-    batches = run_ranks(n, bs, ws, drop=drop)
-    assert len(batches) == (n // g if drop else -(-n // g))
-    seen: list[int] = []
-    for k, parts in enumerate(batches):
-        lo, hi = k * g, min((k + 1) * g, n)
-        m = hi - lo
-        sizes = [len(p) for p in parts]
-        assert min(sizes) >= 1 and max(sizes) - min(sizes) <= (0 if m == g else 1)
-        if m >= ws:
-            assert [i for p in parts for i in p] == perm[lo:hi]  # contiguous, rank order
-        else:  # the tail policy: ranks >= m get one window wrapped from the epoch's start
-            assert parts[:m] == [[i] for i in perm[lo:hi]]
-            assert parts[m:] == [[perm[j % n]] for j in range(ws - m)]
-        seen += [i for p in parts[: min(m, ws)] for i in p] if m < ws else perm[lo:hi]
-    assert seen == perm[: (n // g * g if drop else n)]
-    assert len(set(seen)) == len(seen)
-
-
-@settings(max_examples=25, deadline=None)
-@given(st.integers(1, 30), st.integers(1, 4), st.integers(1, 3), st.integers(0, 10**6),
-       st.booleans())
-def test_resume_at_every_cut_of_two_epochs(n: int, bs: int, ws: int, seed: int,
-                                           drop: bool) -> None:
-    if drop and n < bs * ws:
-        return
-    ref = run_ranks(n, bs, ws, seed, drop) + run_ranks(
-        n, bs, ws, seed, drop, state={**run_ranks.last_state})  # type: ignore[attr-defined]
-    assert run_ranks.last_state["epoch"] == 2  # type: ignore[attr-defined]
-    for cut in range(len(ref) + 1):
-        first = run_ranks(n, bs, ws, seed, drop, stop=cut)
-        state = run_ranks.last_state  # type: ignore[attr-defined]
-        rest = []
-        while state["epoch"] < 2:
-            rest += run_ranks(n, bs, ws, seed, drop, state=state)
-            state = run_ranks.last_state  # type: ignore[attr-defined]
-        assert first + rest == ref
-        assert state["targets_seen"] == sum(len(p) for parts in ref for p in parts)
-
-
-def test_resume_without_step_uses_the_iterator_position() -> None:
-    sampler = EpochSampler(10, 3, seed=1)
-    ref = list(sampler) + list(sampler)  # two epochs: each iteration starts the next
-    assert sorted(i for b in ref[4:] for i in b) == list(range(10))
-    for cut in range(len(ref) + 1):
-        a = EpochSampler(10, 3, seed=1)
-        it = iter(a)
-        first = [next(it) for _ in range(min(cut, 4))]
-        if cut > 4:
-            it = iter(a)
-            first += [next(it) for _ in range(cut - 4)]
-        b = EpochSampler(10, 3, seed=1)
-        b.load_state_dict(json.loads(json.dumps(a.state_dict())))
-        rest = []
-        while b.epoch < 2:
-            rest += list(b)
-        assert first + rest == ref
-
-
-def test_elastic_resume_repeats_and_skips_nothing() -> None:
-    n, g, seed = 38, 4, 5  # 38 % 4 = 2: the last phase (2 ranks) splits the tail 1 + 1
-    perm = EpochSampler(n, g, seed=seed).permutation(0).tolist()
-    phases = [(2, 3), (1, 2), (4, 3), (2, None)]  # 2 → 1 → 4 → 2 ranks, same global batch
-    state, seen, global_batches = None, [], []
-    for ws, stop in phases:
-        for parts in run_ranks(n, g // ws, ws, seed, state=state, stop=stop):
-            global_batches.append(sorted(i for p in parts for i in p))
-            seen += [i for p in parts for i in p]
-        state = run_ranks.last_state  # type: ignore[attr-defined]
-    assert state["epoch"] == 1 and state["cursor"] == 0 and state["targets_seen"] == n
-    assert seen == perm  # every window once, in the epoch's order
-    assert global_batches == [sorted(perm[k : k + g]) for k in range(0, n, g)]
-
-
-def test_resume_with_another_global_batch_covers_the_rest_once() -> None:
-    first = run_ranks(29, 4, 1, stop=3)
-    rest = run_ranks(29, 2, 3, state=run_ranks.last_state)  # type: ignore[attr-defined]
-    seen = [i for parts in first + rest for p in parts for i in p]
-    assert seen == EpochSampler(29, 4, seed=3).permutation(0).tolist()
-
-
-def test_sampler_state_errors() -> None:
-    sampler = EpochSampler(10, 4, seed=0)
-    with pytest.raises(ValueError, match="more batches than the sampler has yielded"):
-        sampler.step(num_targets=1)
-    state = sampler.state_dict()
-    with pytest.raises(ValueError, match="the state has n 10, but this sampler has 11"):
-        EpochSampler(11, 4, seed=0).load_state_dict(state)
-    with pytest.raises(ValueError, match="the state has seed 0, but this sampler has 1"):
-        EpochSampler(10, 4, seed=1).load_state_dict(state)
-    with pytest.raises(ValueError, match="not an EpochSampler state"):
-        sampler.load_state_dict({"epoch": 0})
-    with pytest.raises(ValueError, match="`batch_size` must be at least 1, but got 0"):
-        EpochSampler(10, 0, seed=0)
-    with pytest.raises(ValueError, match=r"`rank` must be in \[0, 2\), but got 2"):
-        EpochSampler(10, 1, seed=0, rank=2, world_size=2)
-    with pytest.raises(ValueError, match="`n` must be at least 1, but got 0"):
-        EpochSampler(0, 1, seed=0)
-
-
 # -- the sampler under a real DataLoader ---------------------------------------------------
 
 
@@ -697,11 +523,3 @@ def test_train_tiny_resume_matches_an_uninterrupted_run(tmp_path: Path,
     assert resumed["train_loss"] == pytest.approx(full["train_loss"], rel=1e-6)
     assert resumed["eval_nll"] == pytest.approx(full["eval_nll"], rel=1e-6)
     assert math.isfinite(full["eval_perplexity"])
-
-
-# -- the package boundary ------------------------------------------------------------------
-
-
-def test_reader_does_not_import_beam() -> None:
-    code = "import reader, sys; assert 'apache_beam' not in sys.modules, 'beam imported'"
-    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
