@@ -35,7 +35,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
+import torch.utils.data
+
+from reader.dataset import WindowBatch
 
 __all__ = ["IGNORE_INDEX", "collate"]
 
@@ -58,6 +62,62 @@ def _field(window: Mapping[str, Any], name: str, b: int) -> int:
     return int(value)
 
 
+def _alloc(numel: int) -> torch.Tensor:
+    """An int64 buffer; in a ``DataLoader`` worker, in shared memory (no copy to send it)."""
+    if torch.utils.data.get_worker_info() is not None:
+        storage = torch.UntypedStorage._new_shared(numel * 8)
+        return torch.empty(0, dtype=torch.int64).set_(storage).view(-1)[:numel]
+    return torch.empty(numel, dtype=torch.int64)
+
+
+def _pad(flat: npt.NDArray[Any], offsets: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64],
+         loss_starts: npt.NDArray[np.int64], pad_id: int) -> dict[str, Any]:
+    """The batch tensors from checked windows: window b is ``flat[offsets[b]:offsets[b+1]]``."""
+    batch_size = len(lengths)
+    num_targets = int((lengths - loss_starts).sum())
+    if num_targets == 0:
+        raise ValueError(f"the batch of {batch_size} windows has no scored target")
+    width = int(lengths.max())
+    # One buffer for all five tensors: one shared-memory segment to pass between processes.
+    buffer = _alloc(4 * batch_size * width + batch_size)
+    out = buffer.numpy()
+    plane = batch_size * width
+    input_ids = out[:plane].reshape(batch_size, width)
+    labels = out[plane : 2 * plane].reshape(batch_size, width)
+    mask = out[2 * plane : 3 * plane].reshape(batch_size, width)
+    positions = out[3 * plane : 4 * plane].reshape(batch_size, width)
+    out[4 * plane :] = lengths
+    if bool((lengths == width).all()) and bool((np.diff(offsets) == width + 1).all()):
+        # Every window full: two strided copies instead of a loop over windows.
+        rows = flat[: batch_size * (width + 1)].reshape(batch_size, width + 1)
+        input_ids[:] = rows[:, :width]
+        labels[:] = rows[:, 1:]
+        cols = np.arange(width)
+        labels[cols[None, :] < loss_starts[:, None]] = IGNORE_INDEX
+        mask[:] = 1
+        positions[:] = cols
+    else:
+        input_ids.fill(int(pad_id))
+        labels.fill(IGNORE_INDEX)
+        cols = np.arange(width)
+        valid = cols[None, :] < lengths[:, None]
+        mask[:] = valid
+        np.multiply(valid, cols[None, :], out=positions)
+        for b, (o, n, ls) in enumerate(zip(offsets[:-1].tolist(), lengths.tolist(),
+                                           loss_starts.tolist(), strict=False)):
+            input_ids[b, :n] = flat[o : o + n]
+            labels[b, ls:n] = flat[o + ls + 1 : o + n + 1]
+    planes = buffer[: 4 * plane].view(4, batch_size, width)
+    return {
+        "input_ids": planes[0],
+        "labels": planes[1],
+        "attention_mask": planes[2],
+        "position_ids": planes[3],
+        "lengths": buffer[4 * plane :],
+        "num_targets": num_targets,
+    }
+
+
 def collate(windows: Sequence[Mapping[str, Any]], pad_id: int) -> dict[str, Any]:
     """Pad and mask B windows into one batch (see the module docstring for the contract).
 
@@ -78,6 +138,11 @@ def collate(windows: Sequence[Mapping[str, Any]], pad_id: int) -> dict[str, Any]
     batch_size = len(windows)
     if batch_size == 0:
         raise ValueError("cannot collate an empty batch: it has no targets")
+    if isinstance(windows, WindowBatch):
+        # Gathered from a layout whose rows were checked when it was built.
+        return _pad(windows.tokens, windows.offsets,
+                    windows.columns["length"].astype(np.int64),
+                    windows.columns["loss_start"].astype(np.int64), int(pad_id))
     lengths = np.empty(batch_size, dtype=np.int64)
     loss_starts = np.empty(batch_size, dtype=np.int64)
     spans = []
@@ -109,31 +174,6 @@ def collate(windows: Sequence[Mapping[str, Any]], pad_id: int) -> dict[str, Any]
     flat = np.concatenate(spans).astype(np.int64, copy=False)
     if flat.min() < 0:
         raise ValueError(f"the batch holds a negative token id ({int(flat.min())})")
-
-    width = int(lengths.max())
-    # One entry per real (input, target) pair: its row, its column t, its input's flat index.
-    rows = np.repeat(np.arange(batch_size), lengths)
-    first_pair = np.cumsum(lengths) - lengths
-    cols = np.arange(int(lengths.sum())) - np.repeat(first_pair, lengths)
-    first_token = np.cumsum(lengths + 1) - (lengths + 1)
-    src = np.repeat(first_token, lengths) + cols
-
-    input_ids = np.full((batch_size, width), int(pad_id), dtype=np.int64)
-    input_ids[rows, cols] = flat[src]
-    labels = np.full((batch_size, width), IGNORE_INDEX, dtype=np.int64)
-    scored = cols >= np.repeat(loss_starts, lengths)
-    labels[rows[scored], cols[scored]] = flat[src[scored] + 1]
-    num_targets = int(scored.sum())
-    if num_targets == 0:
-        raise ValueError(f"the batch of {batch_size} windows has no scored target")
-
-    positions = np.arange(width, dtype=np.int64)
-    mask = positions[None, :] < lengths[:, None]
-    return {
-        "input_ids": torch.from_numpy(input_ids),
-        "labels": torch.from_numpy(labels),
-        "attention_mask": torch.from_numpy(mask.astype(np.int64)),
-        "position_ids": torch.from_numpy(np.where(mask, positions[None, :], 0)),
-        "lengths": torch.from_numpy(lengths),
-        "num_targets": num_targets,
-    }
+    offsets = np.zeros(batch_size + 1, dtype=np.int64)
+    np.cumsum(lengths + 1, out=offsets[1:])
+    return _pad(flat, offsets, lengths, loss_starts, int(pad_id))

@@ -14,14 +14,20 @@ Contract:
 * ``ds[i]`` is a dict: ``tokens`` (``np.int32`` array of ``length + 1`` ids, the stored span
   ``z[start : start + length + 1]``), ``start``, ``length``, ``loss_start``, ``doc_id``,
   ``doc_key``, ``window_index``, ``doc_tokens`` and ``index`` (= ``i``).
-* Data is read lazily, one Parquet row group at a time, into a small per-process LRU cache
-  bounded in bytes, so a dataset larger than memory is fine. When a row group is loaded it
-  is checked, vectorised: every token id in ``[0, vocab_size)``, ``1 <= length <= window``,
-  ``len(tokens) == length + 1`` and ``0 <= loss_start < length``; a bad row is a
-  ``ValueError`` naming the shard and the row, never a silent out-of-range embedding lookup.
-* The object pickles without open files or cached data, and a process that finds itself
-  with another pid (a forked ``DataLoader`` worker) drops what it inherited and reopens, so
-  every worker holds its own handles and its own cache.
+* Reads go through the local layout of :mod:`reader.layout`: each shard, the first time it
+  is read (or all at once with :meth:`WindowDataset.prepare`), is verified against the
+  manifest's SHA-256, checked row by row (token ids in ``[0, vocab_size)``,
+  ``1 <= length <= window``, ``len(tokens) == length + 1``, ``0 <= loss_start < length``; a
+  bad row is a ``ValueError`` naming the shard, the row and the dataset index, never a
+  silent out-of-range embedding lookup) and written as flat arrays into a cache directory
+  (``cache_dir``, never inside the dataset), which every process then memory-maps. A remote
+  shard is downloaded into the cache on demand; ``cache_limit`` bounds the cache's bytes.
+* ``ds.__getitems__(indices)`` (what ``DataLoader`` calls for a batch) gathers the windows
+  vectorised into a :class:`WindowBatch`, a sequence of the same dicts that
+  :func:`reader.collate` pads without a per-window loop.
+* The object pickles without open files or maps, and a process that finds itself with
+  another pid (a forked ``DataLoader`` worker) drops what it inherited and maps the layout
+  itself, so nothing large is pickled and every worker holds its own maps.
 
 Example::
 
@@ -36,8 +42,9 @@ from __future__ import annotations
 import bisect
 import hashlib
 import os
-from collections import OrderedDict
-from collections.abc import Sequence
+import time
+import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,50 +54,38 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from reader.layout import LayoutCache, ShardLayout, ShardSource, default_cache_dir
 from transforms.schema import (
     ARROW_SCHEMA,
-    COLUMNS,
     MANIFEST_NAME,
     SHARD_PATTERN,
     parse_manifest,
 )
 
-__all__ = ["WindowDataset"]
+__all__ = ["BLOCK_UNITS", "WindowBatch", "WindowDataset"]
 
-DEFAULT_CACHE_BYTES = 128 * 2**20
-_MAX_OPEN_FILES = 8
+BLOCK_UNITS = ("shard", "row_group")
 _HASH_CHUNK = 8 * 2**20
 
 
 @dataclass(frozen=True)
 class _Shard:
-    """What the reader keeps of one shard: its path, rows and row-group boundaries."""
+    """What the reader keeps of one shard: its path, rows, row groups and SHA-256."""
 
     file: str
     path: str
     rows: int
     row_group_starts: tuple[int, ...]  # first row of each row group, in the shard
+    sha256: str
 
 
-@dataclass
-class _RowGroup:
-    """One decoded, checked row group: column arrays plus flat tokens with offsets."""
-
-    doc_id: list[str]
-    doc_key: npt.NDArray[np.uint64]
-    window_index: npt.NDArray[np.int32]
-    start: npt.NDArray[np.int64]
-    length: npt.NDArray[np.int32]
-    loss_start: npt.NDArray[np.int32]
-    doc_tokens: npt.NDArray[np.int64]
-    token_values: npt.NDArray[np.int32]
-    token_offsets: npt.NDArray[np.int64]
-    nbytes: int
-
-
-def _open_root(path: str | os.PathLike[str]) -> tuple[pafs.FileSystem, str, str]:
+def _open_root(path: str | os.PathLike[str],
+               filesystem: pafs.FileSystem | None) -> tuple[pafs.FileSystem, str, str]:
     """The filesystem, the root path inside it, and the name to show in messages."""
     text = os.fspath(path)
+    if filesystem is not None:
+        root = text.rstrip("/")
+        return filesystem, root, f"{filesystem.type_name}:{root}"
     if "://" in text:
         fs, root = pafs.FileSystem.from_uri(text)
         return fs, root.rstrip("/"), text.rstrip("/")
@@ -106,18 +101,30 @@ def _same_type(actual: pa.DataType, expected: pa.DataType) -> bool:
 
 
 class WindowDataset:
-    """The windows of a finished output, with random access and lazy, bounded reads.
+    """The windows of a finished output, with random access through a memory-mapped layout.
 
     Args:
-        path: the output directory: a local path or a URI that ``pyarrow.fs`` opens.
-        verify: also check each shard's SHA-256 against the manifest (reads every byte once).
-        cache_bytes: the decoded row groups one process keeps, in bytes (at least one row group
-            is always kept). Each ``DataLoader`` worker has its own cache.
+        path: the output directory: a local path or a URI that ``pyarrow.fs`` opens
+            (``s3://``, ``gs://``, ``file://`` …).
+        verify: also check each shard's SHA-256 against the manifest at open (reads every
+            byte once; a shard's layout is always built from bytes that hash to it).
+        filesystem: a ``pyarrow.fs.FileSystem`` in which ``path`` is a path (e.g.
+            ``S3FileSystem(endpoint_override=...)`` for an S3-compatible store); default: from
+            the URI, or the local disk.
+        cache_dir: where the layouts live (default :func:`reader.layout.default_cache_dir`:
+            ``$TOKEN_WINDOWS_CACHE``, else ``$XDG_CACHE_HOME/token-windows`` or
+            ``~/.cache/token-windows``); never inside the dataset directory.
+        cache_limit: at most this many bytes of layouts in ``cache_dir`` (``None``: no bound);
+            least recently used layouts are removed first. With a bound smaller than the
+            dataset's layout, read in ``blocks`` order by shard (see the README).
+        cache_bytes: ignored (the in-memory row-group cache of earlier releases; memory is
+            now the operating system's page cache). Passing it warns.
 
     Raises:
         FileNotFoundError: the manifest or a shard it lists does not exist.
         ValueError: the manifest is invalid, of another format or version, or disagrees with
-            a shard (row count, columns, checksum), or the counts disagree.
+            a shard (row count, columns, checksum), the counts disagree, or ``cache_dir`` is
+            inside the dataset.
     """
 
     def __init__(
@@ -125,12 +132,25 @@ class WindowDataset:
         path: str | os.PathLike[str],
         verify: bool = False,
         *,
-        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        filesystem: pafs.FileSystem | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
+        cache_bytes: int | None = None,
     ) -> None:
-        if not isinstance(cache_bytes, int) or cache_bytes < 0:
-            raise ValueError(f"`cache_bytes` must be a non-negative integer, but got {cache_bytes}")
-        self._fs, self._root, self.path = _open_root(path)
-        self._cache_bytes = cache_bytes
+        if cache_bytes is not None:
+            warnings.warn("`cache_bytes` no longer applies: windows are read from a memory-mapped "
+                          "layout (see `cache_dir` and `cache_limit`)", DeprecationWarning,
+                          stacklevel=2)
+        self._fs, self._root, self.path = _open_root(path, filesystem)
+        directory = os.path.abspath(os.fspath(cache_dir if cache_dir is not None
+                                              else default_cache_dir()))
+        if isinstance(self._fs, pafs.LocalFileSystem):
+            real_root = os.path.realpath(self._root)
+            real_cache = os.path.realpath(directory)
+            if os.path.commonpath([real_root, real_cache]) == real_root:
+                raise ValueError(f"`cache_dir` must be outside the dataset directory "
+                                 f"{self.path}, but got {directory}")
+        self._layouts = LayoutCache(directory, limit_bytes=cache_limit)
         self.manifest: dict[str, Any] = self._read_manifest()
         tokenizer = self.manifest["tokenizer"]
         self.vocab_size: int = int(tokenizer["vocab_size"])
@@ -150,6 +170,9 @@ class WindowDataset:
                 f"hold {total} rows; the dataset is damaged"
             )
         self._len = total
+        self._starts = np.array([*self._shard_starts, total], dtype=np.int64)
+        self.fingerprint: str = hashlib.sha256(
+            "".join(s.sha256 for s in self._shards).encode()).hexdigest()
         self._reset_process_state()
 
     # -- opening and checking -------------------------------------------------------------
@@ -222,11 +245,16 @@ class WindowDataset:
                     f"shard {where} has SHA-256 {digest}, but the manifest says "
                     f"{entry['sha256']}; the file is damaged or was replaced"
                 )
+        sha256 = entry["sha256"]
+        if not isinstance(sha256, str) or len(sha256) != 64:
+            raise ValueError(f"{self._where(MANIFEST_NAME)}: shards[{i}].sha256 must be a "
+                             f"SHA-256 in hex, but got {sha256!r}")
         starts, total = [], 0
         for g in range(metadata.num_row_groups):
             starts.append(total)
             total += metadata.row_group(g).num_rows
-        return _Shard(file=file, path=path, rows=rows, row_group_starts=tuple(starts))
+        return _Shard(file=file, path=path, rows=rows, row_group_starts=tuple(starts),
+                      sha256=sha256)
 
     def _sha256(self, path: str) -> str:
         h = hashlib.sha256()
@@ -235,17 +263,15 @@ class WindowDataset:
                 h.update(chunk)
         return h.hexdigest()
 
-    # -- per-process state: open files and the row-group cache ----------------------------
+    # -- per-process state: the mapped layouts -------------------------------------------
 
     def _reset_process_state(self) -> None:
         self._pid = os.getpid()
-        self._files: OrderedDict[int, tuple[Any, pq.ParquetFile]] = OrderedDict()
-        self._cache: OrderedDict[tuple[int, int], _RowGroup] = OrderedDict()
-        self._cached_bytes = 0
+        self._open: list[ShardLayout | None] = [None] * len(self._shards)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for key in ("_files", "_cache", "_cached_bytes", "_pid"):
+        for key in ("_open", "_pid"):
             state.pop(key)
         return state
 
@@ -254,162 +280,146 @@ class WindowDataset:
         self._reset_process_state()
 
     def close(self) -> None:
-        """Close the open shard files and empty the cache (they reopen on the next read)."""
-        if self._pid == os.getpid():
-            for handle, _ in self._files.values():
-                handle.close()
+        """Drop this process's maps of the layouts (they are mapped again on the next read)."""
         self._reset_process_state()
 
-    def _parquet(self, s: int) -> pq.ParquetFile:
-        if self._pid != os.getpid():
-            # A forked worker: the inherited handles belong to the parent.
-            self._reset_process_state()
-        entry = self._files.get(s)
-        if entry is not None:
-            self._files.move_to_end(s)
-            return entry[1]
-        handle = self._fs.open_input_file(self._shards[s].path)
-        pf = pq.ParquetFile(handle)
-        self._files[s] = (handle, pf)
-        while len(self._files) > _MAX_OPEN_FILES:
-            _, (old, _) = self._files.popitem(last=False)
-            old.close()
-        return pf
-
-    def _row_group(self, s: int, g: int) -> _RowGroup:
-        if self._pid != os.getpid():
-            self._reset_process_state()
-        key = (s, g)
-        group = self._cache.get(key)
-        if group is not None:
-            self._cache.move_to_end(key)
-            return group
-        group = self._load(s, g)
-        self._cache[key] = group
-        self._cached_bytes += group.nbytes
-        while self._cached_bytes > self._cache_bytes and len(self._cache) > 1:
-            _, old = self._cache.popitem(last=False)
-            self._cached_bytes -= old.nbytes
-        return group
-
-    def _load(self, s: int, g: int) -> _RowGroup:
+    def _source(self, s: int) -> ShardSource:
         shard = self._shards[s]
-        table = self._parquet(s).read_row_group(g, columns=list(COLUMNS), use_threads=False)
-        tokens = table.column("tokens").combine_chunks()
-        if tokens.null_count:
-            raise ValueError(f"shard {self._where(shard.file)}: null tokens in row group {g}")
-        offsets = np.asarray(tokens.offsets, dtype=np.int64)
-        values = np.asarray(tokens.values, dtype=np.int32)[offsets[0] : offsets[-1]]
-        offsets = offsets - offsets[0]
+        return ShardSource(fs=self._fs, path=shard.path, where=self._where(shard.file),
+                           sha256=shard.sha256, rows=shard.rows,
+                           first_index=self._shard_starts[s], vocab_size=self.vocab_size,
+                           window=self.window)
 
-        def col(name: str, dtype: type) -> np.ndarray:
-            return table.column(name).to_numpy().astype(dtype, copy=False)
+    def _layout(self, s: int) -> ShardLayout:
+        if self._pid != os.getpid():
+            # A forked worker: map the layouts itself rather than share the parent's.
+            self._reset_process_state()
+        layout = self._open[s]
+        if layout is None:
+            layout = self._layouts.get(self._source(s))
+            self._open[s] = layout
+        return layout
 
-        group = _RowGroup(
-            doc_id=table.column("doc_id").to_pylist(),
-            doc_key=col("doc_key", np.uint64),
-            window_index=col("window_index", np.int32),
-            start=col("start", np.int64),
-            length=col("length", np.int32),
-            loss_start=col("loss_start", np.int32),
-            doc_tokens=col("doc_tokens", np.int64),
-            token_values=values,
-            token_offsets=offsets,
-            nbytes=0,
-        )
-        self._check_rows(s, g, group)
-        group.nbytes = (
-            values.nbytes
-            + offsets.nbytes
-            + 41 * len(offsets)  # the fixed-width columns, per row
-            + sum(len(d) + 49 for d in group.doc_id)  # a rough size of a Python str
-        )
-        return group
+    @property
+    def cache_dir(self) -> str:
+        """The cache directory that holds the layouts."""
+        return self._layouts.directory
 
-    def _check_rows(self, s: int, g: int, group: _RowGroup) -> None:
-        """Check a freshly loaded row group, vectorised; name the first bad row."""
-        shard = self._shards[s]
-        first = shard.row_group_starts[g]
+    @property
+    def layout_builds(self) -> int:
+        """Shard layouts this process has built (0 when every one was already cached)."""
+        return self._layouts.builds
 
-        def fail(local: int, why: str) -> None:
-            row = first + int(local)
-            raise ValueError(
-                f"shard {self._where(shard.file)} row {row} (dataset index "
-                f"{self._shard_starts[s] + row}): {why}"
-            )
+    def prepare(self) -> dict[str, Any]:
+        """Build (or check) the layout of every shard now, rather than on first read.
 
-        values = group.token_values
-        bad = (values < 0) | (values >= self.vocab_size)
-        if bad.any():
-            at = int(np.flatnonzero(bad)[0])
-            local = int(np.searchsorted(group.token_offsets, at, side="right")) - 1
-            fail(local, f"token id {int(values[at])} is outside the vocabulary "
-                        f"[0, {self.vocab_size}) of the manifest")
-        length = group.length.astype(np.int64)
-        sizes = np.diff(group.token_offsets)
-        checks = (
-            ((length < 1) | (length > self.window),
-             lambda j: f"length {length[j]} is outside [1, {self.window}] (the window)"),
-            (sizes != length + 1,
-             lambda j: f"tokens has {sizes[j]} ids, but length {length[j]} needs {length[j] + 1}"),
-            ((group.loss_start < 0) | (group.loss_start >= length),
-             lambda j: f"loss_start {group.loss_start[j]} is outside [0, {length[j]})"),
-        )
-        for mask, why in checks:
-            if mask.any():
-                j = int(np.flatnonzero(mask)[0])
-                fail(j, why(j))
+        Returns:
+            ``{"shards", "built", "bytes", "seconds", "cache_dir"}``: the layouts built now
+            (0 when all were cached), their total size on disk and the time taken.
+        """
+        began = time.perf_counter()
+        before = self._layouts.builds
+        size = 0
+        for s in range(len(self._shards)):
+            layout = self._layout(s)
+            size += sum(os.path.getsize(os.path.join(layout.directory, f))
+                        for f in os.listdir(layout.directory))
+        return {"shards": len(self._shards), "built": self._layouts.builds - before,
+                "bytes": size, "seconds": time.perf_counter() - began,
+                "cache_dir": self.cache_dir}
 
     # -- access ---------------------------------------------------------------------------
 
     def __len__(self) -> int:
         return self._len
 
-    def _locate(self, index: int) -> tuple[int, int, int]:
-        """(shard, row group, row in the row group) of a global index."""
+    def _normalise_index(self, index: int) -> int:
         i = index.__index__() if not isinstance(index, int) else index
         if i < 0:
             i += self._len
         if not 0 <= i < self._len:
             raise IndexError(f"index {index} is out of range for {self._len} windows")
+        return i
+
+    def _locate(self, i: int) -> tuple[int, int]:
+        """(shard, row in the shard) of a global index in range."""
         s = bisect.bisect_right(self._shard_starts, i) - 1
         # Empty shards share their start with the next one; bisect_right skips them.
-        row = i - self._shard_starts[s]
-        starts = self._shards[s].row_group_starts
-        g = bisect.bisect_right(starts, row) - 1
-        return s, g, row - starts[g]
-
-    def _window(self, group: _RowGroup, j: int, index: int) -> dict[str, Any]:
-        lo, hi = group.token_offsets[j], group.token_offsets[j + 1]
-        return {
-            # A copy, so a window kept by the caller does not pin the whole row group.
-            "tokens": group.token_values[lo:hi].copy(),
-            "start": int(group.start[j]),
-            "length": int(group.length[j]),
-            "loss_start": int(group.loss_start[j]),
-            "doc_id": group.doc_id[j],
-            "doc_key": int(group.doc_key[j]),
-            "window_index": int(group.window_index[j]),
-            "doc_tokens": int(group.doc_tokens[j]),
-            "index": index,
-        }
+        return s, i - self._shard_starts[s]
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         """The window at global index ``index`` (negative indices count from the end)."""
-        s, g, j = self._locate(index)
-        i = self._shard_starts[s] + self._shards[s].row_group_starts[g] + j
-        return self._window(self._row_group(s, g), j, i)
+        i = self._normalise_index(index)
+        s, j = self._locate(i)
+        layout = self._layout(s)
+        lo, hi = int(layout.offsets[j]), int(layout.offsets[j + 1])
+        window: dict[str, Any] = {"tokens": np.asarray(layout.tokens[lo:hi], dtype=np.int32)}
+        for name, values in layout.columns.items():
+            window[name] = int(values[j])
+        window["doc_id"] = layout.doc_id(j)
+        window["index"] = i
+        return window
 
-    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
-        """Several windows at once, loading each needed row group once (``DataLoader`` uses it)."""
-        located = [self._locate(i) for i in indices]
-        out: list[dict[str, Any] | None] = [None] * len(located)
-        order = sorted(range(len(located)), key=lambda k: located[k][:2])
-        for k in order:
-            s, g, j = located[k]
-            i = self._shard_starts[s] + self._shards[s].row_group_starts[g] + j
-            out[k] = self._window(self._row_group(s, g), j, i)
-        return out  # type: ignore[return-value]
+    def __getitems__(self, indices: Sequence[int]) -> WindowBatch:
+        """Several windows at once, gathered vectorised (``DataLoader`` calls this per batch)."""
+        idx = np.asarray(indices if len(indices) else [], dtype=np.int64)
+        if idx.ndim != 1:
+            raise ValueError(f"`indices` must be a sequence of integers, but got shape "
+                             f"{idx.shape}")
+        idx = np.where(idx < 0, idx + self._len, idx)
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self._len):
+            bad = next(int(v) for v in indices if not -self._len <= int(v) < self._len)
+            raise IndexError(f"index {bad} is out of range for {self._len} windows")
+        shard = np.searchsorted(self._starts, idx, side="right") - 1
+        row = idx - self._starts[shard]
+        b = len(idx)
+        lo = np.empty(b, np.int64)
+        hi = np.empty(b, np.int64)
+        cols = {name: np.empty(b, dtype=values.dtype) for name, values in
+                self._layout(int(shard[0])).columns.items()} if b else {}
+        layouts: list[ShardLayout] = [None] * b  # type: ignore[list-item]
+        for s in np.unique(shard).tolist():
+            at = np.flatnonzero(shard == s) if len(self._shards) > 1 else slice(None)
+            layout = self._layout(s)
+            rows = row[at]
+            lo[at] = layout.offsets[rows]
+            hi[at] = layout.offsets[rows + 1]
+            for name, out in cols.items():
+                out[at] = layout.columns[name][rows]
+            if len(self._shards) > 1:
+                for k in at.tolist():  # type: ignore[union-attr]
+                    layouts[k] = layout
+            else:
+                layouts = [layout] * b
+        sizes = hi - lo
+        offsets = np.zeros(b + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        tokens = np.empty(int(offsets[-1]), np.int32)
+        for k in range(b):
+            tokens[offsets[k] : offsets[k + 1]] = layouts[k].tokens[lo[k] : hi[k]]
+        return WindowBatch(tokens=tokens, offsets=offsets, index=idx, columns=cols,
+                           layouts=layouts, rows=row)
+
+    def blocks(self, unit: str = "row_group") -> tuple[int, ...]:
+        """Block sizes in dataset order, for ``EpochSampler(order="blocks", blocks=...)``.
+
+        Args:
+            unit: ``"row_group"`` (each Parquet row group: finer mixing, for a prepared local
+                layout) or ``"shard"`` (each shard: a buffer of k blocks touches k shards, so
+                only k layouts need to be local at once; for remote data and a bounded cache).
+
+        Raises:
+            ValueError: an unknown unit.
+        """
+        if unit not in BLOCK_UNITS:
+            raise ValueError(f"`unit` must be one of {BLOCK_UNITS}, but got {unit!r}")
+        if unit == "shard":
+            return tuple(s.rows for s in self._shards)
+        out: list[int] = []
+        for shard in self._shards:
+            edges = [*shard.row_group_starts, shard.rows]
+            out += [b - a for a, b in zip(edges, edges[1:], strict=False)]
+        return tuple(out)
 
     @property
     def shard_files(self) -> tuple[str, ...]:
@@ -426,3 +436,42 @@ class WindowDataset:
             f"WindowDataset({self.path!r}, windows={self._len}, shards={len(self._shards)}, "
             f"window={self.window}, vocab_size={self.vocab_size})"
         )
+
+
+class WindowBatch(Sequence):
+    """Windows gathered by :meth:`WindowDataset.__getitems__`: flat arrays, one row each.
+
+    A sequence of the dicts ``WindowDataset[i]`` gives (built when an item is asked for);
+    :func:`reader.collate` reads the arrays directly. ``tokens`` holds every window's ids back
+    to back (int32), window k being ``tokens[offsets[k] : offsets[k + 1]]``; ``columns``
+    holds ``start``, ``length``, ``loss_start``, ``doc_tokens``, ``doc_key`` and
+    ``window_index``, one value per window; ``index`` the dataset indices.
+    """
+
+    def __init__(self, *, tokens: npt.NDArray[np.int32], offsets: npt.NDArray[np.int64],
+                 index: npt.NDArray[np.int64], columns: dict[str, npt.NDArray[Any]],
+                 layouts: list[ShardLayout], rows: npt.NDArray[np.int64]) -> None:
+        self.tokens = tokens
+        self.offsets = offsets
+        self.index = index
+        self.columns = columns
+        self._layouts = layouts
+        self._rows = rows
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, k: int) -> dict[str, Any]:  # type: ignore[override]
+        if isinstance(k, slice):
+            raise TypeError("WindowBatch does not slice; index one window at a time")
+        k = range(len(self))[k]
+        window: dict[str, Any] = {
+            "tokens": self.tokens[self.offsets[k] : self.offsets[k + 1]].copy()}
+        for name, values in self.columns.items():
+            window[name] = int(values[k])
+        window["doc_id"] = self._layouts[k].doc_id(int(self._rows[k]))
+        window["index"] = int(self.index[k])
+        return window
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (self[k] for k in range(len(self)))

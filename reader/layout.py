@@ -1,0 +1,419 @@
+"""The local random-access layout: each verified shard as flat arrays that memory-map.
+
+Contract:
+
+* Parquet stays the published format; the reader turns each shard, once, into a *layout* in
+  a cache directory (never inside the dataset directory): Megatron's .bin/.idx idea, one
+  directory per shard named by the shard's SHA-256 (from the manifest), so the cache is
+  keyed by the dataset's fingerprint shard by shard, a dataset whose shards change gets new
+  entries, and two datasets sharing a shard share its entry. A layout holds
+
+  ============================  =========================================================
+  ``tokens.bin``                every window's ``tokens`` back to back (``uint16`` when the
+                                vocabulary fits, else ``int32``), read with ``np.memmap``
+  ``offsets.npy``               int64, rows + 1: window j is ``tokens[offsets[j]:offsets[j+1]]``
+  ``start.npy`` … (6 columns)   ``start``, ``length``, ``loss_start``, ``doc_tokens``,
+                                ``doc_key``, ``window_index``, one value per window
+  ``doc_rows.npy``              int64, documents + 1: the first row of each document
+  ``doc_ids.bin``, ``doc_id_offsets.npy``  the documents' ids, UTF-8, back to back
+  ``layout.json``               written last: version, SHA-256, rows, vocabulary, window, the
+                                size of every file above
+  ============================  =========================================================
+
+* Building reads the shard (downloaded first into the cache's ``tmp/`` when it is remote),
+  hashes its bytes and refuses a shard whose SHA-256 is not the manifest's, checks every row
+  (token ids in the vocabulary, ``1 <= length <= window``, ``len(tokens) == length + 1``,
+  ``0 <= loss_start < length``) and writes into ``tmp/<sha>.<pid>.<random>/``, renamed to
+  its final name only when complete, under a per-shard ``flock`` so that two processes
+  never build the same shard at once. A crash leaves at most a temporary directory, which
+  the next build sweeps.
+* Reuse is checked cheaply (no hashing): ``layout.json`` parses and names this version,
+  shard, row count, vocabulary and window, and every file has the size it records. A
+  layout that fails the check is stale or partial: it is removed and rebuilt.
+* ``limit_bytes`` bounds the cache: after a build, the least recently used layouts are
+  removed until the total fits (the one just built always stays; a process that has a
+  layout mapped keeps reading it: POSIX unlinks only the name).
+
+Example::
+
+    cache = LayoutCache(default_cache_dir())
+    layout = cache.get(source)         # opens the shard's layout, building it first if needed
+    layout.tokens[layout.offsets[0] : layout.offsets[1]]   # window 0's tokens
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+__all__ = [
+    "LAYOUT_VERSION",
+    "LayoutCache",
+    "ShardLayout",
+    "ShardSource",
+    "default_cache_dir",
+]
+
+LAYOUT_VERSION = 1
+_META = "layout.json"
+_COLUMNS = {  # name: dtype, one value per window
+    "start": np.int64,
+    "length": np.int32,
+    "loss_start": np.int32,
+    "doc_tokens": np.int64,
+    "doc_key": np.uint64,
+    "window_index": np.int32,
+}
+_ARRAYS = ("offsets", *_COLUMNS, "doc_rows", "doc_id_offsets")
+_COPY_CHUNK = 8 * 2**20
+
+
+def default_cache_dir() -> str:
+    """``$TOKEN_WINDOWS_CACHE``, else ``$XDG_CACHE_HOME/token-windows``, else ``~/.cache/…``."""
+    if os.environ.get("TOKEN_WINDOWS_CACHE"):
+        return os.path.abspath(os.environ["TOKEN_WINDOWS_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(os.path.abspath(base), "token-windows")
+
+
+@dataclass(frozen=True)
+class ShardSource:
+    """Where a shard is and what the manifest says of it (what a build checks against).
+
+    Args:
+        fs: the shard's filesystem.
+        path: its path in ``fs``.
+        where: its name in messages (the dataset's path or URI and the file).
+        sha256: the manifest's SHA-256 of the file.
+        rows: the manifest's row count.
+        first_index: the dataset index of its first row (for messages).
+        vocab_size: ids must be in ``[0, vocab_size)``.
+        window: lengths must be in ``[1, window]``.
+    """
+
+    fs: pafs.FileSystem
+    path: str
+    where: str
+    sha256: str
+    rows: int
+    first_index: int
+    vocab_size: int
+    window: int
+
+
+class ShardLayout:
+    """One shard's layout, memory-mapped read-only (see the module docstring)."""
+
+    def __init__(self, directory: str, meta: dict[str, Any]) -> None:
+        self.directory = directory
+        self.rows: int = meta["rows"]
+        dtype = np.dtype(meta["token_dtype"])
+        size = meta["files"]["tokens.bin"] // dtype.itemsize
+        self.tokens: npt.NDArray[Any] = (
+            np.memmap(os.path.join(directory, "tokens.bin"), dtype=dtype, mode="r", shape=(size,))
+            if size else np.empty(0, dtype)
+        )
+        arrays = {name: np.load(os.path.join(directory, f"{name}.npy"), mmap_mode="r")
+                  for name in _ARRAYS}
+        self.offsets: npt.NDArray[np.int64] = arrays["offsets"]
+        self.columns: dict[str, npt.NDArray[Any]] = {name: arrays[name] for name in _COLUMNS}
+        self.doc_rows: npt.NDArray[np.int64] = arrays["doc_rows"]
+        self._doc_id_offsets = arrays["doc_id_offsets"]
+        with open(os.path.join(directory, "doc_ids.bin"), "rb") as f:
+            self._doc_ids = f.read()
+        if len(self.offsets) != self.rows + 1 or int(self.offsets[-1]) != size:
+            raise ValueError(f"layout {directory} is inconsistent: offsets do not match tokens")
+
+    def doc_id(self, row: int) -> str:
+        """The ``doc_id`` of window ``row`` of the shard."""
+        d = int(np.searchsorted(self.doc_rows, row, side="right")) - 1
+        lo, hi = int(self._doc_id_offsets[d]), int(self._doc_id_offsets[d + 1])
+        return self._doc_ids[lo:hi].decode()
+
+
+class LayoutCache:
+    """A directory of shard layouts, built on demand and bounded in size.
+
+    Args:
+        directory: the cache directory (created if missing).
+        limit_bytes: at most this many bytes of layouts are kept (``None``: no bound).
+
+    Raises:
+        ValueError: ``limit_bytes`` is not a positive integer or ``None``.
+    """
+
+    def __init__(
+        self, directory: str | os.PathLike[str], *, limit_bytes: int | None = None
+    ) -> None:
+        if limit_bytes is not None and (
+            isinstance(limit_bytes, bool) or not isinstance(limit_bytes, int) or limit_bytes < 1
+        ):
+            raise ValueError(f"`limit_bytes` must be a positive integer or None, but got "
+                             f"{limit_bytes!r}")
+        self.directory = os.path.abspath(os.fspath(directory))
+        self.limit_bytes = limit_bytes
+        self._root = os.path.join(self.directory, f"layouts-v{LAYOUT_VERSION}")
+        self._tmp = os.path.join(self._root, "tmp")
+        self._locks = os.path.join(self._root, "locks")
+        self.builds = 0  # layouts this object built (for tests and the benchmark)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "builds": 0}  # a count per process
+
+    def path(self, sha256: str) -> str:
+        """The directory of the layout of the shard with this SHA-256."""
+        return os.path.join(self._root, sha256)
+
+    # -- reuse -------------------------------------------------------------------------------
+
+    def _valid_meta(self, source: ShardSource) -> dict[str, Any] | None:
+        """The layout's ``layout.json`` if the cheap check passes, else ``None``."""
+        directory = self.path(source.sha256)
+        try:
+            with open(os.path.join(directory, _META), "rb") as f:
+                meta = json.loads(f.read())
+        except (OSError, ValueError):
+            return None
+        expected = {"version": LAYOUT_VERSION, "sha256": source.sha256, "rows": source.rows,
+                    "vocab_size": source.vocab_size, "window": source.window}
+        if not isinstance(meta, dict) or any(meta.get(k) != v for k, v in expected.items()):
+            return None
+        files = meta.get("files")
+        if not isinstance(files, dict):
+            return None
+        for name, size in files.items():
+            try:
+                if os.stat(os.path.join(directory, name)).st_size != size:
+                    return None
+            except OSError:
+                return None
+        return meta
+
+    def _open(self, source: ShardSource) -> ShardLayout | None:
+        meta = self._valid_meta(source)
+        if meta is None:
+            return None
+        try:
+            layout = ShardLayout(self.path(source.sha256), meta)
+        except (OSError, ValueError):
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(os.path.join(layout.directory, _META))  # recently used, for eviction
+        return layout
+
+    def get(self, source: ShardSource) -> ShardLayout:
+        """The shard's layout, built first if it is missing, stale or partial.
+
+        Raises:
+            ValueError: the shard's bytes do not hash to the manifest's SHA-256, or a row is
+                invalid (the message names the shard, the row and the dataset index).
+        """
+        layout = self._open(source)
+        if layout is not None:
+            return layout
+        with self._lock(source.sha256):
+            layout = self._open(source)  # another process may have built it meanwhile
+            if layout is None:
+                shutil.rmtree(self.path(source.sha256), ignore_errors=True)  # stale or partial
+                self._build(source)
+                self.builds += 1
+                layout = self._open(source)
+                if layout is None:
+                    raise OSError(f"the layout of {source.where} in {self._root} could not be "
+                                  "reopened after it was built")
+        if self.limit_bytes is not None:
+            self._evict(keep=source.sha256)
+        return layout
+
+    def is_ready(self, source: ShardSource) -> bool:
+        """Whether a valid layout of the shard is in the cache (the cheap check)."""
+        return self._valid_meta(source) is not None
+
+    @contextlib.contextmanager
+    def _lock(self, sha256: str) -> Iterator[None]:
+        os.makedirs(self._locks, exist_ok=True)
+        with open(os.path.join(self._locks, f"{sha256}.lock"), "a+b") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    # -- building ----------------------------------------------------------------------------
+
+    def _build(self, source: ShardSource) -> None:
+        os.makedirs(self._tmp, exist_ok=True)
+        self._sweep(source.sha256)
+        tmp = os.path.join(self._tmp, f"{source.sha256}.{os.getpid()}.{secrets.token_hex(4)}")
+        os.makedirs(tmp)
+        try:
+            if isinstance(source.fs, pafs.LocalFileSystem):
+                local, digest = source.path, _sha256_local(source.path)
+            else:  # download once, hashing on the way; read the local copy
+                local = os.path.join(tmp, "shard.parquet")
+                digest = _download(source.fs, source.path, local)
+            if digest != source.sha256:
+                raise ValueError(
+                    f"shard {source.where} has SHA-256 {digest}, but the manifest says "
+                    f"{source.sha256}; the file is damaged or was replaced"
+                )
+            _write_layout(source, local, tmp)
+            if local != source.path:
+                os.remove(local)
+            os.rename(tmp, self.path(source.sha256))
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def _sweep(self, sha256: str) -> None:
+        """Remove temporary directories of this shard that crashed builds left behind."""
+        for name in os.listdir(self._tmp):
+            if name.startswith(sha256 + "."):
+                shutil.rmtree(os.path.join(self._tmp, name), ignore_errors=True)
+
+    def entries(self) -> list[tuple[str, int, float]]:
+        """(SHA-256, bytes, last use) of every complete layout in the cache."""
+        out = []
+        if not os.path.isdir(self._root):
+            return out
+        for name in os.listdir(self._root):
+            meta_path = os.path.join(self._root, name, _META)
+            try:
+                with open(meta_path, "rb") as f:
+                    meta = json.loads(f.read())
+                out.append((name, int(sum(meta["files"].values())), os.stat(meta_path).st_mtime))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return out
+
+    def _evict(self, keep: str) -> None:
+        entries = sorted(self.entries(), key=lambda e: e[2])
+        total = sum(size for _, size, _ in entries)
+        for sha, size, _ in entries:
+            if total <= (self.limit_bytes or 0):
+                break
+            if sha == keep:
+                continue
+            with self._lock(sha):
+                shutil.rmtree(self.path(sha), ignore_errors=True)
+            total -= size
+
+
+def _sha256_local(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_COPY_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _download(fs: pafs.FileSystem, path: str, local: str) -> str:
+    h = hashlib.sha256()
+    with fs.open_input_stream(path) as src, open(local, "wb") as dst:
+        while chunk := src.read(_COPY_CHUNK):
+            h.update(chunk)
+            dst.write(chunk)
+    return h.hexdigest()
+
+
+def _check_rows(source: ShardSource, first_row: int, values: npt.NDArray[np.int64],
+                offsets: npt.NDArray[np.int64], cols: dict[str, npt.NDArray[Any]]) -> None:
+    """Check one row group, vectorised; name the first bad row."""
+
+    def fail(local: int, why: str) -> None:
+        row = first_row + int(local)
+        raise ValueError(f"shard {source.where} row {row} (dataset index "
+                         f"{source.first_index + row}): {why}")
+
+    bad = (values < 0) | (values >= source.vocab_size)
+    if bad.any():
+        at = int(np.flatnonzero(bad)[0])
+        local = int(np.searchsorted(offsets, at, side="right")) - 1
+        fail(local, f"token id {int(values[at])} is outside the vocabulary "
+                    f"[0, {source.vocab_size}) of the manifest")
+    length = cols["length"].astype(np.int64)
+    loss_start = cols["loss_start"]
+    sizes = np.diff(offsets)
+    checks: tuple[tuple[npt.NDArray[np.bool_], Callable[[int], str]], ...] = (
+        ((length < 1) | (length > source.window),
+         lambda j: f"length {length[j]} is outside [1, {source.window}] (the window)"),
+        (sizes != length + 1,
+         lambda j: f"tokens has {sizes[j]} ids, but length {length[j]} needs {length[j] + 1}"),
+        ((loss_start < 0) | (loss_start >= length),
+         lambda j: f"loss_start {loss_start[j]} is outside [0, {length[j]})"),
+    )
+    for mask, why in checks:
+        if mask.any():
+            j = int(np.flatnonzero(mask)[0])
+            fail(j, why(j))
+
+
+def _write_layout(source: ShardSource, local: str, out: str) -> None:
+    """Convert the (verified) Parquet file ``local`` into a layout in the directory ``out``."""
+    dtype = np.dtype(np.uint16 if source.vocab_size <= 2**16 else np.int32)
+    offsets = [np.zeros(1, np.int64)]
+    cols: dict[str, list[npt.NDArray[Any]]] = {name: [] for name in _COLUMNS}
+    doc_rows: list[int] = []
+    doc_ids: list[bytes] = []
+    last_id: str | None = None
+    total = rows = 0
+    pf = pq.ParquetFile(local)
+    with open(os.path.join(out, "tokens.bin"), "wb") as tokens_file:
+        for g in range(pf.metadata.num_row_groups):
+            table = pf.read_row_group(g, columns=["doc_id", "tokens", *_COLUMNS])
+            tokens = table.column("tokens").combine_chunks()
+            if tokens.null_count:
+                raise ValueError(f"shard {source.where}: null tokens in row group {g}")
+            off = np.asarray(tokens.offsets, dtype=np.int64)
+            values = np.asarray(tokens.values)[off[0] : off[-1]]
+            off = off - off[0]
+            group = {name: table.column(name).to_numpy().astype(dt, copy=False)
+                     for name, dt in _COLUMNS.items()}
+            _check_rows(source, rows, values, off, group)
+            tokens_file.write(values.astype(dtype).tobytes())
+            offsets.append(off[1:] + total)
+            for name in _COLUMNS:
+                cols[name].append(group[name])
+            for j, doc_id in enumerate(table.column("doc_id").to_pylist()):
+                if doc_id != last_id:
+                    doc_rows.append(rows + j)
+                    doc_ids.append(doc_id.encode())
+                    last_id = doc_id
+            total += int(off[-1])
+            rows += table.num_rows
+    if rows != source.rows:
+        raise ValueError(f"shard {source.where} holds {rows} rows, but the manifest says "
+                         f"{source.rows}")
+    arrays: dict[str, npt.NDArray[Any]] = {
+        "offsets": np.concatenate(offsets),
+        **{name: (np.concatenate(parts) if parts else np.empty(0, dt)).astype(dt, copy=False)
+           for (name, dt), parts in zip(_COLUMNS.items(), cols.values(), strict=True)},
+        "doc_rows": np.array([*doc_rows, rows], np.int64),
+        "doc_id_offsets": np.concatenate([[0], np.cumsum([len(d) for d in doc_ids],
+                                                         dtype=np.int64)]).astype(np.int64),
+    }
+    for name, array in arrays.items():
+        np.save(os.path.join(out, f"{name}.npy"), array)
+    with open(os.path.join(out, "doc_ids.bin"), "wb") as f:
+        f.write(b"".join(doc_ids))
+    files = {name: os.stat(os.path.join(out, name)).st_size for name in sorted(os.listdir(out))
+             if name != "shard.parquet"}
+    meta = {"version": LAYOUT_VERSION, "sha256": source.sha256, "rows": rows,
+            "vocab_size": source.vocab_size, "window": source.window,
+            "token_dtype": dtype.name, "files": files, "built": time.time()}
+    with open(os.path.join(out, _META), "w") as f:
+        json.dump(meta, f, sort_keys=True)

@@ -1,0 +1,155 @@
+"""Tests of reader.collate: seed 004's batch, masks, the per-token reference, bad windows."""
+
+from __future__ import annotations
+
+import doctest
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reader import WindowDataset, collate, token_nll
+from tests.reader_data import EOS, VOCAB, doc_rows, isolated_cache, random_docs, write_dataset
+
+__all__ = ["isolated_cache"]  # an autouse fixture: every test gets its own layout cache
+
+
+def seed004_windows() -> list[dict]:
+    return [
+        {"tokens": np.array([256, 97, 257], np.int32), "start": 0, "length": 2, "loss_start": 0},
+        {"tokens": np.array([256, 257], np.int32), "start": 0, "length": 1, "loss_start": 0},
+    ]
+
+
+def logits_for(labels: torch.Tensor, probs: dict[tuple[int, int], float]) -> torch.Tensor:
+    """Log-probabilities over VOCAB ids giving each scored target its probability."""
+    b, t = labels.shape
+    logits = torch.full((b, t, VOCAB), math.log(1 / VOCAB), dtype=torch.float64)
+    for (i, j), p in probs.items():
+        rest = math.log((1 - p) / (VOCAB - 1))
+        logits[i, j] = rest
+        logits[i, j, labels[i, j]] = math.log(p)
+    return logits
+
+
+def test_seed004_batch_scores_every_eos_target() -> None:
+    batch = collate(seed004_windows(), pad_id=EOS)
+    assert batch["input_ids"].tolist() == [[256, 97], [256, 257]]
+    assert batch["labels"].tolist() == [[97, 257], [257, -100]]
+    assert batch["attention_mask"].tolist() == [[1, 1], [1, 0]]
+    assert batch["position_ids"].tolist() == [[0, 1], [0, 0]]
+    assert batch["num_targets"] == 3
+    assert int((batch["labels"] == EOS).sum()) == 2
+    for key in ("input_ids", "labels", "attention_mask", "position_ids"):
+        assert batch[key].dtype == torch.int64 and batch[key].shape == (2, 2)
+
+    logits = logits_for(batch["labels"], {(0, 0): 1 / 2, (0, 1): 1 / 4, (1, 0): 1 / 8})
+    nll_sum, count = token_nll(logits, batch["labels"])
+    assert count == 3
+    assert abs(nll_sum.item() / count - 2 * math.log(2)) < 1e-12
+    # The bug seed 004 warns about: ignoring targets equal to EOS gives ln 2 instead.
+    wrong = batch["labels"].masked_fill(batch["labels"] == EOS, -100)
+    wrong_sum, wrong_count = token_nll(logits, wrong)
+    assert wrong_count == 1 and abs(wrong_sum.item() - math.log(2)) < 1e-12
+
+
+def test_collate_masks_context_before_loss_start() -> None:
+    windows = [
+        {"tokens": [10, 11, 12, 13, 14], "length": 4, "loss_start": 2},
+        {"tokens": [20, 21, 22], "length": 2, "loss_start": 1},
+    ]
+    batch = collate(windows, pad_id=EOS)
+    assert batch["input_ids"].tolist() == [[10, 11, 12, 13], [20, 21, EOS, EOS]]
+    assert batch["labels"].tolist() == [[-100, -100, 13, 14], [-100, 22, -100, -100]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 3], [0, 1, 0, 0]]
+    assert batch["lengths"].tolist() == [4, 2]
+    assert batch["num_targets"] == 3
+
+
+def reference_collate(windows: list[dict], pad_id: int) -> dict[str, list]:
+    """Seed 004's per-token loop, the slow obvious version of collate."""
+    width = max(w["length"] for w in windows)
+    out: dict[str, list] = {"input_ids": [], "labels": [], "attention_mask": []}
+    for w in windows:
+        t, n, ls = list(w["tokens"]), w["length"], w["loss_start"]
+        out["input_ids"].append(t[:n] + [pad_id] * (width - n))
+        out["labels"].append([-100] * ls + t[ls + 1 : n + 1] + [-100] * (width - n))
+        out["attention_mask"].append([1] * n + [0] * (width - n))
+    return out
+
+
+@st.composite
+def windows_strategy(draw: Any) -> list[dict]:
+    out = []
+    for _ in range(draw(st.integers(1, 6))):
+        length = draw(st.integers(1, 12))
+        tokens = draw(st.lists(st.integers(0, VOCAB - 1), min_size=length + 1,
+                               max_size=length + 1))
+        out.append({"tokens": np.array(tokens, np.int32), "length": length,
+                    "loss_start": draw(st.integers(0, length - 1))})
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(windows_strategy(), st.sampled_from([EOS, 0]))
+def test_collate_matches_the_per_token_reference(windows: list[dict], pad_id: int) -> None:
+    batch = collate(windows, pad_id=pad_id)
+    ref = reference_collate(windows, pad_id)
+    for key, value in ref.items():
+        assert batch[key].tolist() == value
+    assert batch["num_targets"] == sum(w["length"] - w["loss_start"] for w in windows)
+    assert batch["num_targets"] == int((batch["labels"] != -100).sum())
+
+
+@pytest.mark.parametrize(
+    ("windows", "match"),
+    [
+        ([], "empty batch"),
+        ([{"tokens": [1, 2, 3], "length": 3, "loss_start": 0}], "tokens has 3 ids, but length 3"),
+        ([{"tokens": [1, 2], "length": 1, "loss_start": 1}], r"loss_start must be in \[0, 1\)"),
+        ([{"tokens": [1, 2], "length": 1, "loss_start": -1}], r"loss_start must be in \[0, 1\)"),
+        ([{"tokens": [1], "length": 0, "loss_start": 0}], "length must be at least 1"),
+        ([{"tokens": [1, 2], "length": 1}], "lacks the key 'loss_start'"),
+        ([{"tokens": [[1, 2]], "length": 1, "loss_start": 0}], "1-D array"),
+        ([{"tokens": [1, -2], "length": 1, "loss_start": 0}], "negative token id"),
+    ],
+)
+def test_collate_rejects_bad_windows(windows: list[dict], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        collate(windows, pad_id=EOS)
+
+
+def test_collate_names_the_bad_window() -> None:
+    windows = seed004_windows() + [{"tokens": [1, 2, 3], "length": 1, "loss_start": 0,
+                                    "doc_id": "a.txt:7", "start": 40}]
+    with pytest.raises(ValueError, match=r"window 2 of the batch \(doc_id 'a.txt:7', start 40\)"):
+        collate(windows, pad_id=EOS)
+
+
+def test_collate_docstring_example_runs() -> None:
+    result = doctest.testmod(sys.modules["reader.collate"])
+    assert result.attempted >= 2 and result.failed == 0
+
+
+def test_a_gathered_batch_collates_as_its_windows_do(tmp_path: Path) -> None:
+    shards = doc_rows(random_docs(40), window=6, stride=4, score_new=True, num_shards=3)
+    ds = WindowDataset(write_dataset(tmp_path / "ds", shards, window=6, row_group_size=4))
+    rng = np.random.default_rng(0)
+    full = [i for i in range(len(ds)) if ds[i]["length"] == 6]
+    picks = [rng.integers(0, len(ds), size=int(rng.integers(1, 12))).tolist() for _ in range(40)]
+    picks += [full[:5], full[-1:], [0], list(range(len(ds)))]  # every window full; all windows
+    for indices in picks:
+        fast = collate(ds.__getitems__(indices), pad_id=EOS)
+        slow = collate([ds[i] for i in indices], pad_id=EOS)
+        assert fast.keys() == slow.keys()
+        for key in ("input_ids", "labels", "attention_mask", "position_ids", "lengths"):
+            assert fast[key].dtype == torch.int64
+            assert torch.equal(fast[key], slow[key]), key
+        assert fast["num_targets"] == slow["num_targets"] > 0

@@ -1,0 +1,196 @@
+"""Tests of reader.layout: the cache of memory-mapped shard layouts, and remote datasets."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+
+from reader import WindowDataset
+from reader.layout import LAYOUT_VERSION, LayoutCache, default_cache_dir
+from tests.reader_data import (
+    check_window,
+    doc_rows,
+    edit_manifest,
+    isolated_cache,
+    random_docs,
+    small,
+    write_dataset,
+)
+
+__all__ = ["isolated_cache", "small"]  # fixtures
+
+
+def layout_dir(cache: Path, ds: WindowDataset, s: int) -> Path:
+    return cache / f"layouts-v{LAYOUT_VERSION}" / ds._shards[s].sha256
+
+
+def all_windows(ds: WindowDataset) -> list[dict]:
+    return [ds[i] for i in range(len(ds))]
+
+
+def plain(windows: list[dict]) -> list[dict]:
+    return [{**w, "tokens": w["tokens"].tolist()} for w in windows]
+
+
+def test_the_first_open_builds_once_and_later_opens_reuse(small: tuple[Path, list],
+                                                          isolated_cache: Path) -> None:
+    root, rows = small
+    ds = WindowDataset(root)
+    assert ds.cache_dir == str(isolated_cache)
+    report = ds.prepare()
+    assert report["built"] == 3 and report["shards"] == 3 and report["bytes"] > 0
+    for s in range(3):
+        meta = json.loads((layout_dir(isolated_cache, ds, s) / "layout.json").read_text())
+        assert meta["sha256"] == ds._shards[s].sha256 and meta["token_dtype"] == "uint16"
+    again = WindowDataset(root)
+    assert again.prepare()["built"] == 0  # reuse: the cheap check, no rebuild
+    for i, row in enumerate(rows):
+        check_window(again[i], row, i)
+    assert len(ds.fingerprint) == 64 and ds.fingerprint == again.fingerprint
+    assert not any(p.name.startswith("layouts") for p in root.iterdir())  # never in the dataset
+
+
+@pytest.mark.parametrize("damage", ["truncate_tokens", "garbage_meta", "no_meta", "stale_version",
+                                    "wrong_rows", "missing_offsets", "bad_npy"])
+def test_a_stale_or_corrupt_layout_is_rebuilt(small: tuple[Path, list], isolated_cache: Path,
+                                              damage: str) -> None:
+    root, rows = small
+    WindowDataset(root).prepare()
+    ds = WindowDataset(root)
+    target = layout_dir(isolated_cache, ds, 1)
+    meta_path = target / "layout.json"
+    meta = json.loads(meta_path.read_text())
+    if damage == "truncate_tokens":
+        with open(target / "tokens.bin", "r+b") as f:
+            f.truncate(meta["files"]["tokens.bin"] - 2)
+    elif damage == "garbage_meta":
+        meta_path.write_text("{not json")
+    elif damage == "no_meta":
+        meta_path.unlink()  # as a build that stopped before its last write
+    elif damage == "stale_version":
+        meta_path.write_text(json.dumps({**meta, "version": LAYOUT_VERSION - 1}))
+    elif damage == "wrong_rows":
+        meta_path.write_text(json.dumps({**meta, "rows": meta["rows"] + 1}))
+    elif damage == "missing_offsets":
+        (target / "offsets.npy").unlink()
+    elif damage == "bad_npy":
+        size = (target / "offsets.npy").stat().st_size
+        (target / "offsets.npy").write_bytes(b"x" * size)  # the size check passes; loading fails
+    assert not ds._layouts.is_ready(ds._source(1)) or damage == "bad_npy"
+    assert ds.prepare()["built"] == 1
+    assert ds._layouts.is_ready(ds._source(1))
+    for i, row in enumerate(rows):
+        check_window(ds[i], row, i)
+
+
+def test_a_partial_build_is_swept_and_rebuilt(small: tuple[Path, list],
+                                              isolated_cache: Path) -> None:
+    root, rows = small
+    ds = WindowDataset(root)
+    sha = ds._shards[0].sha256
+    leftover = isolated_cache / f"layouts-v{LAYOUT_VERSION}" / "tmp" / f"{sha}.999.dead"
+    leftover.mkdir(parents=True)
+    (leftover / "tokens.bin").write_bytes(b"\0" * 10)  # a crashed build's temporary directory
+    check_window(ds[0], rows[0], 0)
+    assert not leftover.exists()
+    assert [p.name for p in (isolated_cache / f"layouts-v{LAYOUT_VERSION}" / "tmp").iterdir()] == []
+
+
+def test_a_shard_that_does_not_hash_to_the_manifest_is_refused(small: tuple[Path, list]) -> None:
+    root, rows = small
+    edit_manifest(root, lambda m: m["shards"][2].update(sha256="0" * 64))
+    ds = WindowDataset(root)
+    check_window(ds[0], rows[0], 0)  # other shards read fine
+    with pytest.raises(ValueError, match=r"part-00002-of-00003\.parquet has SHA-256 [0-9a-f]{64}, "
+                                         r"but the manifest says 0{64}"):
+        ds[len(rows) - 1]
+
+
+def test_a_manifest_without_a_usable_sha256_is_refused(small: tuple[Path, list]) -> None:
+    root, _ = small
+    edit_manifest(root, lambda m: m["shards"][0].update(sha256=None))
+    with pytest.raises(ValueError, match=r"shards\[0\]\.sha256 must be a SHA-256 in hex, but got "
+                                         r"None"):
+        WindowDataset(root)
+
+
+def test_the_cache_is_never_inside_the_dataset(small: tuple[Path, list]) -> None:
+    root, _ = small
+    with pytest.raises(ValueError, match="`cache_dir` must be outside the dataset directory"):
+        WindowDataset(root, cache_dir=root / "cache")
+    with pytest.raises(ValueError, match="`cache_dir` must be outside the dataset directory"):
+        WindowDataset(root, cache_dir=root)
+
+
+def test_default_cache_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TOKEN_WINDOWS_CACHE", str(tmp_path / "a"))
+    assert default_cache_dir() == str(tmp_path / "a")
+    monkeypatch.delenv("TOKEN_WINDOWS_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == str(tmp_path / "xdg" / "token-windows")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert default_cache_dir() == os.path.join(os.path.expanduser("~"), ".cache", "token-windows")
+
+
+def test_a_bounded_cache_keeps_the_latest_layouts(tmp_path: Path) -> None:
+    shards = doc_rows(random_docs(60), window=6, num_shards=4)
+    root = write_dataset(tmp_path / "ds", shards, window=6, row_group_size=4)
+    rows = [r for shard in shards for r in shard]
+    probe = WindowDataset(root, cache_dir=tmp_path / "probe")
+    probe.prepare()
+    one = max(size for _, size, _ in probe._layouts.entries())
+    ds = WindowDataset(root, cache_dir=tmp_path / "bounded", cache_limit=2 * one)
+    for i, row in enumerate(rows):  # shard by shard, as the blocks order by shard reads
+        check_window(ds[i], row, i)
+    entries = ds._layouts.entries()
+    assert 1 <= len(entries) <= 2 and sum(size for _, size, _ in entries) <= 2 * one
+    assert ds._shards[-1].sha256 in {sha for sha, _, _ in entries}  # the latest stays
+    fresh = WindowDataset(root, cache_dir=tmp_path / "bounded", cache_limit=2 * one)
+    for i, row in enumerate(rows):  # evicted layouts are rebuilt on demand
+        check_window(fresh[i], row, i)
+    with pytest.raises(ValueError, match="`limit_bytes` must be a positive integer or None, but "
+                                         "got 0"):
+        LayoutCache(tmp_path, limit_bytes=0)
+
+
+def test_a_file_uri_gives_the_windows_of_the_local_path(small: tuple[Path, list]) -> None:
+    root, rows = small
+    local = all_windows(WindowDataset(root))
+    uri = WindowDataset(root.as_uri())
+    assert uri.path == root.as_uri() and len(uri) == len(rows)
+    assert plain(all_windows(uri)) == plain(local)
+    for i, row in enumerate(rows):
+        check_window(local[i], row, i)
+
+
+def test_a_remote_filesystem_downloads_each_shard_once(small: tuple[Path, list],
+                                                       tmp_path: Path) -> None:
+    root, rows = small
+    # Not a LocalFileSystem: the reader takes the download path, as for s3:// or gs://.
+    remote = pafs.SubTreeFileSystem(str(root.parent), pafs.LocalFileSystem())
+    ds = WindowDataset(root.name, filesystem=remote, cache_dir=tmp_path / "cache")
+    assert ds.path == f"subtree:{root.name}"
+    for i, row in enumerate(rows):
+        check_window(ds[i], row, i)
+    assert ds.layout_builds == 3
+    cache = tmp_path / "cache" / f"layouts-v{LAYOUT_VERSION}"
+    assert not list(cache.glob("**/*.parquet"))  # downloads are removed once converted
+    again = WindowDataset(root.name, filesystem=remote, cache_dir=tmp_path / "cache")
+    assert again.prepare()["built"] == 0
+    batch = again.__getitems__(list(range(len(rows))))
+    for i, row in enumerate(rows):
+        check_window(batch[i], row, i)
+
+
+def test_a_damaged_remote_shard_is_refused(small: tuple[Path, list], tmp_path: Path) -> None:
+    root, _ = small
+    edit_manifest(root, lambda m: m["shards"][0].update(sha256="f" * 64))
+    remote = pafs.SubTreeFileSystem(str(root.parent), pafs.LocalFileSystem())
+    ds = WindowDataset(root.name, filesystem=remote, cache_dir=tmp_path / "cache")
+    with pytest.raises(ValueError, match=r"subtree:ds/part-00000-of-00003\.parquet has SHA-256"):
+        ds[0]
+    assert list((tmp_path / "cache" / f"layouts-v{LAYOUT_VERSION}" / "tmp").iterdir()) == []

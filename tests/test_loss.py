@@ -1,0 +1,36 @@
+"""Tests of reader.loss: the masked NLL of a batch and evaluation over a whole set."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from reader import collate, evaluate, token_nll
+from tests.reader_data import EOS, VOCAB
+from tests.test_collate import logits_for
+
+
+def test_token_nll_rejects_a_batch_without_targets() -> None:
+    with pytest.raises(ValueError, match="no scored target"):
+        token_nll(torch.zeros(1, 2, VOCAB), torch.full((1, 2), -100))
+    with pytest.raises(ValueError, match=r"logits must be \(B, T, V\)"):
+        token_nll(torch.zeros(1, 3, VOCAB), torch.zeros(1, 2, dtype=torch.long))
+
+
+def test_evaluate_divides_the_total_once_not_a_mean_of_batch_means() -> None:
+    big = collate([{"tokens": [1, 2, 3, 4, 5], "length": 4, "loss_start": 0}], pad_id=EOS)
+    small_batch = collate([{"tokens": [1, 2], "length": 1, "loss_start": 0}], pad_id=EOS)
+    # Every target of the big batch has probability 1/2, the small one's 1/8.
+    logits = {
+        id(big): logits_for(big["labels"], {(0, j): 0.5 for j in range(4)}),
+        id(small_batch): logits_for(small_batch["labels"], {(0, 0): 0.125}),
+    }
+    result = evaluate(lambda b: logits[id(b)], [big, small_batch])
+    expected = (4 * math.log(2) + 3 * math.log(2)) / 5
+    assert result["targets"] == 5 and result["batches"] == 2
+    assert abs(result["nll"] - expected) < 1e-12  # a mean of batch means would be 2 ln 2
+    assert abs(result["perplexity"] - math.exp(expected)) < 1e-9
+    with pytest.raises(ValueError, match="evaluation set is empty"):
+        evaluate(lambda b: logits[id(b)], [])
