@@ -1,164 +1,379 @@
-"""Throughput of the torch reader: ``collate`` alone and the full ``DataLoader`` path.
+"""Reader throughput in random order, beside a flat memmap and Megatron's IndexedDataset.
 
-Writes a synthetic dataset (default 8192 windows, W = 512, vocabulary 32000, most windows
-full and one in six a short tail, 1024 rows per row group) to a temporary directory, then
-measures windows/s and tokens/s at B = 32 for:
+The dataset is real text: the sample corpus (``samples/corpus/*.jsonl``, English novels and
+classical Chinese) repeated ``--repeats-of-corpus`` times with suffixed ids (500: 1.0 GB of
+UTF-8, 2.2 M windows, ~1.0 G tokens, 30× the 128 MiB row-group cache of earlier readers),
+tokenised by the job itself (``python -m pipeline --tokenizer bytes --window 512``, 32 shards),
+written once under ``bench/work/`` and reused. Then, in one process, on the same windows:
 
-* ``collate`` on batches already in memory;
-* ``DataLoader(WindowDataset, batch_sampler=EpochSampler, collate_fn=collate)`` over one
-  shuffled epoch with ``num_workers`` 0 and 2, once with a cache that holds the dataset and
-  once with a cache of two row groups (every window of a random order then costs most of a
-  row group read: the price of a global shuffle over Parquet, bounded memory).
+* **prepare**: ``WindowDataset(...).prepare()`` into an empty cache directory (the first open:
+  hash, check and convert every shard), its time and the layout's size on disk, then the
+  time of a second open that reuses it (the cheap check);
+* **baselines** built from the same Parquet rows: a flat ``numpy.memmap`` (tokens ``uint16`` +
+  int64 offsets, what the reader's layout also stores) and megatron-core's ``IndexedDataset``
+  (its ``.bin``/``.idx``, written with its ``IndexedDatasetBuilder``), each a map-style
+  ``Dataset`` whose ``__getitem__`` returns the window dict and read in a ``torch.randperm``
+  order (``RandomSampler``) with the same :func:`reader.collate`;
+* **ours**: ``WindowDataset`` + ``EpochSampler`` in ``global`` order and in ``blocks`` order
+  (by row group, k = 16; by shard, k = 4), through ``DataLoader`` with 0 and 2 workers.
 
-Tokens are real input positions (Σ length, padding excluded). The clock starts after the
-first batch, so worker start-up is not counted. Prints a markdown table::
+Each configuration reads ``--batches`` batches of B windows (the clock starts after the first
+batch, so worker start-up is not counted); rounds alternate the configurations and the table
+gives medians over ``--rounds`` rounds, ratios to the memmap with the same workers. Tokens are
+real input positions (Σ length). The page cache is warm (the layouts fit in RAM here): this
+measures the reader's own cost, not the disk's. Also printed: how well each order mixes.
 
-    python bench/bench_reader.py [--windows 8192] [--window 512] [--batch-size 32]
+    pip install --no-deps megatron-core      # the bench extra; imports on CPU with warnings
+    python bench/bench_reader.py [--rounds 3] [--batches 3000] [--batch-size 32]
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
+import glob
 import importlib.util
+import json
 import os
+import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
+ROOT = Path(__file__).resolve().parents[1]
 if importlib.util.find_spec("reader") is None:
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, str(ROOT))
 
 from reader import EpochSampler, WindowDataset, collate  # noqa: E402
-from transforms.schema import (  # noqa: E402
-    ARROW_SCHEMA,
-    FORMAT,
-    FORMAT_VERSION,
-    MANIFEST_NAME,
-    dumps_manifest,
-    shard_file_name,
-)
 
-__all__ = ["main", "write_synthetic"]
+__all__ = ["build_dataset", "main", "mixing"]
 
-VOCAB, BOS, EOS = 32000, 1, 2
+WORK = ROOT / "bench" / "work"
+OLD_CACHE_BYTES = 128 * 2**20  # the row-group cache of the reader this replaces
 
 
-def write_synthetic(root: Path, *, windows: int, window: int, shards: int = 4,
-                    row_group: int = 1024, seed: int = 0) -> Path:
-    """Write a valid dataset of random windows (not real documents: one window each)."""
-    rng = np.random.default_rng(seed)
-    root.mkdir(parents=True, exist_ok=True)
-    lengths = np.where(rng.random(windows) < 5 / 6, window,
-                       rng.integers(1, window + 1, windows)).astype(np.int32)
-    entries, first = [], 0
-    for s in range(shards):
-        rows = windows // shards + (s < windows % shards)
-        lens = lengths[first : first + rows]
-        offsets = np.concatenate([[0], np.cumsum(lens.astype(np.int64) + 1)])
-        values = rng.integers(3, VOCAB, int(offsets[-1]), dtype=np.int32)
-        keys = np.sort(rng.integers(0, 2**63, rows, dtype=np.uint64))
-        table = pa.table({
-            "doc_id": pa.array([f"synthetic:{first + i}" for i in range(rows)]),
-            "doc_key": pa.array(keys, pa.uint64()),
-            "window_index": pa.array(np.zeros(rows, np.int32)),
-            "start": pa.array(np.zeros(rows, np.int64)),
-            "length": pa.array(lens),
-            "loss_start": pa.array(np.zeros(rows, np.int32)),
-            "doc_tokens": pa.array(lens.astype(np.int64) + 1),
-            "tokens": pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
-                                               pa.array(values)),
-        }).cast(ARROW_SCHEMA)
-        name = shard_file_name(s, shards)
-        pq.write_table(table, root / name, row_group_size=row_group)
-        data = (root / name).read_bytes()
-        entries.append({"file": name, "rows": rows, "scored_targets": int(lens.sum()),
-                        "sha256": hashlib.sha256(data).hexdigest(), "documents": rows,
-                        "tokens": int(offsets[-1]), "bytes": len(data)})
-        first += rows
-    manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION,
-        "tokenizer": {"kind": "synthetic", "vocab_size": VOCAB, "bos_id": BOS, "eos_id": EOS,
-                      "sha256": None},
-        "windows": {"window": window, "stride": window, "tail": "keep", "min_tail": 1,
-                    "score": "all", "offset": "zero", "seed": seed},
-        "inputs": ["synthetic"],
-        "counts": {"documents": windows, "skipped": {}, "windows": windows,
-                   "tokens": sum(e["tokens"] for e in entries),
-                   "pairs": int(lengths.sum()), "scored_targets": int(lengths.sum()),
-                   "uncovered_pairs": 0},
-        "shards": entries,
-    }
-    (root / MANIFEST_NAME).write_bytes(dumps_manifest(manifest))
-    return root
+def build_dataset(out: Path, *, repeats: int, window: int = 512, num_shards: int = 32) -> Path:
+    """Write the sample corpus ``repeats`` times (ids suffixed ``~rN``) and run the job on it."""
+    if (out / "manifest.json").exists():
+        return out
+    corpus = out.parent / f"corpus-x{repeats}"
+    if not corpus.exists():
+        tmp = Path(tempfile.mkdtemp(dir=out.parent))
+        docs = []
+        for name in sorted(glob.glob(str(ROOT / "samples/corpus/*.jsonl"))):
+            with open(name, encoding="utf-8") as f:
+                docs += [json.loads(line) for line in f]
+        parts = 10
+        for part in range(parts):
+            with open(tmp / f"part-{part}.jsonl", "w", encoding="utf-8") as f:
+                for r in range(part * repeats // parts, (part + 1) * repeats // parts):
+                    for d in docs:
+                        f.write(json.dumps({"id": f"{d['id']}~r{r}", "text": d["text"]},
+                                           ensure_ascii=False) + "\n")
+        tmp.rename(corpus)
+    subprocess.run([sys.executable, "-m", "pipeline", "--input", str(corpus / "*.jsonl"),
+                    "--format", "jsonl", "--id-field", "id", "--tokenizer", "bytes",
+                    "--window", str(window), "--num-shards", str(num_shards),
+                    "--output", str(out)], check=True, cwd=ROOT)
+    return out
 
 
-def _rate(batches: Iterable[dict[str, Any]]) -> tuple[float, float]:
-    """(windows/s, tokens/s) over ``batches``, timed from the first batch on."""
+# -- baselines: the same windows as a flat memmap and as Megatron's .bin/.idx -----------------
+
+
+def _parquet_windows(ds: WindowDataset) -> Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(flat tokens, lengths + 1, loss_start) of every row group, in dataset order."""
+    for name in ds.shard_files:
+        pf = pq.ParquetFile(os.path.join(ds._root, name))
+        for g in range(pf.metadata.num_row_groups):
+            t = pf.read_row_group(g, columns=["tokens", "loss_start"])
+            tokens = t.column("tokens").combine_chunks()
+            off = np.asarray(tokens.offsets, dtype=np.int64)
+            yield (np.asarray(tokens.values)[off[0] : off[-1]], np.diff(off),
+                   t.column("loss_start").to_numpy())
+
+
+def write_baselines(ds: WindowDataset, out: Path) -> dict[str, Any]:
+    """The flat memmap (``tokens.bin`` + ``offsets.npy``) and ``loss_start.npy`` in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    sizes, loss = [], []
+    with open(out / "tokens.bin", "wb") as f:
+        for values, size, ls in _parquet_windows(ds):
+            f.write(values.astype(np.uint16).tobytes())
+            sizes.append(size)
+            loss.append(ls)
+    offsets = np.concatenate([[0], np.cumsum(np.concatenate(sizes))]).astype(np.int64)
+    np.save(out / "offsets.npy", offsets)
+    np.save(out / "loss_start.npy", np.concatenate(loss).astype(np.int64))
+    return {"bytes": (out / "tokens.bin").stat().st_size + offsets.nbytes}
+
+
+def write_megatron(flat: Path, prefix: Path) -> str | None:
+    """Megatron's .bin/.idx of the flat windows (one document per window); None if unavailable."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+    except Exception as e:  # megatron-core is optional: say why it is missing
+        return f"megatron-core unavailable: {type(e).__name__}: {e}"
+    tokens = np.memmap(flat / "tokens.bin", dtype=np.uint16, mode="r")
+    offsets = np.load(flat / "offsets.npy")
+    builder = IndexedDatasetBuilder(str(prefix) + ".bin", dtype=np.uint16)
+    step = 65536
+    for lo in range(0, len(offsets) - 1, step):
+        hi = min(lo + step, len(offsets) - 1)
+        builder.add_document(torch.from_numpy(np.asarray(tokens[offsets[lo] : offsets[hi]])
+                                              .astype(np.int32)),
+                             np.diff(offsets[lo : hi + 1]).tolist())
+    builder.finalize(str(prefix) + ".idx")
+    return None
+
+
+class MemmapWindows(Dataset):
+    """A flat memmap of tokens + offsets: what a hand-written Megatron-style reader does."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.offsets = np.load(directory / "offsets.npy", mmap_mode="r")
+        self.loss = np.load(directory / "loss_start.npy", mmap_mode="r")
+        self.tokens = np.memmap(directory / "tokens.bin", dtype=np.uint16, mode="r")
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
+        return {"tokens": np.asarray(self.tokens[lo:hi], dtype=np.int32), "length": hi - lo - 1,
+                "loss_start": int(self.loss[i])}
+
+
+class MegatronWindows(Dataset):
+    """megatron-core's ``IndexedDataset`` (mmap), one sequence per window."""
+
+    def __init__(self, prefix: Path, flat: Path) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from megatron.core.datasets.indexed_dataset import IndexedDataset
+        self.data = IndexedDataset(str(prefix))
+        self.loss = np.load(flat / "loss_start.npy", mmap_mode="r")
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        tokens = np.asarray(self.data[i], dtype=np.int32)
+        return {"tokens": tokens, "length": len(tokens) - 1, "loss_start": int(self.loss[i])}
+
+
+# -- measuring -------------------------------------------------------------------------------
+
+
+def _rate(batches: Iterable[dict[str, Any]], count: int) -> tuple[float, float]:
+    """(windows/s, tokens/s) over ``count`` batches after the first."""
     it = iter(batches)
     next(it)
     began = time.perf_counter()
     windows = tokens = 0
-    for batch in it:
+    for _, batch in zip(range(count), it, strict=False):
         windows += batch["input_ids"].shape[0]
         tokens += int(batch["lengths"].sum())
     seconds = time.perf_counter() - began
     return windows / seconds, tokens / seconds
 
 
-def _collate_only(ds: WindowDataset, batch_size: int, repeat: int) -> Iterable[dict[str, Any]]:
-    order = EpochSampler(len(ds), batch_size, seed=0).permutation(0).tolist()
-    batches = [[ds[i] for i in order[k : k + batch_size]]
-               for k in range(0, min(len(order), 64 * batch_size), batch_size)]
-    for _ in range(repeat):
-        for windows in batches:
-            yield collate(windows, pad_id=ds.eos_id)
+def _loader(dataset: Dataset, batch_sampler: Iterable[list[int]], workers: int,
+            pad_id: int) -> DataLoader:
+    return DataLoader(dataset, batch_sampler=batch_sampler, num_workers=workers,
+                      collate_fn=functools.partial(collate, pad_id=pad_id))
 
 
-def _loader(root: Path, batch_size: int, workers: int, cache_bytes: int) -> DataLoader:
-    ds = WindowDataset(root, cache_bytes=cache_bytes)
-    return DataLoader(ds, batch_sampler=EpochSampler(len(ds), batch_size, seed=0),
-                      num_workers=workers, collate_fn=functools.partial(collate, pad_id=EOS))
+def mixing(ds: WindowDataset, order: np.ndarray, batch_size: int) -> dict[str, float]:
+    """How well an epoch's order mixes, and how local its reads are (from the whole order).
+
+    ``doc_gap``: the mean distance, as a share of the epoch, between consecutive windows of one
+    document (documents of ≥ 2 windows; a uniform permutation gives ≈ 1/3, file order ≈ 0).
+    ``same_doc_batches``: the share of batches holding two windows of one document.
+    ``shards_per_batch`` / ``groups_per_batch``: distinct shards / row groups a batch reads.
+    """
+    n = len(order)
+    doc = np.empty(n, np.int64)
+    first = 0
+    for s in range(len(ds.shard_files)):
+        layout = ds._layout(s)
+        doc[ds._shard_starts[s] : ds._shard_starts[s] + layout.rows] = first + np.repeat(
+            np.arange(len(layout.doc_rows) - 1), np.diff(layout.doc_rows))
+        first += len(layout.doc_rows) - 1
+    position = np.empty(n, np.int64)
+    position[order] = np.arange(n)
+    same = doc[1:] == doc[:-1]  # consecutive windows (in dataset order) of one document
+    gaps = np.abs(position[1:][same] - position[:-1][same]) / n
+    usable = n // batch_size * batch_size
+
+    def distinct_per_batch(label: np.ndarray) -> tuple[float, np.ndarray]:
+        by_batch = np.sort(label[order[:usable]].reshape(-1, batch_size), axis=1)
+        changes = by_batch[:, 1:] != by_batch[:, :-1]
+        return float(1 + changes.sum(axis=1).mean()), changes
+
+    _, doc_changes = distinct_per_batch(doc)
+    shards, _ = distinct_per_batch(np.repeat(np.arange(len(ds.shard_files)), ds.blocks("shard")))
+    groups, _ = distinct_per_batch(np.repeat(np.arange(len(ds.blocks("row_group"))),
+                                             ds.blocks("row_group")))
+    return {"doc_gap": float(gaps.mean()),
+            "same_doc_batches": float((~doc_changes).any(axis=1).mean()),
+            "shards_per_batch": shards, "groups_per_batch": groups}
 
 
-def main(argv: Sequence[str] | None = None) -> list[tuple[str, float, float]]:
-    """Run the benchmark; prints a markdown table and returns its rows."""
-    p = argparse.ArgumentParser(description="Throughput of collate and the DataLoader path.")
-    p.add_argument("--windows", type=int, default=8192, help="windows to write (8192)")
-    p.add_argument("--window", type=int, default=512, help="window W (512)")
+MIXES = (("global", None, 0), ("blocks", "row_group", 16), ("blocks", "row_group", 256),
+         ("blocks", "row_group", 1024), ("blocks", "shard", 1), ("blocks", "shard", 4),
+         ("file order (no shuffle)", None, 0))
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run the benchmark; prints markdown tables and returns the figures."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", type=Path, default=None,
+                   help="an existing dataset (default: build bench/work/reader-x500)")
+    p.add_argument("--repeats-of-corpus", type=int, default=500,
+                   help="copies of samples/corpus in the built dataset (500: 1.0 GB)")
     p.add_argument("--batch-size", type=int, default=32, help="batch size B (32)")
-    p.add_argument("--row-group", type=int, default=1024, help="rows per row group (1024)")
+    p.add_argument("--batches", type=int, default=3000, help="batches timed per run (3000)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds; medians are reported (3)")
+    p.add_argument("--keep-cache", action="store_true",
+                   help="keep the layout cache and baselines in bench/work for the next run")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    rows: list[tuple[str, float, float]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        root = write_synthetic(Path(tmp) / "ds", windows=args.windows, window=args.window,
-                               row_group=args.row_group)
-        ds = WindowDataset(root)
-        group_bytes = args.row_group * (args.window + 1) * 4
-        rows.append(("`collate` (windows in memory)",
-                     *_rate(_collate_only(ds, args.batch_size, repeat=10))))
-        for cache, label in ((2**30, "cache holds all"), (2 * group_bytes, "cache 2 row groups")):
-            for workers in (0, 2):
-                loader = _loader(root, args.batch_size, workers, cache)
-                rows.append((f"DataLoader, {workers} workers, {label}", *_rate(loader)))
-    print(f"W = {args.window}, B = {args.batch_size}, {args.windows} windows, "
-          f"{args.row_group} rows per row group, {os.cpu_count()} CPUs\n")
-    print("| path | windows/s | tokens/s |")
-    print("|---|---:|---:|")
-    for name, wps, tps in rows:
-        print(f"| {name} | {wps:,.0f} | {tps:,.0f} |")
-    return rows
+    WORK.mkdir(parents=True, exist_ok=True)
+    root = args.data or build_dataset(WORK / f"reader-x{args.repeats_of_corpus}",
+                                      repeats=args.repeats_of_corpus)
+    scratch = Path(tempfile.mkdtemp(dir=WORK, prefix="bench-reader-"))
+    try:
+        return _run(root, scratch, args)
+    finally:
+        if not args.keep_cache:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run(root: Path, scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
+    cache = scratch / "cache"
+    began = time.perf_counter()
+    ds = WindowDataset(root, cache_dir=cache)
+    opened = time.perf_counter() - began
+    report = ds.prepare()
+    began = time.perf_counter()
+    again = WindowDataset(root, cache_dir=cache)
+    reuse = again.prepare()
+    reopen = time.perf_counter() - began
+    manifest = ds.manifest
+    parquet_bytes = sum(os.path.getsize(os.path.join(ds._root, f)) for f in ds.shard_files)
+    decoded = 4 * manifest["counts"]["tokens"]
+    prep = {"windows": len(ds), "tokens": manifest["counts"]["tokens"],
+            "shards": len(ds.shard_files), "parquet_bytes": parquet_bytes,
+            "decoded_int32_bytes": decoded, "x_old_cache": decoded / OLD_CACHE_BYTES,
+            "open_s": opened, "prepare_s": report["seconds"], "layout_bytes": report["bytes"],
+            "reopen_s": reopen, "rebuilt_on_reopen": reuse["built"]}
+    flat = scratch / "flat"
+    began = time.perf_counter()
+    write_baselines(ds, flat)
+    prep["flat_write_s"] = time.perf_counter() - began
+    began = time.perf_counter()
+    megatron_missing = write_megatron(flat, scratch / "megatron")
+    prep["megatron_write_s"] = time.perf_counter() - began
+
+    b, n, eos = args.batch_size, len(ds), ds.eos_id
+    memmap = MemmapWindows(flat)
+
+    def ours(order: str, unit: str = "", k: int = 0) -> Callable[[int, int], DataLoader]:
+        def make(workers: int, seed: int) -> DataLoader:
+            kw: dict[str, Any] = {} if order == "global" else {
+                "order": "blocks", "blocks": ds.blocks(unit), "buffer_blocks": k}
+            return _loader(ds, EpochSampler(n, b, seed=seed, **kw), workers, eos)
+        return make
+
+    def randperm(dataset: Dataset) -> Callable[[int, int], DataLoader]:
+        def make(workers: int, seed: int) -> DataLoader:
+            g = torch.Generator().manual_seed(seed)
+            return _loader(dataset, BatchSampler(RandomSampler(dataset, generator=g), b, False),
+                           workers, eos)
+        return make
+
+    configs: dict[str, Callable[[int, int], DataLoader]] = {
+        "flat `numpy.memmap` + `collate`, randperm order": randperm(memmap)}
+    if megatron_missing is None:
+        configs["megatron-core `IndexedDataset` + `collate`, randperm order"] = randperm(
+            MegatronWindows(scratch / "megatron", flat))
+    configs["`WindowDataset`, `global` order"] = ours("global")
+    configs["`WindowDataset`, `blocks` order (row groups, k = 256)"] = ours(
+        "blocks", "row_group", 256)
+    configs["`WindowDataset`, `blocks` order (shards, k = 4)"] = ours("blocks", "shard", 4)
+    results: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for r in range(args.rounds):
+        for workers in (0, 2):
+            for name, make in configs.items():
+                results.setdefault((name, workers), []).append(
+                    _rate(make(workers, r), args.batches))
+                print(f"round {r} {workers} workers {name}: "
+                      f"{results[(name, workers)][-1][0]:,.0f} windows/s", file=sys.stderr)
+
+    def median(name: str, workers: int, k: int) -> float:
+        return statistics.median(x[k] for x in results[(name, workers)])
+
+    base = next(iter(configs))
+    print(f"\n{n:,} windows, {prep['tokens']:,} tokens, W = {ds.window}, B = {b}, "
+          f"{os.cpu_count()} CPUs; {args.batches} batches per run, medians of {args.rounds} "
+          "rounds\n")
+    print("| path | windows/s, 0 workers | tokens/s, 0 workers | vs memmap | "
+          "windows/s, 2 workers | tokens/s, 2 workers | vs memmap |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    table = []
+    for name in configs:
+        row = [name]
+        for workers in (0, 2):
+            wps, tps = median(name, workers, 0), median(name, workers, 1)
+            row += [f"{wps:,.0f}", f"{tps:,.0f}", f"{wps / median(base, workers, 0):.2f}"]
+        table.append(row)
+        print("| " + " | ".join(row) + " |")
+    if megatron_missing:
+        print(f"\n{megatron_missing}")
+    print(f"\nParquet {parquet_bytes / 1e6:,.0f} MB in {prep['shards']} shards; decoded as int32 "
+          f"{decoded / 1e9:.2f} GB = {prep['x_old_cache']:.0f}× the old 128 MiB cache. "
+          f"First open: {opened:.2f} s; prepare (hash, check, convert): "
+          f"{prep['prepare_s']:.1f} s; layout {prep['layout_bytes'] / 1e9:.2f} GB; reopen "
+          f"(cheap check, {reuse['built']} rebuilt): {reopen:.2f} s. Baselines written in "
+          f"{prep['flat_write_s']:.1f} s (memmap) and {prep['megatron_write_s']:.1f} s "
+          "(IndexedDataset).")
+    print("\n| order | buffer (windows) | doc gap (share of epoch) | batches with 2 windows "
+          "of a document | shards per batch | row groups per batch |")
+    print("|---|---:|---:|---:|---:|---:|")
+    mixes = {}
+    for order, unit, k in MIXES:
+        if order == "global":
+            label, buffer, perm = "global", n, EpochSampler(n, b, seed=0).permutation(0).numpy()
+        elif unit is None:
+            label, buffer, perm = order, 0, np.arange(n)
+        else:
+            blocks = ds.blocks(unit)
+            label = f"blocks, {unit.replace('_', ' ')}s, k = {k}"
+            buffer = round(k * n / len(blocks))
+            perm = EpochSampler(n, b, seed=0, order="blocks", blocks=blocks,
+                                buffer_blocks=k).permutation(0).numpy()
+        m = mixing(ds, perm, b)
+        mixes[label] = m
+        print(f"| {label} | {buffer:,} | {m['doc_gap']:.3f} | {m['same_doc_batches']:.2%} | "
+              f"{m['shards_per_batch']:.1f} | {m['groups_per_batch']:.1f} |")
+    return {"prepare": prep, "table": table, "results": {f"{k[0]} / {k[1]}": v
+                                                          for k, v in results.items()},
+            "mixing": mixes, "megatron": megatron_missing}
 
 
 if __name__ == "__main__":

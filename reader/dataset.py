@@ -44,7 +44,7 @@ import hashlib
 import os
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +54,16 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from reader.layout import LayoutCache, ShardLayout, ShardSource, default_cache_dir
+from reader.layout import (
+    COLUMNS as LAYOUT_COLUMNS,
+)
+from reader.layout import (
+    RECORD,
+    LayoutCache,
+    ShardLayout,
+    ShardSource,
+    default_cache_dir,
+)
 from transforms.schema import (
     ARROW_SCHEMA,
     MANIFEST_NAME,
@@ -268,10 +277,13 @@ class WindowDataset:
     def _reset_process_state(self) -> None:
         self._pid = os.getpid()
         self._open: list[ShardLayout | None] = [None] * len(self._shards)
+        self._tokens: list[npt.NDArray[Any] | None] = [None] * len(self._shards)
+        self._index: npt.NDArray[Any] | None = None
+        self._index_looked = False
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for key in ("_open", "_pid"):
+        for key in ("_open", "_tokens", "_index", "_index_looked", "_pid"):
             state.pop(key)
         return state
 
@@ -290,15 +302,31 @@ class WindowDataset:
                            first_index=self._shard_starts[s], vocab_size=self.vocab_size,
                            window=self.window)
 
-    def _layout(self, s: int) -> ShardLayout:
+    def _check_pid(self) -> None:
         if self._pid != os.getpid():
             # A forked worker: map the layouts itself rather than share the parent's.
             self._reset_process_state()
+
+    def _layout(self, s: int) -> ShardLayout:
+        self._check_pid()
         layout = self._open[s]
         if layout is None:
             layout = self._layouts.get(self._source(s))
             self._open[s] = layout
+            self._tokens[s] = layout.tokens
+            if self._index is None and all(x is not None for x in self._open):
+                self._index = self._layouts.build_dataset_index(
+                    self.fingerprint, self._open)  # type: ignore[arg-type]
+                self._index_looked = True
         return layout
+
+    def _dataset_index(self) -> npt.NDArray[Any] | None:
+        """Every window's record in one map, once every shard's layout has been built."""
+        self._check_pid()
+        if not self._index_looked:
+            self._index_looked = True
+            self._index = self._layouts.open_dataset_index(self.fingerprint, self._len)
+        return self._index
 
     @property
     def cache_dir(self) -> str:
@@ -324,6 +352,8 @@ class WindowDataset:
             layout = self._layout(s)
             size += sum(os.path.getsize(os.path.join(layout.directory, f))
                         for f in os.listdir(layout.directory))
+        if self._len:
+            size += self._dataset_index().nbytes  # type: ignore[union-attr]
         return {"shards": len(self._shards), "built": self._layouts.builds - before,
                 "bytes": size, "seconds": time.perf_counter() - began,
                 "cache_dir": self.cache_dir}
@@ -352,13 +382,17 @@ class WindowDataset:
         i = self._normalise_index(index)
         s, j = self._locate(i)
         layout = self._layout(s)
-        lo, hi = int(layout.offsets[j]), int(layout.offsets[j + 1])
-        window: dict[str, Any] = {"tokens": np.asarray(layout.tokens[lo:hi], dtype=np.int32)}
-        for name, values in layout.columns.items():
-            window[name] = int(values[j])
+        rec = layout.records[j]
+        lo, n = int(rec["lo"]), int(rec["length"]) + 1
+        window: dict[str, Any] = {"tokens": layout.tokens[lo : lo + n].astype(np.int32)}
+        for name in LAYOUT_COLUMNS:
+            window[name] = int(rec[name])
         window["doc_id"] = layout.doc_id(j)
         window["index"] = i
         return window
+
+    def _doc_id(self, s: int, i: int) -> str:
+        return self._layout(s).doc_id(i - self._shard_starts[s])
 
     def __getitems__(self, indices: Sequence[int]) -> WindowBatch:
         """Several windows at once, gathered vectorised (``DataLoader`` calls this per batch)."""
@@ -370,35 +404,29 @@ class WindowDataset:
         if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self._len):
             bad = next(int(v) for v in indices if not -self._len <= int(v) < self._len)
             raise IndexError(f"index {bad} is out of range for {self._len} windows")
-        shard = np.searchsorted(self._starts, idx, side="right") - 1
-        row = idx - self._starts[shard]
-        b = len(idx)
-        lo = np.empty(b, np.int64)
-        hi = np.empty(b, np.int64)
-        cols = {name: np.empty(b, dtype=values.dtype) for name, values in
-                self._layout(int(shard[0])).columns.items()} if b else {}
-        layouts: list[ShardLayout] = [None] * b  # type: ignore[list-item]
-        for s in np.unique(shard).tolist():
-            at = np.flatnonzero(shard == s) if len(self._shards) > 1 else slice(None)
-            layout = self._layout(s)
-            rows = row[at]
-            lo[at] = layout.offsets[rows]
-            hi[at] = layout.offsets[rows + 1]
-            for name, out in cols.items():
-                out[at] = layout.columns[name][rows]
-            if len(self._shards) > 1:
-                for k in at.tolist():  # type: ignore[union-attr]
-                    layouts[k] = layout
-            else:
-                layouts = [layout] * b
-        sizes = hi - lo
-        offsets = np.zeros(b + 1, np.int64)
+        index = self._dataset_index()
+        if index is not None:
+            rec = index[idx]  # one gather of every field
+        else:  # not every shard is local yet (first epoch, or a bounded cache)
+            shard = np.searchsorted(self._starts, idx, side="right") - 1
+            rec = np.empty(len(idx), RECORD)
+            for s in np.unique(shard).tolist():
+                at = np.flatnonzero(shard == s)
+                rec[at] = self._layout(s).records[idx[at] - self._starts[s]]
+            rec["shard"] = shard
+        sizes = rec["length"].astype(np.int64) + 1
+        offsets = np.zeros(len(idx) + 1, np.int64)
         np.cumsum(sizes, out=offsets[1:])
         tokens = np.empty(int(offsets[-1]), np.int32)
-        for k in range(b):
-            tokens[offsets[k] : offsets[k + 1]] = layouts[k].tokens[lo[k] : hi[k]]
-        return WindowBatch(tokens=tokens, offsets=offsets, index=idx, columns=cols,
-                           layouts=layouts, rows=row)
+        arrays = self._tokens
+        for o, s, lo, n in zip(offsets.tolist(), rec["shard"].tolist(), rec["lo"].tolist(),
+                               sizes.tolist(), strict=False):
+            source = arrays[s]
+            if source is None:
+                source = self._layout(s).tokens
+            tokens[o : o + n] = source[lo : lo + n]
+        return WindowBatch(tokens=tokens, offsets=offsets, index=idx, records=rec,
+                           doc_id=self._doc_id)
 
     def blocks(self, unit: str = "row_group") -> tuple[int, ...]:
         """Block sizes in dataset order, for ``EpochSampler(order="blocks", blocks=...)``.
@@ -445,18 +473,19 @@ class WindowBatch(Sequence):
     :func:`reader.collate` reads the arrays directly. ``tokens`` holds every window's ids back
     to back (int32), window k being ``tokens[offsets[k] : offsets[k + 1]]``; ``columns``
     holds ``start``, ``length``, ``loss_start``, ``doc_tokens``, ``doc_key`` and
-    ``window_index``, one value per window; ``index`` the dataset indices.
+    ``window_index``, one value per window; ``index`` the dataset indices. It pickles as the
+    list of its dicts (it holds a reference to the dataset, which maps the layout).
     """
 
     def __init__(self, *, tokens: npt.NDArray[np.int32], offsets: npt.NDArray[np.int64],
-                 index: npt.NDArray[np.int64], columns: dict[str, npt.NDArray[Any]],
-                 layouts: list[ShardLayout], rows: npt.NDArray[np.int64]) -> None:
+                 index: npt.NDArray[np.int64], records: npt.NDArray[Any],
+                 doc_id: Callable[[int, int], str]) -> None:
         self.tokens = tokens
         self.offsets = offsets
         self.index = index
-        self.columns = columns
-        self._layouts = layouts
-        self._rows = rows
+        self.records = records
+        self.columns = {name: records[name] for name in LAYOUT_COLUMNS}
+        self._doc_id = doc_id
 
     def __len__(self) -> int:
         return len(self.index)
@@ -469,9 +498,12 @@ class WindowBatch(Sequence):
             "tokens": self.tokens[self.offsets[k] : self.offsets[k + 1]].copy()}
         for name, values in self.columns.items():
             window[name] = int(values[k])
-        window["doc_id"] = self._layouts[k].doc_id(int(self._rows[k]))
+        window["doc_id"] = self._doc_id(int(self.records["shard"][k]), int(self.index[k]))
         window["index"] = int(self.index[k])
         return window
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return (self[k] for k in range(len(self)))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (list, (list(self),))

@@ -10,10 +10,10 @@ Contract:
 
   ============================  =========================================================
   ``tokens.bin``                every window's ``tokens`` back to back (``uint16`` when the
-                                vocabulary fits, else ``int32``), read with ``np.memmap``
-  ``offsets.npy``               int64, rows + 1: window j is ``tokens[offsets[j]:offsets[j+1]]``
-  ``start.npy`` … (6 columns)   ``start``, ``length``, ``loss_start``, ``doc_tokens``,
-                                ``doc_key``, ``window_index``, one value per window
+                                vocabulary fits, else ``int32``), memory-mapped
+  ``windows.npy``               one record per window (:data:`RECORD`): ``lo`` (window j is
+                                ``tokens[lo : lo + length + 1]``), ``start``, ``length``,
+                                ``loss_start``, ``doc_tokens``, ``doc_key``, ``window_index``
   ``doc_rows.npy``              int64, documents + 1: the first row of each document
   ``doc_ids.bin``, ``doc_id_offsets.npy``  the documents' ids, UTF-8, back to back
   ``layout.json``               written last: version, SHA-256, rows, vocabulary, window, the
@@ -61,24 +61,25 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 __all__ = [
+    "COLUMNS",
     "LAYOUT_VERSION",
+    "RECORD",
     "LayoutCache",
     "ShardLayout",
     "ShardSource",
     "default_cache_dir",
 ]
 
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 _META = "layout.json"
-_COLUMNS = {  # name: dtype, one value per window
-    "start": np.int64,
-    "length": np.int32,
-    "loss_start": np.int32,
-    "doc_tokens": np.int64,
-    "doc_key": np.uint64,
-    "window_index": np.int32,
-}
-_ARRAYS = ("offsets", *_COLUMNS, "doc_rows", "doc_id_offsets")
+# One record per window. ``shard`` is 0 in a shard's layout; the dataset index
+# (:meth:`LayoutCache.dataset_index`) concatenates the shards' records and sets it.
+RECORD = np.dtype([("lo", "<i8"), ("start", "<i8"), ("doc_tokens", "<i8"), ("doc_key", "<u8"),
+                   ("length", "<i4"), ("loss_start", "<i4"), ("window_index", "<i4"),
+                   ("shard", "<u4")])
+COLUMNS = ("start", "length", "loss_start", "doc_tokens", "doc_key", "window_index")
+_DTYPES = {name: RECORD.fields[name][0] for name in RECORD.names}
+_ARRAYS = ("windows", "doc_rows", "doc_id_offsets")
 _COPY_CHUNK = 8 * 2**20
 
 
@@ -115,6 +116,18 @@ class ShardSource:
     window: int
 
 
+def _map(path: str, dtype: np.dtype, count: int) -> npt.NDArray[Any]:
+    """A read-only ndarray over the file (a plain ndarray: ``np.memmap``'s subclass hooks cost
+    more than the copy for a window)."""
+    if count == 0:
+        return np.empty(0, dtype)
+    return np.asarray(np.memmap(path, dtype=dtype, mode="r", shape=(count,))).view(np.ndarray)
+
+
+def _load(path: str) -> npt.NDArray[Any]:
+    return np.load(path, mmap_mode="r").view(np.ndarray)
+
+
 class ShardLayout:
     """One shard's layout, memory-mapped read-only (see the module docstring)."""
 
@@ -123,20 +136,16 @@ class ShardLayout:
         self.rows: int = meta["rows"]
         dtype = np.dtype(meta["token_dtype"])
         size = meta["files"]["tokens.bin"] // dtype.itemsize
-        self.tokens: npt.NDArray[Any] = (
-            np.memmap(os.path.join(directory, "tokens.bin"), dtype=dtype, mode="r", shape=(size,))
-            if size else np.empty(0, dtype)
-        )
-        arrays = {name: np.load(os.path.join(directory, f"{name}.npy"), mmap_mode="r")
-                  for name in _ARRAYS}
-        self.offsets: npt.NDArray[np.int64] = arrays["offsets"]
-        self.columns: dict[str, npt.NDArray[Any]] = {name: arrays[name] for name in _COLUMNS}
-        self.doc_rows: npt.NDArray[np.int64] = arrays["doc_rows"]
-        self._doc_id_offsets = arrays["doc_id_offsets"]
+        self.tokens: npt.NDArray[Any] = _map(os.path.join(directory, "tokens.bin"), dtype, size)
+        self.records: npt.NDArray[Any] = _load(os.path.join(directory, "windows.npy"))
+        self.doc_rows: npt.NDArray[np.int64] = _load(os.path.join(directory, "doc_rows.npy"))
+        self._doc_id_offsets = _load(os.path.join(directory, "doc_id_offsets.npy"))
         with open(os.path.join(directory, "doc_ids.bin"), "rb") as f:
             self._doc_ids = f.read()
-        if len(self.offsets) != self.rows + 1 or int(self.offsets[-1]) != size:
-            raise ValueError(f"layout {directory} is inconsistent: offsets do not match tokens")
+        if self.records.dtype != RECORD or len(self.records) != self.rows or (
+                self.rows and int(self.records["lo"][-1]) + int(self.records["length"][-1]) + 1
+                != size):
+            raise ValueError(f"layout {directory} is inconsistent: records do not match tokens")
 
     def doc_id(self, row: int) -> str:
         """The ``doc_id`` of window ``row`` of the shard."""
@@ -238,6 +247,68 @@ class LayoutCache:
         if self.limit_bytes is not None:
             self._evict(keep=source.sha256)
         return layout
+
+    def _index_paths(self, fingerprint: str) -> tuple[str, str]:
+        directory = os.path.join(self._root, "datasets", fingerprint)
+        return os.path.join(directory, "windows.npy"), os.path.join(directory, "index.json")
+
+    def open_dataset_index(self, fingerprint: str, n: int) -> npt.NDArray[Any] | None:
+        """The dataset's index (every window's record, in dataset order) if it is built.
+
+        Checked cheaply: ``index.json`` names this version, fingerprint and n, and the file
+        has the size it records. The index holds no tokens: each shard's ``tokens.bin`` is
+        still read from its layout.
+        """
+        array_path, meta_path = self._index_paths(fingerprint)
+        try:
+            with open(meta_path, "rb") as f:
+                meta = json.loads(f.read())
+            if (meta.get("version"), meta.get("fingerprint"), meta.get("n")) != (
+                    LAYOUT_VERSION, fingerprint, n) or os.stat(array_path).st_size != meta["bytes"]:
+                return None
+            index = _load(array_path)
+        except (OSError, ValueError, KeyError, AttributeError):
+            return None
+        return index if index.dtype == RECORD and len(index) == n else None
+
+    def build_dataset_index(self, fingerprint: str,
+                            layouts: list[ShardLayout]) -> npt.NDArray[Any]:
+        """Concatenate the shards' records into the dataset's index (see
+        :meth:`open_dataset_index`), written to a temporary name and renamed."""
+        n = sum(layout.rows for layout in layouts)
+        array_path, meta_path = self._index_paths(fingerprint)
+        with self._lock(f"dataset-{fingerprint}"):
+            index = self.open_dataset_index(fingerprint, n)
+            if index is not None:
+                return index
+            directory = os.path.dirname(array_path)
+            os.makedirs(self._tmp, exist_ok=True)
+            tmp = os.path.join(self._tmp, f"dataset-{fingerprint}.{os.getpid()}."
+                                          f"{secrets.token_hex(4)}")
+            os.makedirs(tmp)
+            try:
+                parts = []
+                for s, layout in enumerate(layouts):
+                    rec = np.array(layout.records)
+                    rec["shard"] = s
+                    parts.append(rec)
+                np.save(os.path.join(tmp, "windows.npy"),
+                        np.concatenate(parts) if parts else np.zeros(0, RECORD))
+                size = os.stat(os.path.join(tmp, "windows.npy")).st_size
+                with open(os.path.join(tmp, "index.json"), "w") as f:
+                    json.dump({"version": LAYOUT_VERSION, "fingerprint": fingerprint, "n": n,
+                               "bytes": size}, f)
+                shutil.rmtree(directory, ignore_errors=True)
+                os.makedirs(os.path.dirname(directory), exist_ok=True)
+                os.rename(tmp, directory)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+        index = self.open_dataset_index(fingerprint, n)
+        if index is None:
+            raise OSError(f"the dataset index {array_path} could not be reopened after it "
+                          "was built")
+        return index
 
     def is_ready(self, source: ShardSource) -> bool:
         """Whether a valid layout of the shard is in the cache (the cheap check)."""
@@ -346,7 +417,7 @@ def _check_rows(source: ShardSource, first_row: int, values: npt.NDArray[np.int6
         fail(local, f"token id {int(values[at])} is outside the vocabulary "
                     f"[0, {source.vocab_size}) of the manifest")
     length = cols["length"].astype(np.int64)
-    loss_start = cols["loss_start"]
+    loss_start = cols["loss_start"].astype(np.int64)
     sizes = np.diff(offsets)
     checks: tuple[tuple[npt.NDArray[np.bool_], Callable[[int], str]], ...] = (
         ((length < 1) | (length > source.window),
@@ -365,8 +436,7 @@ def _check_rows(source: ShardSource, first_row: int, values: npt.NDArray[np.int6
 def _write_layout(source: ShardSource, local: str, out: str) -> None:
     """Convert the (verified) Parquet file ``local`` into a layout in the directory ``out``."""
     dtype = np.dtype(np.uint16 if source.vocab_size <= 2**16 else np.int32)
-    offsets = [np.zeros(1, np.int64)]
-    cols: dict[str, list[npt.NDArray[Any]]] = {name: [] for name in _COLUMNS}
+    records: list[npt.NDArray[Any]] = []
     doc_rows: list[int] = []
     doc_ids: list[bytes] = []
     last_id: str | None = None
@@ -374,20 +444,22 @@ def _write_layout(source: ShardSource, local: str, out: str) -> None:
     pf = pq.ParquetFile(local)
     with open(os.path.join(out, "tokens.bin"), "wb") as tokens_file:
         for g in range(pf.metadata.num_row_groups):
-            table = pf.read_row_group(g, columns=["doc_id", "tokens", *_COLUMNS])
+            table = pf.read_row_group(g, columns=["doc_id", "tokens", *COLUMNS])
             tokens = table.column("tokens").combine_chunks()
             if tokens.null_count:
                 raise ValueError(f"shard {source.where}: null tokens in row group {g}")
             off = np.asarray(tokens.offsets, dtype=np.int64)
             values = np.asarray(tokens.values)[off[0] : off[-1]]
             off = off - off[0]
-            group = {name: table.column(name).to_numpy().astype(dt, copy=False)
-                     for name, dt in _COLUMNS.items()}
+            group = {name: table.column(name).to_numpy().astype(_DTYPES[name], copy=False)
+                     for name in COLUMNS}
             _check_rows(source, rows, values, off, group)
             tokens_file.write(values.astype(dtype).tobytes())
-            offsets.append(off[1:] + total)
-            for name in _COLUMNS:
-                cols[name].append(group[name])
+            rec = np.zeros(table.num_rows, RECORD)
+            rec["lo"] = off[:-1] + total
+            for name in COLUMNS:
+                rec[name] = group[name]
+            records.append(rec)
             for j, doc_id in enumerate(table.column("doc_id").to_pylist()):
                 if doc_id != last_id:
                     doc_rows.append(rows + j)
@@ -399,9 +471,7 @@ def _write_layout(source: ShardSource, local: str, out: str) -> None:
         raise ValueError(f"shard {source.where} holds {rows} rows, but the manifest says "
                          f"{source.rows}")
     arrays: dict[str, npt.NDArray[Any]] = {
-        "offsets": np.concatenate(offsets),
-        **{name: (np.concatenate(parts) if parts else np.empty(0, dt)).astype(dt, copy=False)
-           for (name, dt), parts in zip(_COLUMNS.items(), cols.values(), strict=True)},
+        "windows": np.concatenate(records) if records else np.zeros(0, RECORD),
         "doc_rows": np.array([*doc_rows, rows], np.int64),
         "doc_id_offsets": np.concatenate([[0], np.cumsum([len(d) for d in doc_ids],
                                                          dtype=np.int64)]).astype(np.int64),

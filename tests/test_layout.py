@@ -55,7 +55,7 @@ def test_the_first_open_builds_once_and_later_opens_reuse(small: tuple[Path, lis
 
 
 @pytest.mark.parametrize("damage", ["truncate_tokens", "garbage_meta", "no_meta", "stale_version",
-                                    "wrong_rows", "missing_offsets", "bad_npy"])
+                                    "wrong_rows", "missing_records", "bad_npy"])
 def test_a_stale_or_corrupt_layout_is_rebuilt(small: tuple[Path, list], isolated_cache: Path,
                                               damage: str) -> None:
     root, rows = small
@@ -75,16 +75,43 @@ def test_a_stale_or_corrupt_layout_is_rebuilt(small: tuple[Path, list], isolated
         meta_path.write_text(json.dumps({**meta, "version": LAYOUT_VERSION - 1}))
     elif damage == "wrong_rows":
         meta_path.write_text(json.dumps({**meta, "rows": meta["rows"] + 1}))
-    elif damage == "missing_offsets":
-        (target / "offsets.npy").unlink()
+    elif damage == "missing_records":
+        (target / "windows.npy").unlink()
     elif damage == "bad_npy":
-        size = (target / "offsets.npy").stat().st_size
-        (target / "offsets.npy").write_bytes(b"x" * size)  # the size check passes; loading fails
+        size = (target / "windows.npy").stat().st_size
+        (target / "windows.npy").write_bytes(b"x" * size)  # the size check passes; loading fails
     assert not ds._layouts.is_ready(ds._source(1)) or damage == "bad_npy"
     assert ds.prepare()["built"] == 1
     assert ds._layouts.is_ready(ds._source(1))
     for i, row in enumerate(rows):
         check_window(ds[i], row, i)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "meta", "absent"])
+def test_the_dataset_index_is_built_once_and_rebuilt_when_damaged(
+        small: tuple[Path, list], isolated_cache: Path, damage: str) -> None:
+    root, rows = small
+    ds = WindowDataset(root)
+    before = ds.__getitems__(list(range(len(rows))))  # shard by shard: no index yet
+    assert ds._dataset_index() is not None  # every shard is local now: the index was built
+    directory = isolated_cache / f"layouts-v{LAYOUT_VERSION}" / "datasets" / ds.fingerprint
+    if damage == "truncate":
+        with open(directory / "windows.npy", "r+b") as f:
+            f.truncate(100)
+    elif damage == "meta":
+        (directory / "index.json").write_text("[]")
+    else:
+        for p in directory.iterdir():
+            p.unlink()
+        directory.rmdir()
+    again = WindowDataset(root)
+    assert again._dataset_index() is None  # refused by the cheap check
+    assert again.prepare()["built"] == 0  # the shards' layouts are fine; only the index is new
+    assert again._dataset_index() is not None
+    after = again.__getitems__(list(range(len(rows))))
+    for i, row in enumerate(rows):
+        check_window(before[i], row, i)
+        check_window(after[i], row, i)
 
 
 def test_a_partial_build_is_swept_and_rebuilt(small: tuple[Path, list],
