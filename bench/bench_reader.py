@@ -40,14 +40,8 @@ if importlib.util.find_spec("reader") is None:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from reader import EpochSampler, WindowDataset, collate  # noqa: E402
-from transforms.schema import (  # noqa: E402
-    ARROW_SCHEMA,
-    FORMAT,
-    FORMAT_VERSION,
-    MANIFEST_NAME,
-    dumps_manifest,
-    shard_file_name,
-)
+from transforms.manifest import MANIFEST_NAME, dumps_manifest  # noqa: E402
+from transforms.schema import ARROW_SCHEMA, FORMAT, FORMAT_VERSION, shard_file_name  # noqa: E402
 
 __all__ = ["main", "write_synthetic"]
 

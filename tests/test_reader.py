@@ -31,14 +31,8 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from reader import EpochSampler, WindowDataset, collate, epoch_seed, evaluate, token_nll
-from transforms.schema import (
-    ARROW_SCHEMA,
-    FORMAT,
-    FORMAT_VERSION,
-    MANIFEST_NAME,
-    dumps_manifest,
-    shard_file_name,
-)
+from transforms.manifest import MANIFEST_NAME, dumps_manifest
+from transforms.schema import ARROW_SCHEMA, FORMAT, FORMAT_VERSION, shard_file_name
 
 REPO = Path(__file__).resolve().parents[1]
 BOS, EOS, VOCAB = 256, 257, 258
