@@ -151,6 +151,8 @@ def test_orjson_fast_path_gives_what_json_gives(monkeypatch, spec):
     [
         (["a.jsonl:45", "a.jsonl:5", "b.jsonl:1"], ["a.jsonl:5", "a.jsonl:45", "b.jsonl:1"]),
         (["gs://b/x.jsonl:10", "gs://b/x.jsonl:9"], ["gs://b/x.jsonl:9", "gs://b/x.jsonl:10"]),
+        (["/p/f.parquet#row=10", "/p/f.parquet#row=9"], ["/p/f.parquet#row=9",
+                                                         "/p/f.parquet#row=10"]),
         (["books/b.txt", "books/a.txt"], ["books/a.txt", "books/b.txt"]),
     ],
 )
@@ -160,6 +162,7 @@ def test_source_order_is_input_order(sources, in_order):
 
 def test_source_order_keys():
     assert source_order("a.jsonl:5") == ("a.jsonl", 5)
+    assert source_order("gs://b/f.parquet#row=12") == ("gs://b/f.parquet", 12)
     assert source_order("x/y.txt") == ("x/y.txt", -1)
     assert source_order("c:/w:x") == ("c:/w:x", -1)
 

@@ -149,6 +149,18 @@ def test_duplicate_ids_keep_the_first_in_input_order_not_string_order():
     check(rows, docs)
 
 
+def test_duplicate_ids_in_parquet_rows_keep_the_first_row():
+    spec = WindowSpec(window=4, stride=4)
+    docs = [doc("x", "row ten", spec, source="/p/f.parquet#row=10"),
+            doc("x", "row nine", spec, source="/p/f.parquet#row=9")]
+    for blocks in (blocks_of(docs), blocks_of(docs[::-1])):
+        rows = ShardRows(blocks)
+        assert set(rows.table(0, rows.num_rows).column("doc_tokens").to_pylist()) == {
+            len("row nine") + 2}
+        assert [r.source for r in rows.rejects] == ["/p/f.parquet#row=10"]
+        check(rows, docs)
+
+
 def test_duplicate_ids_across_blocks_keep_the_first_source():
     spec = WindowSpec(window=4, stride=3, tail="trace_back", score="new")
     a = docs_of(["first", "other"], spec=spec)

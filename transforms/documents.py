@@ -78,10 +78,12 @@ class Reject(typing.NamedTuple):
 
 def source_order(source: str) -> tuple[str, int]:
     """A sort key that puts sources in input order: by file, then by line or row number
-    (``a.jsonl:5`` before ``a.jsonl:45``, which plain string order would reverse)."""
-    path, _, position = source.rpartition(":")
-    if path and position.isdigit():
-        return path, int(position)
+    (``a.jsonl:5`` before ``a.jsonl:45``, ``p.parquet#row=9`` before ``p.parquet#row=10``,
+    which plain string order would reverse)."""
+    for mark in (":", "#row="):
+        path, _, position = source.rpartition(mark)
+        if path and position.isdigit():
+            return path, int(position)
     return source, -1
 
 
