@@ -36,6 +36,7 @@ setuptools.setup(
             "hypothesis>=6.100",
             "ruff>=0.5",
             "duckdb>=1.0",
+            "pandas>=2",
         ],
         "bench": ["datasets>=2.19", "psutil>=5.9"],
     },

@@ -5,6 +5,7 @@ This is the only package that imports ``apache_beam``. Run it with ``python -m p
 with `run`.
 """
 
-from pipeline.run import build_pipeline, main, run
+from pipeline.graph import build_pipeline
+from pipeline.run import main, run
 
 __all__ = ["build_pipeline", "main", "run"]

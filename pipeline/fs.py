@@ -1,23 +1,29 @@
-"""File access through Beam's FileSystems only, so every path may be local, gs://, s3:// …"""
+"""Every file access of the job, through Beam's FileSystems: any path may be local, gs://, s3://…
+
+The pure code in `transforms` never opens a file; it takes `open_raw` (an
+`transforms.chunks.Opener`) where it must read.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 __all__ = [
-    "READ_BLOCK",
+    "delete",
+    "exists",
     "join",
     "list_dir",
+    "match",
+    "open_raw",
     "read_bytes",
-    "read_line_range",
+    "scheme",
     "write_atomically",
 ]
-
-READ_BLOCK = 1 << 20
 
 
 def join(base: str, *parts: str) -> str:
@@ -25,44 +31,34 @@ def join(base: str, *parts: str) -> str:
     return FileSystems.join(base.rstrip("/"), *parts)
 
 
-def read_bytes(path: str, compression: str | None = None) -> bytes:
-    """The whole (decompressed) content of a file."""
-    kind = compression or CompressionTypes.UNCOMPRESSED
-    with FileSystems.open(path, compression_type=kind) as f:
+def scheme(path: str) -> str | None:
+    """The path's scheme (``gs``, ``s3`` …), or None for a plain local path."""
+    return FileSystems.get_scheme(path)
+
+
+def match(pattern: str) -> list[tuple[str, int]]:
+    """(path, size in bytes) of every file the pattern matches; [] if none."""
+    return [(m.path, m.size_in_bytes) for m in FileSystems.match([pattern])[0].metadata_list]
+
+
+def open_raw(path: str) -> BinaryIO:
+    """A file's raw bytes, seekable, never decompressed (`transforms.chunks` decompresses)."""
+    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def read_bytes(path: str) -> bytes:
+    """The whole raw content of a file."""
+    with open_raw(path) as f:
         return f.read()
 
 
-def _read_to_newline(f: BinaryIO) -> bytes:
-    """Read from ``f``'s position up to and including the next newline (or the end)."""
-    parts = []
-    while True:
-        block = f.read(READ_BLOCK)
-        if not block:
-            break
-        i = block.find(b"\n")
-        if i != -1:
-            parts.append(block[: i + 1])
-            break
-        parts.append(block)
-    return b"".join(parts)
+def exists(path: str) -> bool:
+    return FileSystems.exists(path)
 
 
-def read_line_range(path: str, start: int, end: int) -> bytes:
-    """The whole lines of an uncompressed file that begin at a byte offset in [start, end).
-
-    The byte before ``start`` is read to tell whether ``start`` begins a line; the last line
-    is read past ``end`` to its newline. Consecutive ranges thus hold every line once.
-    """
-    first = max(start - 1, 0)
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        f.seek(first)
-        data = f.read(end - first)
-        if start > 0:
-            newline = data.find(b"\n")
-            data = b"" if newline == -1 else data[newline + 1 :]
-        if data and not data.endswith(b"\n"):
-            data += _read_to_newline(f)
-    return data
+def delete(paths: Sequence[str]) -> None:
+    if paths:
+        FileSystems.delete(list(paths))
 
 
 def list_dir(path: str) -> list[str]:
@@ -88,10 +84,9 @@ def _ensure_dir(path: str) -> None:
 def write_atomically(path: str, write: Callable[[BinaryIO], object], tmp_dir: str) -> object:
     """Write ``path`` through a uniquely named temporary file in ``tmp_dir``, then rename.
 
-    A failed attempt leaves only its temporary file, which the job's last step removes.
+    A failed attempt leaves only its temporary file, which the job's last step removes. The
+    random part of the name never reaches the output.
     """
-    import uuid
-
     tmp = join(tmp_dir, f"{path.rsplit('/', 1)[-1]}.{uuid.uuid4().hex}")
     with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         result = write(f)

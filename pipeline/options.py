@@ -11,14 +11,27 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-from pipeline.steps import TARGET_SHARD_INPUT_BYTES
-from transforms.params import FORMATS, OFFSETS, SCORES, TAILS, UTF8_POLICIES, ReadSpec, WindowSpec
+from pipeline.read import TARGET_SHARD_INPUT_BYTES
+from transforms.params import (
+    FORMATS,
+    OFFSETS,
+    SCORES,
+    TAILS,
+    UTF8_POLICIES,
+    ReadSpec,
+    WindowSpec,
+    check_positive_int,
+    default_of,
+)
 from transforms.tokenizers import BYTES
 
-__all__ = ["JobConfig", "TokenWindowsOptions"]
+__all__ = ["JobConfig", "TokenWindowsOptions", "default_encode_threads", "runner_name"]
+
+DEFAULT_WINDOW = 512
 
 
 class TokenWindowsOptions(PipelineOptions):
@@ -51,8 +64,8 @@ class TokenWindowsOptions(PipelineOptions):
             "--text-field",
             dest="text_field",
             type=str,
-            default="text",
-            help="JSON key or Parquet column with the text. Default: text.",
+            default=default_of(ReadSpec, "text_field"),
+            help="JSON key or Parquet column with the text. Default: %(default)s.",
         )
         g.add_argument(
             "--id-field",
@@ -67,7 +80,7 @@ class TokenWindowsOptions(PipelineOptions):
             "--keep-empty",
             dest="keep_empty",
             action="store_true",
-            default=False,
+            default=default_of(ReadSpec, "keep_empty"),
             help="Keep empty documents (each has one pair, BOS -> EOS). Default: skip and "
             "count them.",
         )
@@ -75,7 +88,7 @@ class TokenWindowsOptions(PipelineOptions):
             "--invalid-utf8",
             dest="invalid_utf8",
             type=str,
-            default="replace",
+            default=default_of(ReadSpec, "invalid_utf8"),
             choices=UTF8_POLICIES,
             help="Undecodable bytes: replace them with U+FFFD and count the document "
             "(default), or reject the record.",
@@ -84,9 +97,9 @@ class TokenWindowsOptions(PipelineOptions):
             "--max-doc-bytes",
             dest="max_doc_bytes",
             type=int,
-            default=64 << 20,
+            default=default_of(ReadSpec, "max_doc_bytes"),
             help="Reject (and count) documents with more UTF-8 bytes than this. Default: "
-            "67108864 (64 MiB).",
+            "%(default)s (64 MiB).",
         )
         g = parser.add_argument_group("tokens and windows")
         g.add_argument(
@@ -102,15 +115,16 @@ class TokenWindowsOptions(PipelineOptions):
             dest="encode_threads",
             type=int,
             default=None,
-            help="SentencePiece threads per worker process. Default: the worker machine's "
-            "cores. The ids do not depend on it.",
+            help="SentencePiece threads per worker process. Default: the cores for the local "
+            "runner (divided among multi_processing workers), 1 on runners that start an SDK "
+            "process per core (Dataflow, Flink, portable). The ids do not depend on it.",
         )
         g.add_argument(
             "--window",
             dest="window",
             type=int,
-            default=512,
-            help="W: the most (input, target) pairs in a window. Default: 512.",
+            default=DEFAULT_WINDOW,
+            help="W: the most (input, target) pairs in a window. Default: %(default)s.",
         )
         g.add_argument(
             "--stride",
@@ -123,42 +137,42 @@ class TokenWindowsOptions(PipelineOptions):
             "--tail",
             dest="tail",
             type=str,
-            default="keep",
+            default=default_of(WindowSpec, "tail"),
             choices=TAILS,
             help="When fewer than W pairs remain: keep them as a short window, drop them, or "
-            "trace_back (one last full window ending at EOS). Default: keep.",
+            "trace_back (one last full window ending at EOS). Default: %(default)s.",
         )
         g.add_argument(
             "--min-tail",
             dest="min_tail",
             type=int,
-            default=1,
-            help="With --tail keep, the shortest tail kept. Default: 1.",
+            default=default_of(WindowSpec, "min_tail"),
+            help="With --tail keep, the shortest tail kept. Default: %(default)s.",
         )
         g.add_argument(
             "--score",
             dest="score",
             type=str,
-            default="all",
+            default=default_of(WindowSpec, "score"),
             choices=SCORES,
             help="all: every target of every window is scored; new: only targets no earlier "
-            "window of the document scored (each target once). Default: all.",
+            "window of the document scored (each target once). Default: %(default)s.",
         )
         g.add_argument(
             "--offset",
             dest="offset",
             type=str,
-            default="zero",
+            default=default_of(WindowSpec, "offset"),
             choices=OFFSETS,
             help="zero: windows start at BOS; random: a seeded first origin per document in "
-            "[0, min(S, P-W+1)). Default: zero.",
+            "[0, min(S, P-W+1)). Default: %(default)s.",
         )
         g.add_argument(
             "--seed",
             dest="seed",
             type=int,
-            default=0,
-            help="Seeds the document shuffle and random offsets. Default: 0.",
+            default=default_of(WindowSpec, "seed"),
+            help="Seeds the document shuffle and random offsets. Default: %(default)s.",
         )
         g = parser.add_argument_group("output")
         g.add_argument(
@@ -202,7 +216,7 @@ class JobConfig:
     windows: WindowSpec
     num_shards: int | None = None
     overwrite: bool = False
-    encode_threads: int | None = None
+    encode_threads: int = 1
 
     @property
     def tokenizer_path(self) -> str | None:
@@ -222,8 +236,8 @@ class JobConfig:
             )
         for name in ("num_shards", "encode_threads"):
             value = getattr(o, name)
-            if value is not None and value < 1:
-                raise ValueError(f"`{name}` must be a positive integer, but got {value}")
+            if value is not None:
+                check_positive_int(name, value)
         read = ReadSpec(
             format=o.input_format,
             text_field=o.text_field,
@@ -249,5 +263,31 @@ class JobConfig:
             windows=windows,
             num_shards=o.num_shards,
             overwrite=o.overwrite,
-            encode_threads=o.encode_threads,
+            encode_threads=o.encode_threads or default_encode_threads(options),
         )
+
+
+def default_encode_threads(options: PipelineOptions) -> int:
+    """SentencePiece threads per worker process when ``--encode-threads`` is not given.
+
+    The local runner (no ``--runner``, or the DirectRunner) runs in this machine's processes:
+    its cores, divided among ``multi_processing`` workers. Other runners start one SDK
+    process per core of their workers, so each process encodes on one thread.
+    """
+    cores = os.cpu_count() or 1
+    if runner_name(options) not in (None, "directrunner"):
+        return 1
+    direct = options.view_as(DirectOptions)
+    if direct.direct_running_mode == "multi_processing":
+        return max(1, cores // (direct.direct_num_workers or cores))
+    return cores
+
+
+def runner_name(options: PipelineOptions) -> str | None:
+    """``--runner`` as Beam resolves it, lower case with the 'runner' suffix, or None."""
+    runner = options.view_as(StandardOptions).runner
+    if runner is None:
+        return None
+    name = (runner if isinstance(runner, str) else type(runner).__name__).rsplit(".", 1)[-1]
+    name = name.lower()
+    return name if name.endswith("runner") else name + "runner"

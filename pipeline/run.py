@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (
     DirectOptions,
     PipelineOptions,
@@ -39,62 +38,15 @@ from apache_beam.options.pipeline_options import (
 from apache_beam.runners.runner import PipelineResult
 
 from pipeline import fs
-from pipeline.options import JobConfig, TokenWindowsOptions
-from pipeline.steps import (
-    RECORDS,
-    REJECTS,
-    TMP_DIR,
-    ChooseNumShards,
-    EncodeChunks,
-    FinalizeDataset,
-    ShuffleDocuments,
-    SplitInputs,
-    WriteRejects,
-    WriteShards,
-    load_tokenizer,
-)
-from transforms.schema import MANIFEST_NAME, REJECTS_DIR, SHARD_PATTERN, parse_manifest
+from pipeline.encode import load_tokenizer
+from pipeline.graph import build_pipeline
+from pipeline.options import JobConfig, TokenWindowsOptions, runner_name
+from transforms.manifest import MANIFEST_NAME, parse_manifest
+from transforms.schema import REJECTS_DIR, SHARD_PATTERN, TMP_DIR
 
-__all__ = ["Submitted", "build_pipeline", "cli", "main", "preflight", "run", "submit"]
+__all__ = ["Submitted", "cli", "main", "preflight", "run", "submit"]
 
 _LOG = logging.getLogger("token_windows")
-
-
-def build_pipeline(
-    p: beam.Pipeline, config: JobConfig, expected_files: dict[str, int] | None = None
-) -> beam.PCollection:
-    """Wire the job into ``p``; returns the PCollection holding the manifest.
-
-    ``expected_files`` ({path: size}, as `preflight` matched them) lets the last step check
-    that exactly these files were read, each exactly once.
-    """
-    chunks = p | "SplitInputs" >> SplitInputs(config.inputs, config.read)
-    num_shards = chunks | "ChooseNumShards" >> ChooseNumShards(config.num_shards)
-    encoded = chunks | "EncodeChunks" >> EncodeChunks(
-        config.read, config.windows, config.tokenizer_path, num_shards,
-        threads=config.encode_threads,
-    )
-    groups = encoded.blocks | "ShuffleDocuments" >> ShuffleDocuments()
-    written = groups | "WriteShards" >> WriteShards(
-        config.output, config.windows.window, num_shards
-    )
-    reject_counts = (
-        (encoded[REJECTS], written[REJECTS])
-        | "AllRejects" >> beam.Flatten()
-        | "WriteRejects" >> WriteRejects(config.output)
-    )
-    return p | "FinalizeDataset" >> FinalizeDataset(
-        output=config.output,
-        window_spec=config.windows,
-        inputs=list(config.inputs),
-        reading=config.read.to_json(),
-        tokenizer_path=config.tokenizer_path,
-        expected_files=expected_files,
-        shards=written.shards,
-        reject_counts=reject_counts,
-        receipts=encoded[RECORDS],
-        num_shards=num_shards,
-    )
 
 
 def _is_dry_run(options: PipelineOptions) -> bool:
@@ -112,18 +64,8 @@ def _settle_dry_run(options: PipelineOptions) -> bool:
     return dry
 
 
-def _runner_name(options: PipelineOptions) -> str | None:
-    """``--runner`` as Beam resolves it, lower case with the 'runner' suffix, or None."""
-    runner = options.view_as(StandardOptions).runner
-    if runner is None:
-        return None
-    name = (runner if isinstance(runner, str) else type(runner).__name__).rsplit(".", 1)[-1]
-    name = name.lower()
-    return name if name.endswith("runner") else name + "runner"
-
-
 def _is_dataflow(options: PipelineOptions) -> bool:
-    return _runner_name(options) in ("dataflowrunner", "testdataflowrunner")
+    return runner_name(options) in ("dataflowrunner", "testdataflowrunner")
 
 
 def _is_ours(rel: str) -> bool:
@@ -153,10 +95,8 @@ def _check_output(config: JobConfig) -> None:
     # The manifest goes first: if the job dies now, the directory no longer looks finished.
     manifest = fs.join(config.output, MANIFEST_NAME)
     if manifest in entries:
-        FileSystems.delete([manifest])
-    rest = [e for e in entries if e != manifest]
-    if rest:
-        FileSystems.delete(rest)
+        fs.delete([manifest])
+    fs.delete([e for e in entries if e != manifest])
     _LOG.info("--overwrite: deleted the %d files of the dataset in %s", len(entries), config.output)
 
 
@@ -178,10 +118,10 @@ def preflight(config: JobConfig, options: PipelineOptions) -> dict[str, int] | N
         return None
     files: dict[str, int] = {}
     for pattern in config.inputs:
-        found = FileSystems.match([pattern])[0].metadata_list
+        found = fs.match(pattern)
         if not found:
             raise ValueError(f"--input {pattern} matches no file; check the path and quoting")
-        files.update((m.path, m.size_in_bytes) for m in found)
+        files.update(found)
     load_tokenizer(config.tokenizer_path)
     _check_output(config)
     return files
@@ -193,7 +133,7 @@ def _check_dataflow(config: JobConfig, options: PipelineOptions) -> None:
     if config.tokenizer_path is not None:
         paths.append(("--tokenizer", config.tokenizer_path))
     for flag, path in paths:
-        if FileSystems.get_scheme(path) in (None, "file"):
+        if fs.scheme(path) in (None, "file"):
             raise ValueError(
                 f"{flag} {path} is a local path, which Dataflow workers cannot read or write; "
                 "copy it to (or point it at) gs://BUCKET/..."

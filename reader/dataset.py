@@ -54,22 +54,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from reader.layout import (
-    COLUMNS as LAYOUT_COLUMNS,
-)
-from reader.layout import (
-    RECORD,
-    LayoutCache,
-    ShardLayout,
-    ShardSource,
-    default_cache_dir,
-)
-from transforms.schema import (
-    ARROW_SCHEMA,
-    MANIFEST_NAME,
-    SHARD_PATTERN,
-    parse_manifest,
-)
+from reader.layout import COLUMNS as LAYOUT_COLUMNS
+from reader.layout import RECORD, LayoutCache, ShardLayout, ShardSource, default_cache_dir
+from transforms.manifest import MANIFEST_NAME, parse_manifest
+from transforms.schema import ARROW_SCHEMA, SHARD_PATTERN
 
 __all__ = ["BLOCK_UNITS", "WindowBatch", "WindowDataset"]
 
@@ -199,19 +187,8 @@ class WindowDataset:
             )
         with self._fs.open_input_stream(f"{self._root}/{MANIFEST_NAME}") as f:
             data = f.read()
-        manifest = parse_manifest(data, where=where)
-        for key in ("vocab_size", "bos_id", "eos_id"):
-            value = manifest["tokenizer"][key]
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"{where}: tokenizer.{key} must be a non-negative integer, "
-                                 f"but got {value!r}")
-        window = manifest["windows"]["window"]
-        if not isinstance(window, int) or isinstance(window, bool) or window < 1:
-            raise ValueError(f"{where}: windows.window must be a positive integer, "
-                             f"but got {window!r}")
-        if not isinstance(manifest["shards"], list):
-            raise ValueError(f"{where}: shards must be a list, but got {manifest['shards']!r}")
-        return manifest
+        # Keys, and the types of the values read below, are checked there.
+        return parse_manifest(data, where=where)
 
     @property
     def _entries(self) -> list[dict[str, Any]]:

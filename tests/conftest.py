@@ -60,3 +60,31 @@ def corpus(tmp_path: pathlib.Path) -> pathlib.Path:
         "Slow but steady wins the race.",
     ]
     return write_jsonl(tmp_path / "in" / "c.jsonl", [{"text": t} for t in texts])
+
+
+def block_documents(data: bytes) -> list[dict[str, Any]]:
+    """Each document of a block (`transforms.blocks`), as plain values, for assertions."""
+    from transforms.blocks import read_block
+
+    b = read_block(data)
+    out, z, w, i, s = [], 0, 0, 0, 0
+    for k in range(len(b.keys)):
+        m, n = int(b.m[k]), int(b.n[k])
+        id_end, src_end = int(b.id_ends[k]), int(b.src_ends[k])
+        out.append({
+            "doc_key": int(b.keys[k]), "doc_id": b.ids[i:id_end].decode(),
+            "source": b.sources[s:src_end].decode(), "tokens": b.tokens[z : z + m].tolist(),
+            "starts": b.starts[w : w + n].tolist(), "lengths": b.lengths[w : w + n].tolist(),
+            "loss_starts": b.loss_starts[w : w + n].tolist(), "covered": int(b.covered[k]),
+            "repaired": bool(b.repaired[k]),
+        })
+        z, w, i, s = z + m, w + n, id_end, src_end
+    return out
+
+
+def fn_api_pipeline() -> Any:
+    """A pipeline on Beam's FnApiRunner (never the Prism-first DirectRunner)."""
+    import apache_beam as beam
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+
+    return beam.Pipeline(runner=fn_runner.FnApiRunner())

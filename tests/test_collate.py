@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reader import WindowDataset, collate, token_nll
-from tests.reader_data import EOS, VOCAB, doc_rows, isolated_cache, random_docs, write_dataset
+from tests.reader_data import EOS, VOCAB, isolated_cache, random_docs, write_docs
 
 __all__ = ["isolated_cache"]  # an autouse fixture: every test gets its own layout cache
 
@@ -139,8 +139,8 @@ def test_collate_docstring_example_runs() -> None:
 
 
 def test_a_gathered_batch_collates_as_its_windows_do(tmp_path: Path) -> None:
-    shards = doc_rows(random_docs(40), window=6, stride=4, score_new=True, num_shards=3)
-    ds = WindowDataset(write_dataset(tmp_path / "ds", shards, window=6, row_group_size=4))
+    write_docs(tmp_path / "ds", random_docs(40), window=6, stride=4, score_new=True, num_shards=3)
+    ds = WindowDataset(tmp_path / "ds")
     rng = np.random.default_rng(0)
     full = [i for i in range(len(ds)) if ds[i]["length"] == 6]
     picks = [rng.integers(0, len(ds), size=int(rng.integers(1, 12))).tolist() for _ in range(40)]

@@ -17,14 +17,15 @@ from tests.reader_data import (
     EOS,
     VOCAB,
     check_window,
-    doc_rows,
     edit_manifest,
     isolated_cache,
     random_docs,
+    rewrite_shard,
     small,
-    write_dataset,
+    write_docs,
 )
-from transforms.schema import FORMAT_VERSION, MANIFEST_NAME, shard_file_name
+from transforms.manifest import MANIFEST_NAME
+from transforms.schema import FORMAT_VERSION, shard_file_name
 
 __all__ = ["isolated_cache", "small"]  # fixtures
 
@@ -100,12 +101,15 @@ def test_blocks_are_shards_or_row_groups(small: tuple[Path, list]) -> None:
 
 
 def test_dataset_skips_empty_shards(tmp_path: Path) -> None:
-    rows = doc_rows(random_docs(8), window=6, num_shards=1)[0]
-    shards = [[], rows[:5], [], rows[5:], []]
-    ds = WindowDataset(write_dataset(tmp_path / "ds", shards, window=6, row_group_size=2))
+    rows = write_docs(tmp_path / "ds", random_docs(3), window=6, num_shards=8, rows_per_group=2)
+    ds = WindowDataset(tmp_path / "ds")
+    assert 0 in ds.blocks("shard") and len(ds.blocks("shard")) == 8  # 3 documents, 8 shards
     assert len(ds) == len(rows)
     for i, row in enumerate(rows):
         check_window(ds[i], row, i)
+    batch = ds.__getitems__(list(range(len(rows)))[::-1])
+    for k, i in enumerate(range(len(rows))[::-1]):
+        check_window(batch[k], rows[i], i)
 
 
 def test_dataset_opens_a_uri(small: tuple[Path, list]) -> None:
@@ -172,21 +176,30 @@ def test_shard_of_another_schema(small: tuple[Path, list]) -> None:
 
 @pytest.mark.parametrize("bad", [VOCAB, 300, -1])
 def test_out_of_range_token_id(tmp_path: Path, bad: int) -> None:
-    shards = doc_rows(random_docs(12), window=6, num_shards=2)
-    shards[1][5]["tokens"][2] = bad
-    root = write_dataset(tmp_path / "ds", shards, window=6, row_group_size=4)
+    root = tmp_path / "ds"
+    write_docs(root, random_docs(12), window=6, num_shards=2)
+    first_rows = WindowDataset(root).blocks("shard")[0]
+
+    def damage(rows: list[dict]) -> None:
+        rows[5]["tokens"][2] = bad
+
+    rewrite_shard(root, 1, damage)
     ds = WindowDataset(root)
-    ds[0]  # other row groups read fine; the check runs when a row group is loaded
-    index = len(shards[0]) + 5
+    ds[0]  # other shards read fine; the check runs when a shard's layout is built
+    index = first_rows + 5
     with pytest.raises(ValueError, match=rf"part-00001-of-00002\.parquet row 5 \(dataset index "
                                          rf"{index}\): token id {bad} is outside the vocabulary "
                                          rf"\[0, {VOCAB}\)"):
-        ds[index - 1]  # the same row group (rows 4..7) as the bad row
+        ds[index - 1]  # the same shard as the bad row
 
 
 def test_bad_row_fields_are_named(tmp_path: Path) -> None:
-    shards = doc_rows(random_docs(6), window=6, num_shards=1)
-    shards[0][2]["loss_start"] = shards[0][2]["length"]
-    root = write_dataset(tmp_path / "ds", shards, window=6, row_group_size=100)
+    root = tmp_path / "ds"
+    write_docs(root, random_docs(6), window=6, num_shards=1)
+
+    def damage(rows: list[dict]) -> None:
+        rows[2]["loss_start"] = rows[2]["length"]
+
+    rewrite_shard(root, 0, damage, rows_per_group=100)
     with pytest.raises(ValueError, match=r"part-00000-of-00001\.parquet row 2 .*loss_start"):
         WindowDataset(root)[0]

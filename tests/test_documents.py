@@ -1,18 +1,19 @@
-"""Records → documents and rejects (SPEC §2, §7)."""
+"""`transforms.documents`: records → documents and rejects (SPEC §2, §7).
+
+Parsing only: how files become chunks and chunks become records is in tests/test_chunks.py.
+"""
 
 import pyarrow as pa
 import pytest
 
 from transforms.documents import (
+    MAX_REJECT_RECORD_CHARS,
     Document,
     Reject,
-    detect_format,
-    line_starts_in,
     parse_lines,
     parse_parquet,
     parse_text_file,
-    pattern_base,
-    relative_name,
+    source_order,
 )
 from transforms.params import ReadSpec
 
@@ -27,8 +28,8 @@ def parse(data, fmt="jsonl", spec=SPEC, first=1):
 def test_jsonl_ids_are_file_and_line():
     out = parse(b'{"text": "abc"}\n{"text": "de"}\n', first=7)
     assert out == [
-        Document("a.jsonl:7", "abc", "/c/a.jsonl:7"),
-        Document("a.jsonl:8", "de", "/c/a.jsonl:8"),
+        Document(doc_id="a.jsonl:7", text="abc", source="/c/a.jsonl:7"),
+        Document(doc_id="a.jsonl:8", text="de", source="/c/a.jsonl:8"),
     ]
 
 
@@ -53,7 +54,7 @@ def test_bad_jsonl_records_are_rejected_with_reason_and_line(line, reason):
 
 def test_empty_kept_on_request():
     (doc,) = parse(b'{"text": ""}\n', spec=ReadSpec(keep_empty=True))
-    assert doc == Document("a.jsonl:1", "", "/c/a.jsonl:1")
+    assert doc == Document(doc_id="a.jsonl:1", text="", source="/c/a.jsonl:1")
 
 
 def test_id_field():
@@ -86,7 +87,7 @@ def test_lines_format_and_crlf():
 
 def test_text_file_is_one_document():
     assert parse_text_file(b"hello\nworld\n", path="/c/x/y.txt", rel="x/y.txt", spec=SPEC) == (
-        Document("x/y.txt", "hello\nworld\n", "/c/x/y.txt")
+        Document(doc_id="x/y.txt", text="hello\nworld\n", source="/c/x/y.txt")
     )
 
 
@@ -101,46 +102,6 @@ def test_parquet_rows():
     with pytest.raises(ValueError, match="has no column 'body'"):
         list(parse_parquet(table, path="/p/f.parquet", rel="f", first_row=0,
                            spec=ReadSpec(text_field="body")))
-
-
-def test_pattern_base_and_relative_names():
-    assert pattern_base("gs://b/corpus/*/part-*.jsonl.gz") == "gs://b/corpus/"
-    assert pattern_base("/data/one.jsonl") == "/data/"
-    assert pattern_base("rel.jsonl") == ""
-    assert relative_name("gs://b/corpus/x/part-1.jsonl.gz", "gs://b/corpus/") == (
-        "x/part-1.jsonl.gz"
-    )
-
-
-@pytest.mark.parametrize(
-    ("path", "forced", "expected"),
-    [
-        ("a.jsonl", None, ("jsonl", None)),
-        ("a.jsonl.gz", None, ("jsonl", "gzip")),
-        ("a.txt.zst", None, ("text", "zstd")),
-        ("a.parquet", None, ("parquet", None)),
-        ("a.txt.bz2", "lines", ("lines", "bzip2")),
-    ],
-)
-def test_detect_format(path, forced, expected):
-    assert detect_format(path, forced) == expected
-
-
-def test_unknown_extension_needs_format():
-    with pytest.raises(ValueError, match="pass --format"):
-        detect_format("/c/data.csv", None)
-
-
-@pytest.mark.parametrize("chunk", [1, 2, 3, 5, 7, 100])
-def test_line_starts_counted_per_range_add_up(chunk):
-    data = b"ab\n\ncd\nefg\n\nh"
-    size = len(data)
-    total = 0
-    for start in range(0, size, chunk):
-        end = min(start + chunk, size)
-        total += line_starts_in(data[max(start - 1, 0) : end], start, end)
-    assert total == 6
-    assert line_starts_in(b"x\n", 0, 2) == 1
 
 
 TRICKY_LINES = [
@@ -178,28 +139,38 @@ def test_orjson_fast_path_gives_what_json_gives(monkeypatch, spec):
     """Every line, good or bad, becomes the same document or reject with or without orjson."""
     import transforms.documents as documents
 
-    if documents._orjson is None:
-        pytest.skip("orjson is not installed")
+    assert documents._orjson is not None  # orjson is a requirement: the fast path is on
     data = b"\n".join(TRICKY_LINES) + b"\n"
     fast = parse(data, spec=spec)
     monkeypatch.setattr(documents, "_orjson", None)
     assert fast == parse(data, spec=spec)
 
 
-def test_account_inputs_checks_every_file_is_read_exactly_once():
-    from transforms.documents import Receipt, account_inputs
+@pytest.mark.parametrize(
+    ("sources", "in_order"),
+    [
+        (["a.jsonl:45", "a.jsonl:5", "b.jsonl:1"], ["a.jsonl:5", "a.jsonl:45", "b.jsonl:1"]),
+        (["gs://b/x.jsonl:10", "gs://b/x.jsonl:9"], ["gs://b/x.jsonl:9", "gs://b/x.jsonl:10"]),
+        (["/p/f.parquet#row=10", "/p/f.parquet#row=9"], ["/p/f.parquet#row=9",
+                                                         "/p/f.parquet#row=10"]),
+        (["books/b.txt", "books/a.txt"], ["books/a.txt", "books/b.txt"]),
+    ],
+)
+def test_source_order_is_input_order(sources, in_order):
+    assert sorted(sources, key=source_order) == in_order
 
-    pieces = [Receipt("a", 10, 10, 0, 4, 3), Receipt("a", 10, 10, 4, 10, 2),
-              Receipt("p", 99, 3, 0, 3, 7)]
-    assert account_inputs(pieces, {"a": 10, "p": 99}) == 12
-    assert account_inputs(list(reversed(pieces)), None) == 12
-    with pytest.raises(RuntimeError, match=r"a: the range \[4, 10\) was never read"):
-        account_inputs(pieces[:1], None)
-    with pytest.raises(RuntimeError, match=r"the range \[0, 4\) was read twice"):
-        account_inputs([*pieces, pieces[0]], None)
-    with pytest.raises(RuntimeError, match=r"1 input files were never read \(e.g. b\)"):
-        account_inputs(pieces, {"a": 10, "p": 99, "b": 5})
-    with pytest.raises(RuntimeError, match="inputs changed while the job ran"):
-        account_inputs(pieces, {"a": 10})
-    with pytest.raises(RuntimeError, match="a changed size"):
-        account_inputs(pieces, {"a": 11, "p": 99})
+
+def test_source_order_keys():
+    assert source_order("a.jsonl:5") == ("a.jsonl", 5)
+    assert source_order("gs://b/f.parquet#row=12") == ("gs://b/f.parquet", 12)
+    assert source_order("x/y.txt") == ("x/y.txt", -1)
+    assert source_order("c:/w:x") == ("c:/w:x", -1)
+
+
+def test_reject_json_truncates_huge_records():
+    small = Reject(reason="empty", source="a:1", detail="d", record="r")
+    assert small.to_json() == {"reason": "empty", "source": "a:1", "detail": "d", "record": "r",
+                               "truncated": False}
+    big = Reject(reason="too_large", source="a:2", detail="d",
+                 record="x" * (MAX_REJECT_RECORD_CHARS + 1)).to_json()
+    assert big["truncated"] is True and len(big["record"]) == MAX_REJECT_RECORD_CHARS

@@ -17,11 +17,10 @@ from reader import EpochSampler, WindowDataset, collate
 from tests.reader_data import (
     EOS,
     VOCAB,
-    doc_rows,
     isolated_cache,
     random_docs,
     small,
-    write_dataset,
+    write_docs,
 )
 
 __all__ = ["isolated_cache", "small"]  # fixtures
@@ -120,8 +119,8 @@ def test_dataloader_resume_continues_identically(small: tuple[Path, list], worke
 
 def test_train_tiny_resume_matches_an_uninterrupted_run(tmp_path: Path,
                                                         capsys: pytest.CaptureFixture) -> None:
-    shards = doc_rows(random_docs(80, max_len=60), window=16, num_shards=2)
-    root = write_dataset(tmp_path / "ds", shards, window=16, row_group_size=32)
+    root = tmp_path / "ds"
+    write_docs(root, random_docs(80, max_len=60), window=16, num_shards=2, rows_per_group=32)
     example = load_example()
     ckpt = str(tmp_path / "ckpt.pt")
     common = [str(root), "--steps", "24", "--batch-size", "4", "--d-model", "32",

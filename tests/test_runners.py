@@ -274,8 +274,8 @@ def test_gs_job_translates_for_dataflow_offline(offline):
         requires = [line.split(":", 1)[1].strip()
                     for line in sdist.extractfile(pkg_info).read().decode().splitlines()
                     if line.startswith("Requires-Dist:") and "extra ==" not in line]
-    for module in ("setup.py", "pipeline/run.py", "pipeline/steps.py", "pipeline/fs.py",
-                   "transforms/windows.py", "transforms/shards.py", "transforms/schema.py"):
+    for module in ("setup.py", "pipeline/run.py", "pipeline/graph.py", "pipeline/fs.py",
+                   "transforms/windows.py", "transforms/rows.py", "transforms/manifest.py"):
         assert module in files, module
     required = {r.split("<")[0].split(">")[0].split("=")[0].split("[")[0] for r in requires}
     assert {"apache-beam", "pyarrow", "sentencepiece", "numpy"} <= required, requires

@@ -17,6 +17,8 @@ __all__ = [
     "UTF8_POLICIES",
     "ReadSpec",
     "WindowSpec",
+    "check_positive_int",
+    "default_of",
 ]
 
 TAILS = ("keep", "drop", "trace_back")
@@ -28,7 +30,8 @@ UTF8_POLICIES = ("replace", "reject")
 _UINT64 = 1 << 64
 
 
-def _positive_int(name: str, value: Any) -> None:
+def check_positive_int(name: str, value: Any) -> None:
+    """Raise ``ValueError("`name` must be a positive integer, but got …")`` unless it is one."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"`{name}` must be a positive integer, but got {value!r}")
 
@@ -62,9 +65,9 @@ class WindowSpec:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _positive_int("window", self.window)
-        _positive_int("stride", self.stride)
-        _positive_int("min_tail", self.min_tail)
+        check_positive_int("window", self.window)
+        check_positive_int("stride", self.stride)
+        check_positive_int("min_tail", self.min_tail)
         _choice("tail", self.tail, TAILS)
         _choice("score", self.score, SCORES)
         _choice("offset", self.offset, OFFSETS)
@@ -112,8 +115,18 @@ class ReadSpec:
             raise ValueError("`text_field` must be a non-empty string, but got ''")
         if self.id_field == "":
             raise ValueError("`id_field` must be a non-empty string or unset, but got ''")
-        _positive_int("max_doc_bytes", self.max_doc_bytes)
+        check_positive_int("max_doc_bytes", self.max_doc_bytes)
 
     def to_json(self) -> dict[str, Any]:
         """The manifest's ``reading`` object."""
         return dataclasses.asdict(self)
+
+
+def default_of(spec: type, name: str) -> Any:
+    """The default of a spec's field: the one place a default is written (the CLI asks here)."""
+    for field in dataclasses.fields(spec):
+        if field.name == name:
+            if field.default is dataclasses.MISSING:
+                raise KeyError(f"{spec.__name__}.{name} has no default")
+            return field.default
+    raise KeyError(f"{spec.__name__} has no field {name!r}")

@@ -1,4 +1,4 @@
-"""The shard format: one definition, imported by the writer and the reader.
+"""The shard format and the dataset's layout: one definition, for the writer and the reader.
 
 A finished dataset is a directory::
 
@@ -6,7 +6,8 @@ A finished dataset is a directory::
     ...
     OUTPUT/part-00003-of-00004.parquet
     OUTPUT/rejects/<reason>.jsonl        skipped records, for inspection (only if any)
-    OUTPUT/manifest.json                 written last: no manifest, no dataset
+    OUTPUT/manifest.json                 written last (`transforms.manifest`)
+    OUTPUT/.tmp/                         temporary files while the job runs; removed at its end
 
 Row columns (SPEC §5):
 
@@ -33,9 +34,7 @@ whose ``(doc_key * N) >> 64 == i``, so reading shards in order gives the global 
 
 from __future__ import annotations
 
-import json
 import re
-from typing import Any
 
 import pyarrow as pa
 
@@ -44,18 +43,16 @@ __all__ = [
     "COLUMNS",
     "FORMAT",
     "FORMAT_VERSION",
-    "MANIFEST_NAME",
     "REJECTS_DIR",
     "SHARD_PATTERN",
-    "dumps_manifest",
-    "parse_manifest",
+    "TMP_DIR",
     "shard_file_name",
 ]
 
 FORMAT = "token-windows"
 FORMAT_VERSION = 1
-MANIFEST_NAME = "manifest.json"
 REJECTS_DIR = "rejects"
+TMP_DIR = ".tmp"
 SHARD_PATTERN = re.compile(r"^part-(\d{5,})-of-(\d{5,})\.parquet$")
 
 ARROW_SCHEMA = pa.schema(
@@ -73,68 +70,9 @@ ARROW_SCHEMA = pa.schema(
 )
 COLUMNS = tuple(ARROW_SCHEMA.names)
 
-# Keys every manifest must have, with the keys each of their objects must have.
-_REQUIRED = {
-    "format": None,
-    "format_version": None,
-    "tokenizer": ("kind", "vocab_size", "bos_id", "eos_id", "sha256"),
-    "windows": ("window", "stride", "tail", "min_tail", "score", "offset", "seed"),
-    "inputs": None,
-    "counts": (
-        "documents",
-        "skipped",
-        "windows",
-        "tokens",
-        "pairs",
-        "scored_targets",
-        "uncovered_pairs",
-    ),
-    "shards": None,
-}
-_SHARD_KEYS = ("file", "rows", "scored_targets", "sha256")
-
 
 def shard_file_name(index: int, num_shards: int) -> str:
     """The file name of shard ``index`` of ``num_shards``: ``part-00003-of-00016.parquet``."""
     if not 0 <= index < num_shards:
         raise ValueError(f"shard index must be in [0, {num_shards}), but got {index}")
     return f"part-{index:05d}-of-{num_shards:05d}.parquet"
-
-
-def dumps_manifest(manifest: dict[str, Any]) -> bytes:
-    """Serialise a manifest deterministically (sorted keys, fixed separators, final newline)."""
-    return (json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
-
-
-def parse_manifest(data: bytes | str, *, where: str = MANIFEST_NAME) -> dict[str, Any]:
-    """Parse and check a manifest; ``where`` names the file in error messages.
-
-    Raises:
-        ValueError: the text is not JSON, is another format or version, or lacks a key.
-    """
-    try:
-        manifest = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{where} is not valid JSON ({e}); the dataset is damaged") from e
-    if not isinstance(manifest, dict):
-        raise ValueError(f"{where} must hold a JSON object, but holds {type(manifest).__name__}")
-    if manifest.get("format") != FORMAT:
-        raise ValueError(
-            f"{where} has format {manifest.get('format')!r}, but this reader reads {FORMAT!r}"
-        )
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise ValueError(
-            f"{where} has format_version {manifest.get('format_version')!r}, but this reader "
-            f"reads version {FORMAT_VERSION}; install the version of the project that wrote it"
-        )
-    for key, subkeys in _REQUIRED.items():
-        if key not in manifest:
-            raise ValueError(f"{where} lacks the key {key!r}; the dataset is damaged")
-        for sub in subkeys or ():
-            if sub not in manifest[key]:
-                raise ValueError(f"{where} lacks the key {key}.{sub}; the dataset is damaged")
-    for i, shard in enumerate(manifest["shards"]):
-        for sub in _SHARD_KEYS:
-            if sub not in shard:
-                raise ValueError(f"{where} lacks shards[{i}].{sub}; the dataset is damaged")
-    return manifest

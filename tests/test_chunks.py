@@ -1,0 +1,356 @@
+"""`transforms.chunks`: input files → chunks → records, every file read exactly once (SPEC §2, §7).
+
+`read_files` runs the four pure steps as the pipeline wires them (plan → count_lines →
+number_chunks → read_chunk with `open_local`, then `account_inputs`), so what the job reads is
+tested here without Beam: split files keep true line numbers, compressed files are read
+whole, Parquet row groups keep true row numbers, and a compressed file that ends early fails
+naming the file.
+"""
+
+from __future__ import annotations
+
+import bz2
+import dataclasses
+import glob
+import gzip
+import json
+import os
+import re
+import zlib
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from transforms.chunks import (
+    CHUNK_BYTES,
+    Chunk,
+    Receipt,
+    account_inputs,
+    count_lines,
+    detect_format,
+    line_starts_in,
+    number_chunks,
+    open_local,
+    pattern_base,
+    plan_chunks,
+    read_chunk,
+    relative_name,
+)
+from transforms.documents import Document, Reject, parse_lines
+from transforms.params import ReadSpec
+
+DEFAULT = ReadSpec()
+
+
+@dataclasses.dataclass
+class Read:
+    chunks: list[Chunk]
+    items: list[Document | Reject]
+    records: int
+
+    @property
+    def docs(self):
+        return [(d.doc_id, d.text) for d in self.items if isinstance(d, Document)]
+
+    @property
+    def rejects(self):
+        return [(r.reason, r.source) for r in self.items if isinstance(r, Reject)]
+
+
+def read_files(patterns, *, spec=DEFAULT, chunk_bytes=CHUNK_BYTES):
+    """Every record of the files the patterns match, read as the job reads them (each file
+    once, as its first pattern's), in file then record order."""
+    matched = {}
+    for pattern in patterns:
+        for path in sorted(glob.glob(pattern)):
+            rel = relative_name(path, pattern_base(pattern))
+            matched.setdefault(path, (rel, os.path.getsize(path)))
+    chunks, items, receipts = [], [], []
+    for path, (rel, size) in matched.items():
+        planned = list(plan_chunks(path, rel=rel, size=size, spec=spec, open_file=open_local,
+                                   chunk_bytes=chunk_bytes))
+        counted = [(c, count_lines(c, open_local)) for c in planned]
+        for chunk in number_chunks(counted[::-1]):  # the counts arrive in any order
+            got = list(read_chunk(chunk, spec, open_local))
+            chunks.append(chunk)
+            items.extend(got)
+            receipts.append(chunk.receipt(len(got)))
+    records = account_inputs(receipts[::-1], {p: size for p, (_, size) in matched.items()})
+    return Read(chunks, items, records)
+
+
+LINES = [json.dumps({"text": f"line {i} " + "x" * (i % 13)}) for i in range(200)]
+TEXTS = [json.loads(line)["text"] for line in LINES]
+
+
+@pytest.mark.parametrize("chunk_bytes", [7, 64, 1000, 1 << 20])
+def test_large_files_split_into_ranges_keep_true_line_numbers(tmp_path, chunk_bytes):
+    path = tmp_path / "big.jsonl"
+    path.write_text("\n".join(LINES) + "\n")
+    read = read_files([str(path)], chunk_bytes=chunk_bytes)
+    assert read.docs == [(f"big.jsonl:{i + 1}", t) for i, t in enumerate(TEXTS)]
+    assert (read.rejects, read.records) == ([], 200)
+    size = path.stat().st_size
+    assert [(c.start, c.end) for c in read.chunks] == [
+        (s, min(s + chunk_bytes, size)) for s in range(0, size, chunk_bytes)]
+
+
+def test_last_line_without_newline_and_blank_lines_in_ranges(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"alpha\n\nbeta\r\ngamma")
+    read = read_files([str(path)], spec=ReadSpec(format="lines"), chunk_bytes=3)
+    assert read.docs == [("t.txt:1", "alpha"), ("t.txt:3", "beta"), ("t.txt:4", "gamma")]
+    assert read.rejects == [("empty", f"{path}:2")]
+    assert read.records == 4
+    assert [c.first for c in read.chunks] == [1, 2, 2, 4, 4, 5]  # lines begin at 0, 6, 7, 13
+
+
+BODY = ("\n".join(LINES[:20]) + "\n").encode()
+COMPRESS = {
+    "gz": gzip.compress,
+    "bz2": bz2.compress,
+    "zst": zstandard.ZstdCompressor().compress,
+}
+
+
+def test_compressed_inputs(tmp_path):
+    (tmp_path / "a.jsonl.gz").write_bytes(gzip.compress(BODY))
+    (tmp_path / "b.jsonl.bz2").write_bytes(bz2.compress(BODY))
+    (tmp_path / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(BODY))
+    read = read_files([str(tmp_path / "*")], chunk_bytes=8)
+    assert read.docs == [(f"{name}:{i + 1}", t)
+                         for name in ("a.jsonl.gz", "b.jsonl.bz2", "c.jsonl.zst")
+                         for i, t in enumerate(TEXTS[:20])]
+    assert (read.rejects, read.records) == ([], 60)
+    # A compressed file is one chunk, whatever its size.
+    assert [(c.compression, c.start, c.first) for c in read.chunks] == [
+        ("gzip", 0, 1), ("bzip2", 0, 1), ("zstd", 0, 1)]
+
+
+@pytest.mark.parametrize("ext", sorted(COMPRESS))
+def test_concatenated_streams_are_read_whole(tmp_path, ext):
+    half = BODY.index(b"\n", len(BODY) // 2) + 1
+    path = tmp_path / f"a.jsonl.{ext}"
+    path.write_bytes(COMPRESS[ext](BODY[:half]) + COMPRESS[ext](BODY[half:]))
+    read = read_files([str(path)])
+    assert read.docs == [(f"a.jsonl.{ext}:{i + 1}", t) for i, t in enumerate(TEXTS[:20])]
+
+
+def test_a_compressed_text_file_is_one_document(tmp_path):
+    (tmp_path / "d.txt.gz").write_bytes(gzip.compress("道可道\n非常道".encode()))
+    assert read_files([str(tmp_path / "d.txt.gz")]).docs == [("d.txt.gz", "道可道\n非常道")]
+
+
+def gzip_cut_at_a_flush_point(data: bytes) -> bytes:
+    """A gzip stream of ``data``'s first half that ends at a clean deflate block boundary, as
+    a writer killed after a full flush leaves it: no final block, no trailer."""
+    half = data.index(b"\n", len(data) // 2) + 1
+    stream = zlib.compressobj(wbits=31)
+    return stream.compress(data[:half]) + stream.flush(zlib.Z_FULL_FLUSH)
+
+
+def zstd_cut_at_a_flush_point(data: bytes) -> bytes:
+    half = data.index(b"\n", len(data) // 2) + 1
+    stream = zstandard.ZstdCompressor().compressobj()
+    return stream.compress(data[:half]) + stream.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+
+
+@pytest.mark.parametrize(
+    ("ext", "damaged"),
+    [
+        ("gz", gzip.compress(BODY)[: len(gzip.compress(BODY)) // 2]),
+        ("gz", gzip.compress(BODY)[:-4]),  # only the size in the trailer is missing
+        ("gz", gzip_cut_at_a_flush_point(BODY)),
+        ("bz2", bz2.compress(BODY)[: len(bz2.compress(BODY)) // 2]),
+        ("bz2", bz2.compress(BODY)[:-1]),
+        ("zst", COMPRESS["zst"](BODY)[: len(COMPRESS["zst"](BODY)) // 2]),
+        ("zst", zstd_cut_at_a_flush_point(BODY)),
+        ("zst", COMPRESS["zst"](BODY) + COMPRESS["zst"](BODY)[:9]),  # a second frame cut
+        ("gz", b"not gzip at all\n"),
+    ],
+    ids=["gz-half", "gz-trailer", "gz-flush-point", "bz2-half", "bz2-last-byte", "zst-half",
+         "zst-flush-point", "zst-second-frame", "gz-not-gzip"],
+)
+def test_a_truncated_or_corrupt_compressed_file_fails_naming_it(tmp_path, ext, damaged):
+    path = tmp_path / f"cut.jsonl.{ext}"
+    path.write_bytes(damaged)
+    with pytest.raises(OSError, match=f"cannot read input file {re.escape(str(path))}"):
+        read_files([str(path)])
+
+
+def test_a_flush_point_cut_is_a_valid_prefix():
+    """The flush-point cut decompresses to whole lines: only the missing end tells it apart."""
+    cut = gzip_cut_at_a_flush_point(BODY)
+    prefix = zlib.decompressobj(wbits=31).decompress(cut)
+    assert prefix.endswith(b"\n") and BODY.startswith(prefix) and len(prefix) < len(BODY)
+
+
+def test_parquet_row_groups_are_chunks_with_true_row_numbers(tmp_path):
+    texts = [f"doc {i}" for i in range(50)]
+    pq.write_table(pa.table({"body": texts, "key": [f"k{i}" for i in range(50)]}),
+                   tmp_path / "p.parquet", row_group_size=7)
+    read = read_files([str(tmp_path / "p.parquet")], spec=ReadSpec(text_field="body"),
+                      chunk_bytes=1)
+    assert read.docs == [(f"p.parquet:{i}", t) for i, t in enumerate(texts)]
+    assert read.records == 50
+    assert [(c.start, c.end, c.first, c.extent) for c in read.chunks] == [
+        (g, g + 1, 7 * g, 8) for g in range(8)]
+    read = read_files([str(tmp_path / "p.parquet")],
+                      spec=ReadSpec(text_field="body", id_field="key"))
+    assert read.docs == [(f"k{i}", t) for i, t in enumerate(texts)]
+    assert (read.records, len(read.chunks)) == (50, 1)
+
+
+def test_parquet_without_the_text_column_fails_naming_it(tmp_path):
+    pq.write_table(pa.table({"body": ["a"]}), tmp_path / "p.parquet")
+    with pytest.raises(ValueError, match=r"p.parquet has no column 'text' \(columns: body\)"):
+        read_files([str(tmp_path / "p.parquet")])
+
+
+def test_parquet_compressed_around_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="compress Parquet inside the file"):
+        list(plan_chunks("/c/p.parquet.gz", rel="p.parquet.gz", size=10, spec=DEFAULT,
+                         open_file=open_local))
+
+
+def test_a_missing_file_fails_naming_it(tmp_path):
+    chunk = Chunk(path=str(tmp_path / "gone.jsonl"), rel="gone.jsonl", fmt="jsonl",
+                  compression=None, start=0, end=5, first=1, size=5, extent=5)
+    with pytest.raises(OSError, match="cannot read input file .*gone.jsonl"):
+        read_chunk(chunk, DEFAULT, open_local)
+
+
+@pytest.mark.parametrize(
+    ("name", "size", "chunk_bytes", "want"),
+    [
+        ("a.jsonl", 10, 10, [(0, 10, 1)]),
+        ("a.jsonl", 11, 10, [(0, 10, None), (10, 11, None)]),
+        ("a.jsonl", 25, 10, [(0, 10, None), (10, 20, None), (20, 25, None)]),
+        ("a.jsonl", 0, 10, [(0, 0, 1)]),
+        ("a.txt", 25, 10, [(0, 25, 1)]),  # one document per file: never split
+        ("a.jsonl.gz", 25, 10, [(0, 25, 1)]),
+        ("a.jsonl.zst", 25, 10, [(0, 25, 1)]),
+    ],
+)
+def test_plan_chunks(name, size, chunk_bytes, want):
+    chunks = list(plan_chunks(f"/c/{name}", rel=name, size=size, spec=DEFAULT,
+                              open_file=_no_file, chunk_bytes=chunk_bytes))
+    assert [(c.start, c.end, c.first) for c in chunks] == want
+    assert {(c.path, c.rel, c.size, c.extent) for c in chunks} == {(f"/c/{name}", name, size,
+                                                                     size)}
+
+
+def _no_file(path):
+    raise AssertionError(f"{path} was opened")
+
+
+def test_count_lines_and_number_chunks(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b"ab\n\ncd\nefg\n\nh")  # lines begin at 0, 3, 4, 7, 11, 12
+    planned = list(plan_chunks(str(path), rel="a.jsonl", size=13, spec=DEFAULT,
+                               open_file=open_local, chunk_bytes=4))
+    counts = [count_lines(c, open_local) for c in planned]
+    assert counts == [2, 2, 1, 1]
+    numbered = list(number_chunks(list(zip(planned, counts, strict=True))[::-1]))
+    assert [(c.start, c.first) for c in numbered] == [(0, 1), (4, 3), (8, 5), (12, 6)]
+    assert count_lines(numbered[1], _no_file) == 0  # already numbered: nothing to count
+
+
+def test_chunks_and_receipts_are_keyword_only():
+    with pytest.raises(TypeError):
+        Chunk("p", "r", "jsonl", None, 0, 1, 1, 1, 1)
+    with pytest.raises(TypeError):
+        Receipt("a", 10, 10, 0, 4, 3)
+    chunk = Chunk(path="p", rel="r", fmt="jsonl", compression=None, start=2, end=5, first=3,
+                  size=9, extent=9)
+    assert chunk.receipt(4) == Receipt(path="p", size=9, extent=9, start=2, end=5, records=4)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    lines=st.lists(st.sampled_from(["", " ", "a", "bc", "長", "x\r", "{\"t\": 1}"]), max_size=12),
+    newline_at_end=st.booleans(),
+    chunk_bytes=st.integers(1, 40),
+)
+def test_any_chunk_size_reads_every_line_once_with_its_number(tmp_path_factory, lines,
+                                                              newline_at_end, chunk_bytes):
+    data = "\n".join(lines).encode() + (b"\n" if newline_at_end and lines else b"")
+    path = tmp_path_factory.mktemp("split") / "f.txt"
+    path.write_bytes(data)
+    spec = ReadSpec(format="lines")
+    whole = list(parse_lines(data, fmt="lines", path=str(path), rel="f.txt", first_line=1,
+                             spec=spec))
+    read = read_files([str(path)], spec=spec, chunk_bytes=chunk_bytes)
+    assert read.items == whole
+    assert read.records == len(whole)
+
+
+def test_pattern_base_and_relative_names():
+    assert pattern_base("gs://b/corpus/*/part-*.jsonl.gz") == "gs://b/corpus/"
+    assert pattern_base("/data/one.jsonl") == "/data/"
+    assert pattern_base("/data/[ab].jsonl") == "/data/"
+    assert pattern_base("rel.jsonl") == ""
+    assert relative_name("gs://b/corpus/x/part-1.jsonl.gz", "gs://b/corpus/") == (
+        "x/part-1.jsonl.gz"
+    )
+    assert relative_name("/other/place/f.jsonl", "/data/") == "f.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("path", "forced", "expected"),
+    [
+        ("a.jsonl", None, ("jsonl", None)),
+        ("a.jsonl.gz", None, ("jsonl", "gzip")),
+        ("a.txt.zst", None, ("text", "zstd")),
+        ("a.parquet", None, ("parquet", None)),
+        ("a.txt.bz2", "lines", ("lines", "bzip2")),
+        ("A.NDJSON", None, ("jsonl", None)),
+        ("notes.md", None, ("text", None)),
+    ],
+)
+def test_detect_format(path, forced, expected):
+    assert detect_format(path, forced) == expected
+
+
+@pytest.mark.parametrize("path", ["/c/data.csv", "/c.d/data", "/c/data.gz"])
+def test_unknown_extension_needs_format(path):
+    with pytest.raises(ValueError, match="pass --format"):
+        detect_format(path, None)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5, 7, 100])
+def test_line_starts_counted_per_range_add_up(chunk):
+    data = b"ab\n\ncd\nefg\n\nh"
+    size = len(data)
+    total = 0
+    for start in range(0, size, chunk):
+        end = min(start + chunk, size)
+        total += line_starts_in(data[max(start - 1, 0) : end], start, end)
+    assert total == 6
+    assert line_starts_in(b"x\n", 0, 2) == 1
+
+
+def test_account_inputs_checks_every_file_is_read_exactly_once():
+    pieces = [Receipt(path="a", size=10, extent=10, start=0, end=4, records=3),
+              Receipt(path="a", size=10, extent=10, start=4, end=10, records=2),
+              Receipt(path="p", size=99, extent=3, start=0, end=3, records=7)]
+    assert account_inputs(pieces, {"a": 10, "p": 99}) == 12
+    assert account_inputs(list(reversed(pieces)), None) == 12
+    with pytest.raises(RuntimeError, match=r"a: the range \[4, 10\) was never read"):
+        account_inputs(pieces[:1], None)
+    with pytest.raises(RuntimeError, match=r"the range \[0, 4\) was read twice"):
+        account_inputs([*pieces, pieces[0]], None)
+    with pytest.raises(RuntimeError, match=r"a: the range \[0, 4\) was never read"):
+        account_inputs(pieces[1:], None)
+    with pytest.raises(RuntimeError, match=r"1 input files were never read \(e.g. b\)"):
+        account_inputs(pieces, {"a": 10, "p": 99, "b": 5})
+    with pytest.raises(RuntimeError, match="inputs changed while the job ran"):
+        account_inputs(pieces, {"a": 10})
+    with pytest.raises(RuntimeError, match="a changed size"):
+        account_inputs(pieces, {"a": 11, "p": 99})
+    with pytest.raises(RuntimeError, match="a changed size"):
+        account_inputs([pieces[0], dataclasses.replace(pieces[1], size=11, extent=11)], None)

@@ -1,0 +1,190 @@
+"""`transforms.encoding`: documents → tokens → windows → keys → blocks by shard, without Beam.
+
+Documents are read from files with `tests.test_chunks.read_files` (the pure reading steps) and
+encoded as the job encodes them: every document gets its exact token ids (SentencePiece ids
+checked against `spm` itself), its own window plan and seeded key, and neither the batching
+nor the block boundaries show in the blocks' documents or in the shards' bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import DATA, block_documents
+from tests.test_chunks import LINES, TEXTS, read_files
+from transforms.documents import Document, Reject
+from transforms.encoding import Encoded, batch_documents, encode_documents, pack_documents
+from transforms.keys import doc_key, shard_of
+from transforms.params import ReadSpec, WindowSpec
+from transforms.parquet import write_rows
+from transforms.rows import ShardRows
+from transforms.tokenizers import ByteTokenizer, SentencePieceTokenizer
+from transforms.windows import plan_windows
+
+WINDOWS = WindowSpec(window=8, stride=4)
+TOK = ByteTokenizer()
+
+
+def document(i, text="x" * 3):
+    return Document(doc_id=f"d{i}", text=text, source=f"f:{i}")
+
+
+def reject(i):
+    return Reject(reason="empty", source=f"f:{i}", detail="", record="")
+
+
+def shape(batches):
+    return [len(b) if isinstance(b, list) else b.source for b in batches]
+
+
+@pytest.mark.parametrize(
+    ("max_docs", "max_chars", "want"),
+    [
+        (2, 100, [2, 2, 1]),
+        (10, 6, [2, 2, 1]),  # closed once they hold 6 characters
+        (10, 7, [3, 2]),
+        (1, 1, [1, 1, 1, 1, 1]),
+        (10, 100, [5]),
+    ],
+)
+def test_batch_documents(max_docs, max_chars, want):
+    docs = [document(i) for i in range(5)]
+    batches = list(batch_documents(docs, max_docs=max_docs, max_chars=max_chars))
+    assert shape(batches) == want
+    assert [d for b in batches for d in b] == docs
+
+
+def test_rejects_pass_through_between_batches_as_they_come():
+    items = [reject(0), document(1), document(2), reject(3), document(4), reject(5)]
+    batches = list(batch_documents(items, max_docs=2, max_chars=100))
+    assert shape(batches) == ["f:0", 2, "f:3", "f:5", 1]
+    assert batches[1] == [items[1], items[2]] and batches[4] == [items[4]]
+    assert list(batch_documents([], max_docs=2)) == []
+
+
+def test_the_docstring_example():
+    encoded = pack_documents([Document(doc_id="d", text="abcde", source="s:1")],
+                             [TOK.encode("abcde")], windows=WindowSpec(window=4, stride=4),
+                             num_shards=1)
+    assert (encoded.tokens, encoded.windows) == (7, 2)
+    ((shard, block),) = encoded.blocks
+    (doc,) = block_documents(block)
+    assert shard == 0
+    assert doc["tokens"] == [256, 97, 98, 99, 100, 101, 257]
+    assert list(zip(doc["starts"], doc["lengths"], strict=True)) == [(0, 4), (4, 2)]
+    assert (doc["doc_id"], doc["source"], doc["doc_key"]) == ("d", "s:1", doc_key(0, "d"))
+
+
+@pytest.mark.parametrize("max_chars", [40, 1 << 20])
+def test_encode_documents_encodes_plans_and_keys_each_document(tmp_path, max_chars):
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(DATA / "tiny.model"))
+    tokenizer = SentencePieceTokenizer((DATA / "tiny.model").read_bytes(), where="tiny.model")
+    assert (tokenizer.bos_id, tokenizer.eos_id) == (1, 2)
+    texts = {"a": "abcde", "b": "The quick brown fox jumps over the lazy dog. " * 3,
+             **{f"t{i}": t for i, t in enumerate(TEXTS[:30])}}
+    (tmp_path / "in.jsonl").write_text(
+        "".join(json.dumps({"id": k, "text": t}) + "\n" for k, t in texts.items()))
+    spec = WindowSpec(window=4, stride=2, tail="trace_back", score="new", seed=5)
+    want = {}
+    for line, (doc_id, text) in enumerate(texts.items(), start=1):
+        z = [1, *sp.encode(text), 2]
+        plan = plan_windows(len(z) - 1, spec)
+        want[doc_id] = {"doc_key": doc_key(5, doc_id), "doc_id": doc_id,
+                        "source": f"{tmp_path}/in.jsonl:{line}", "tokens": z,
+                        "starts": plan.starts.tolist(), "lengths": plan.lengths.tolist(),
+                        "loss_starts": plan.loss_starts.tolist(), "covered": plan.covered,
+                        "repaired": False}
+    read = read_files([str(tmp_path / "in.jsonl")], spec=ReadSpec(id_field="id"))
+    got = {}
+    for batch in batch_documents(read.items, max_chars=max_chars):
+        encoded = encode_documents(batch, tokenizer=tokenizer, windows=spec, num_shards=1)
+        for _, block in encoded.blocks:
+            got.update((d["doc_id"], d) for d in block_documents(block))
+    assert got == want
+    assert got["a"]["tokens"] == [1, *sp.encode("abcde"), 2]
+
+
+def encode_file(path, *, max_chars, num_shards=3, windows=WINDOWS):
+    """(shard, document) of every block, and each shard's blocks, of a file read in batches."""
+    docs, shards = [], {}
+    tokens = windows_made = 0
+    for batch in batch_documents(read_files([str(path)]).items, max_chars=max_chars):
+        encoded = encode_documents(batch, tokenizer=TOK, windows=windows,
+                                   num_shards=num_shards)
+        assert isinstance(encoded, Encoded)
+        for shard, block in encoded.blocks:
+            docs.extend((shard, d) for d in block_documents(block))
+            shards.setdefault(shard, []).append(block)
+        tokens += encoded.tokens
+        windows_made += encoded.windows
+    assert tokens == sum(len(d["tokens"]) for _, d in docs)
+    assert windows_made == sum(len(d["starts"]) for _, d in docs)
+    return docs, shards
+
+
+def shard_bytes(blocks):
+    out = io.BytesIO()
+    write_rows(ShardRows(blocks), out, window=WINDOWS.window)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("batch_chars", [1, 50, 1 << 20])
+def test_batches_do_not_show_in_what_is_encoded(tmp_path, batch_chars):
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(LINES) + "\n")
+    docs, shards = encode_file(path, max_chars=batch_chars)
+    got = sorted((shard, d["doc_id"], bytes(d["tokens"][1:-1]).decode(), d["starts"])
+                 for shard, d in docs)
+    want = []
+    for i, text in enumerate(TEXTS):
+        doc_id = f"in.jsonl:{i + 1}"
+        starts = plan_windows(len(text.encode()) + 1, WINDOWS).starts.tolist()
+        want.append((shard_of(doc_key(0, doc_id), 3), doc_id, text, starts))
+    assert got == sorted(want)
+    assert all(d["tokens"][0] == 256 and d["tokens"][-1] == 257 for _, d in docs)
+    # The shards' bytes are those of all documents encoded in one batch.
+    _, whole = encode_file(path, max_chars=1 << 30)
+    assert {s: len(b) for s, b in whole.items()} == {s: 1 for s in range(3)}
+    assert {s: shard_bytes(b) for s, b in shards.items()} == {
+        s: shard_bytes(b) for s, b in whole.items()}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    texts=st.lists(st.text(max_size=20), max_size=15),
+    max_docs=st.integers(1, 6),
+    num_shards=st.integers(1, 4),
+)
+def test_pack_documents_of_any_batches_gives_the_documents_of_one_batch(texts, max_docs,
+                                                                        num_shards):
+    docs = [Document(doc_id=f"f:{i}", text=t, source=f"/f:{i}") for i, t in enumerate(texts)]
+    windows = WindowSpec(window=3, stride=2, tail="trace_back", score="new", offset="random",
+                         seed=11)
+
+    def documents(batches):
+        out = []
+        for batch in batches:
+            encoded = pack_documents(batch, [TOK.encode(d.text) for d in batch],
+                                     windows=windows, num_shards=num_shards)
+            assert [s for s, _ in encoded.blocks] == sorted({s for s, _ in encoded.blocks})
+            out.extend((s, d) for s, block in encoded.blocks for d in block_documents(block))
+        return sorted(out, key=lambda sd: sd[1]["doc_id"])
+
+    whole = documents([docs] if docs else [])
+    assert documents(batch_documents(docs, max_docs=max_docs)) == whole
+    assert [d["doc_id"] for _, d in whole] == sorted(d.doc_id for d in docs)
+    for shard, d in whole:
+        assert shard == shard_of(doc_key(11, d["doc_id"]), num_shards)
+        assert d["tokens"] == TOK.encode(texts[int(d["doc_id"][2:])]).tolist()
+
+
+def test_pack_documents_of_no_documents_is_nothing():
+    assert pack_documents([], [], windows=WINDOWS, num_shards=2) == Encoded(
+        blocks=[], tokens=0, windows=0)

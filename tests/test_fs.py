@@ -1,0 +1,47 @@
+"""`pipeline.fs`: the job's file access, through Beam's FileSystems (here on local disk)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline import fs
+
+
+def test_write_atomically_renames_a_complete_temporary_file(tmp_path):
+    target = tmp_path / "out" / "sub" / "file.bin"
+    result = fs.write_atomically(str(target), lambda f: f.write(b"payload") and 42,
+                                 str(tmp_path / "out" / ".tmp"))
+    assert result == 42 and target.read_bytes() == b"payload"
+    assert list((tmp_path / "out" / ".tmp").iterdir()) == []
+
+
+def test_a_failed_write_leaves_only_its_temporary_file(tmp_path):
+    def fail(f):
+        f.write(b"half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        fs.write_atomically(str(tmp_path / "file.bin"), fail, str(tmp_path / ".tmp"))
+    assert not (tmp_path / "file.bin").exists()
+    (left,) = (tmp_path / ".tmp").iterdir()
+    assert left.name.startswith("file.bin.")
+
+
+def test_match_list_read_and_delete(tmp_path):
+    (tmp_path / "d" / "e").mkdir(parents=True)
+    (tmp_path / "d" / "a.txt").write_bytes(b"abc")
+    (tmp_path / "d" / "e" / "b.txt").write_bytes(b"hello")
+    assert fs.match(str(tmp_path / "d" / "*.txt")) == [(str(tmp_path / "d" / "a.txt"), 3)]
+    assert fs.match(str(tmp_path / "none*")) == []
+    found = fs.list_dir(str(tmp_path / "d"))
+    assert found == [str(tmp_path / "d" / "a.txt"), str(tmp_path / "d" / "e" / "b.txt")]
+    assert fs.list_dir(str(tmp_path / "missing")) == []
+    assert fs.read_bytes(found[1]) == b"hello"
+    with fs.open_raw(found[1]) as f:
+        f.seek(1)
+        assert f.read(2) == b"el"
+    fs.delete(found)
+    fs.delete([])
+    assert not fs.exists(found[0]) and fs.list_dir(str(tmp_path / "d")) == []
+    assert fs.scheme("gs://b/x") == "gs" and fs.scheme(str(tmp_path)) is None
+    assert fs.join("gs://b/out/", "part", "x") == "gs://b/out/part/x"

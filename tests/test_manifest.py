@@ -1,0 +1,189 @@
+"""`transforms.manifest`: building, serialising and checking the manifest (SPEC §5).
+
+The counts are summed from the shards' own counts and must add up (records = documents +
+skipped); `dumps_manifest` is deterministic; `parse_manifest` refuses every damaged manifest
+with a message naming the file, the key and the value.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from tests.test_rows import blocks_of, doc
+from transforms.manifest import (
+    MANIFEST_NAME,
+    WrittenShard,
+    build_manifest,
+    dumps_manifest,
+    parse_manifest,
+)
+from transforms.params import WindowSpec
+from transforms.rows import ShardCounts, ShardRows
+from transforms.schema import shard_file_name
+from transforms.tokenizers import ByteTokenizer
+
+TOK = ByteTokenizer()
+SPEC = WindowSpec(window=4, stride=4)
+
+
+def shard(index, num_shards, docs):
+    return WrittenShard(file=shard_file_name(index, num_shards), index=index, sha256="0" * 64,
+                        bytes=1 + index, counts=ShardRows(blocks_of(docs)).counts)
+
+
+ARGS = dict(tokenizer=TOK.info(), windows=SPEC.to_json(), inputs=["x"], reading={},
+            row_group_rows=16, versions={"pyarrow": "0"})
+
+
+def test_manifest_accounting_must_hold():
+    shards = [shard(0, 1, [doc("a", "abc", SPEC)])]
+    manifest = build_manifest(skipped={"empty": 2}, records=3, shards=shards, **ARGS)
+    assert manifest["counts"]["skipped"] == {"empty": 2}
+    assert manifest["counts"]["records"] == 3
+    assert manifest["counts"]["windows"] == 1  # the docstring's example
+    assert manifest["counts"]["tokens"] == 5
+    assert parse_manifest(json.dumps(manifest))["counts"]["documents"] == 1
+    with pytest.raises(RuntimeError, match="4 records were read but 1 documents"):
+        build_manifest(skipped={"empty": 2}, records=4, shards=shards, **ARGS)
+    with pytest.raises(RuntimeError, match="no manifest was written"):
+        build_manifest(skipped={}, records=0, shards=shards, **ARGS)
+
+
+def test_counts_are_the_sum_of_the_shards_and_shards_are_in_file_order():
+    one = [doc("a", "abc", SPEC), doc("b", "abcdefgh", SPEC, repaired=True)]
+    two = [doc("c", "", WindowSpec(window=4, stride=4, tail="drop")), doc("d", "x" * 9, SPEC)]
+    shards = [shard(1, 2, two), shard(0, 2, one)]
+    manifest = build_manifest(skipped={"too_large": 1, "empty": 0, "blank_line": 3},
+                              records=8, shards=shards, **ARGS)
+    total = shards[0].counts + shards[1].counts
+    assert total == ShardRows(blocks_of(one + two)).counts
+    assert manifest["counts"] == {
+        "records": 8, "documents": 4, "documents_without_windows": 1,
+        "skipped": {"blank_line": 3, "too_large": 1}, "repaired": {"invalid_utf8": 1},
+        "windows": total.rows, "tokens": total.tokens, "pairs": total.pairs,
+        "scored_targets": total.scored_targets, "uncovered_pairs": total.uncovered_pairs,
+    }
+    assert list(manifest["counts"]["skipped"]) == ["blank_line", "too_large"]
+    assert manifest["num_shards"] == 2
+    assert manifest["shards"] == [
+        {"file": "part-00000-of-00002.parquet", "rows": shards[1].counts.rows,
+         "documents": 2, "tokens": shards[1].counts.tokens,
+         "scored_targets": shards[1].counts.scored_targets, "bytes": 1, "sha256": "0" * 64},
+        {"file": "part-00001-of-00002.parquet", "rows": shards[0].counts.rows,
+         "documents": 2, "tokens": shards[0].counts.tokens,
+         "scored_targets": shards[0].counts.scored_targets, "bytes": 2, "sha256": "0" * 64},
+    ]
+    assert {k: manifest[k] for k in ("format", "format_version", "tokenizer", "windows",
+                                     "inputs", "reading", "row_group_rows", "versions")} == {
+        "format": "token-windows", "format_version": 1, **ARGS}
+
+
+def test_dumps_is_deterministic_and_parses_back():
+    manifest = build_manifest(skipped={}, records=1, shards=[shard(0, 1, [doc("a", "é", SPEC)])],
+                              **ARGS)
+    data = dumps_manifest(manifest)
+    assert data == dumps_manifest(json.loads(data))
+    assert data.endswith(b"}\n") and data.startswith(b'{\n  "counts": {')
+    assert list(json.loads(data)) == sorted(manifest)
+    assert parse_manifest(data, where="out/manifest.json") == manifest
+    assert MANIFEST_NAME == "manifest.json"
+
+
+def valid():
+    return build_manifest(skipped={}, records=1, shards=[shard(0, 1, [doc("a", "ab", SPEC)])],
+                          **ARGS)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{", "out/manifest.json is not valid JSON"),
+        (b"\xff", "out/manifest.json is not valid JSON"),
+        ("[]", "must hold a JSON object, but holds list"),
+        ('{"format": "other"}', "has format 'other'"),
+        ('{"format": "token-windows", "format_version": 99}', "format_version 99"),
+        ('{"format": "token-windows", "format_version": 1}', "lacks the key 'tokenizer'"),
+    ],
+)
+def test_parse_manifest_errors(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_manifest(text, where="out/manifest.json")
+
+
+def _set(manifest, path, value):
+    *parents, last = path
+    target = manifest
+    for key in parents:
+        target = target[key]
+    if value is _DELETE:
+        del target[last]
+    else:
+        target[last] = value
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("tokenizer", "vocab_size"), -1, "tokenizer.vocab_size must be a non-negative integer, "
+                                          "but got -1"),
+        (("tokenizer", "vocab_size"), "x", "tokenizer.vocab_size must be a non-negative "
+                                           "integer, but got 'x'"),
+        (("tokenizer", "bos_id"), True, "tokenizer.bos_id must be a non-negative integer, but "
+                                        "got True"),
+        (("tokenizer", "eos_id"), 2.0, "tokenizer.eos_id must be a non-negative integer"),
+        (("tokenizer", "sha256"), 5, "tokenizer.sha256 must be a string or null, but got 5"),
+        (("tokenizer", "kind"), None, "tokenizer.kind must be a string, but got None"),
+        (("tokenizer", "kind"), _DELETE, "lacks the key tokenizer.kind"),
+        (("tokenizer",), [], r"tokenizer must be an object, but got \[\]"),
+        (("windows", "window"), 0, "windows.window must be a positive integer, but got 0"),
+        (("windows", "stride"), True, "windows.stride must be a positive integer, but got True"),
+        (("windows", "min_tail"), None, "windows.min_tail must be a positive integer"),
+        (("windows", "seed"), -1, "windows.seed must be a non-negative integer, but got -1"),
+        (("windows", "tail"), 1, "windows.tail must be a string, but got 1"),
+        (("windows", "score"), _DELETE, "lacks the key windows.score"),
+        (("inputs",), "x", "inputs must be a list, but got 'x'"),
+        (("counts", "skipped"), [], r"counts.skipped must be an object, but got \[\]"),
+        (("counts", "documents"), False, "counts.documents must be a non-negative integer, but "
+                                         "got False"),
+        (("counts", "tokens"), _DELETE, "lacks the key counts.tokens"),
+        (("shards",), {}, r"shards must be a list, but got \{\}"),
+        (("shards", 0), "x", r"shards\[0\] must be an object, but got 'x'"),
+        (("shards", 0, "sha256"), _DELETE, r"lacks the key shards\[0\].sha256"),
+        (("shards", 0, "sha256"), None, r"shards\[0\].sha256 must be a string, but got None"),
+        (("shards", 0, "rows"), -3, r"shards\[0\].rows must be a non-negative integer"),
+        (("shards", 0, "file"), 7, r"shards\[0\].file must be a string, but got 7"),
+        (("counts",), _DELETE, "lacks the key 'counts'"),
+    ],
+)
+def test_parse_manifest_checks_value_types(path, value, message):
+    manifest = valid()
+    assert parse_manifest(json.dumps(manifest)) == manifest
+    damaged = copy.deepcopy(manifest)
+    _set(damaged, path, value)
+    with pytest.raises(ValueError, match=message) as caught:
+        parse_manifest(json.dumps(damaged), where="out/manifest.json")
+    assert str(caught.value).startswith("out/manifest.json")
+
+
+def test_what_the_reader_may_meet_is_accepted():
+    manifest = valid()
+    manifest["tokenizer"].update(sha256="ab" * 32, kind="sentencepiece", vocab_size=0)
+    manifest["windows"]["seed"] = (1 << 64) - 1
+    manifest["shards"] = []
+    manifest["extra"] = {"more": "is welcome"}
+    assert parse_manifest(dumps_manifest(manifest)) == manifest
+
+
+def test_written_shard_entry():
+    counts = ShardCounts(rows=3, documents=1, tokens=9, scored_targets=6, pairs=6)
+    entry = WrittenShard(file="f", index=0, sha256="s", bytes=10, counts=counts).to_json()
+    assert entry == {"file": "f", "rows": 3, "documents": 1, "tokens": 9, "scored_targets": 6,
+                     "bytes": 10, "sha256": "s"}
+    with pytest.raises(TypeError):
+        WrittenShard("f", 0, "s", 10, counts)  # keyword-only

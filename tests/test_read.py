@@ -1,0 +1,63 @@
+"""`pipeline.read` on the FnApiRunner: patterns → chunks, each file once; the shard count.
+
+What a chunk reads is tested without Beam in tests/test_chunks.py; here, what only the
+PTransforms do: match on the workers, read a file matched by several patterns once, number
+the chunks of a split file, and count the shards from the input sizes.
+"""
+
+from __future__ import annotations
+
+import json
+
+import apache_beam as beam
+from apache_beam.testing.util import assert_that, equal_to
+
+from pipeline.read import ChooseNumShards, SplitInputs
+from tests.conftest import fn_api_pipeline
+from transforms.params import ReadSpec
+
+LINES = [json.dumps({"text": f"line {i} " + "x" * (i % 13)}) for i in range(40)]
+
+
+def summary(chunk):
+    return chunk.rel, chunk.start, chunk.end, chunk.first
+
+
+def test_each_file_once_with_its_first_pattern_s_relative_name(tmp_path):
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "one.txt").write_text("first")
+    (tmp_path / "a" / "b" / "two.txt").write_text("second\nfile")
+    with fn_api_pipeline() as p:
+        chunks = p | SplitInputs([str(tmp_path / "a" / "*.txt"), str(tmp_path / "a" / "**"),
+                                  str(tmp_path / "a" / "b" / "two.txt")], spec=ReadSpec())
+        assert_that(chunks | beam.Map(summary),
+                    equal_to([("one.txt", 0, 5, 1), ("b/two.txt", 0, 11, 1)]))
+
+
+def test_a_split_file_s_chunks_are_numbered_by_their_first_line(tmp_path):
+    path = tmp_path / "big.jsonl"
+    path.write_text("\n".join(LINES) + "\n")
+    data = path.read_bytes()
+    want, line = [], 1
+    for start in range(0, len(data), 100):
+        want.append(("big.jsonl", start, min(start + 100, len(data)), line))
+        # Lines that begin in [start, start + 100): after a newline before the range's end.
+        line += sum(1 for i in range(max(start, 1), min(start + 100, len(data)))
+                    if data[i - 1] == 10) + (start == 0)
+    with fn_api_pipeline() as p:
+        chunks = p | SplitInputs([str(path)], spec=ReadSpec(), chunk_bytes=100)
+        assert_that(chunks | beam.Map(summary), equal_to(want))
+
+
+def test_num_shards_from_input_sizes_counts_each_file_once(tmp_path):
+    (tmp_path / "a.jsonl").write_text("\n".join(LINES) + "\n")  # split into chunks
+    (tmp_path / "b.txt").write_text("x" * 120)
+    size = (tmp_path / "a.jsonl").stat().st_size + 120
+    with fn_api_pipeline() as p:
+        chunks = p | SplitInputs([str(tmp_path / "*")], spec=ReadSpec(), chunk_bytes=64)
+        assert_that(chunks | "Chunks" >> beam.combiners.Count.Globally(),
+                    equal_to([(size - 120 + 63) // 64 + 1]), label="CheckChunks")
+        assert_that(chunks | "Auto" >> ChooseNumShards(None, target_bytes=100),
+                    equal_to([-(-size // 100)]), label="CheckAuto")
+        assert_that(chunks | "Given" >> ChooseNumShards(7, target_bytes=100),
+                    equal_to([7]), label="CheckGiven")

@@ -1,0 +1,112 @@
+"""`pipeline.run`: the command line, and everything it refuses before any work (SPEC §7).
+
+The error cases call `main` in this process (its output captured); one test starts the real
+entry point, ``python -m pipeline``, as a user would.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.run import main
+from tests.conftest import DATA, ROOT, run_job
+
+FLAGS = ("--input", "--format", "--text-field", "--id-field", "--keep-empty", "--invalid-utf8",
+         "--max-doc-bytes", "--tokenizer", "--window", "--stride", "--tail", "--min-tail",
+         "--score", "--offset", "--seed", "--output", "--encode-threads", "--num-shards",
+         "--overwrite")
+
+
+def refused(capsys, *args: str) -> str:
+    """Run `main`, expect exit status 2, and return what it printed on stderr."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(args))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--window", "0"], "`window` must be a positive integer, but got 0"),
+        (["--stride", "0"], "`stride` must be a positive integer, but got 0"),
+        (["--window", "4", "--min-tail", "5"], "`min_tail` must be at most `window` (4)"),
+        (["--tail", "pad"], "argument --tail: invalid choice: 'pad'"),
+        (["--num-shards", "0"], "`num_shards` must be a positive integer, but got 0"),
+        (["--encode-threads", "0"], "`encode_threads` must be a positive integer, but got 0"),
+        (["--direct_running_mode=multi_threading"], "multi_threading is refused"),
+    ],
+)
+def test_invalid_parameters_fail_before_work(capsys, corpus, tmp_path, extra, message):
+    err = refused(capsys, "--input", str(corpus), "--tokenizer", "bytes", "--output",
+                  str(tmp_path / "o"), *extra)
+    assert message in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--input", "{tmp}/none*.jsonl", "--tokenizer", "bytes"],
+         "error: --input {tmp}/none*.jsonl matches no file"),
+        (["--input", "{corpus}", "--tokenizer", "{tmp}/gone.model"],
+         "error: --tokenizer {tmp}/gone.model cannot be read"),
+        (["--input", "{corpus}", "--tokenizer", f"{DATA}/no_bos_eos.model"], "has no BOS id"),
+        (["--input", "{corpus}", "--tokenizer", f"{DATA}/tiny_corpus.txt"],
+         "is not a SentencePiece model"),
+        (["--tokenizer", "bytes"], "error: --input is required"),
+    ],
+)
+def test_missing_inputs_and_tokenizers_are_one_line_errors(capsys, corpus, tmp_path, args,
+                                                           message):
+    fill = {"tmp": tmp_path, "corpus": corpus}
+    err = refused(capsys, "--output", str(tmp_path / "o"), *(a.format(**fill) for a in args))
+    assert message.format(**fill) in err
+    assert err.count("\n") == 1, err
+
+
+def test_missing_output_is_a_one_line_error(capsys, corpus):
+    err = refused(capsys, "--input", str(corpus), "--tokenizer", "bytes")
+    assert err == "error: --output is required: pass the directory for the shards\n"
+
+
+def test_existing_output_is_refused_then_overwritten_without_stale_shards(capsys, corpus,
+                                                                          tmp_path):
+    out = tmp_path / "out"
+    run_job(out, "--input", str(corpus), "--tokenizer", "bytes", "--num-shards", "3")
+    err = refused(capsys, "--input", str(corpus), "--tokenizer", "bytes", "--output", str(out))
+    assert "already holds 5 files" in err and "--overwrite" in err
+    run_job(out, "--input", str(corpus), "--tokenizer", "bytes", "--num-shards", "2",
+            "--overwrite")
+    assert sorted(p.name for p in out.iterdir()) == [
+        "manifest.json", "part-00000-of-00002.parquet", "part-00001-of-00002.parquet",
+        "rejects",
+    ]
+    (out / "notes.txt").write_text("mine")
+    err = refused(capsys, "--input", str(corpus), "--tokenizer", "bytes", "--output", str(out),
+                  "--overwrite")
+    assert "files this job did not write (e.g. notes.txt)" in err
+
+
+def test_the_real_entry_point_helps_and_refuses(corpus, tmp_path):
+    """``python -m pipeline`` as a user runs it: --help lists every option; an error is one
+    line (after whatever Beam logs on import), status 2, no traceback."""
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True,
+                              text=True, cwd=ROOT, timeout=300)
+
+    r = cli("--help")
+    assert r.returncode == 0
+    for flag in FLAGS:
+        assert flag in r.stdout
+    r = cli("--input", str(corpus), "--tokenizer", "bytes", "--output", str(tmp_path / "o"),
+            "--window", "0")
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[-1] == "error: `window` must be a positive integer, but got 0"
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,49 @@
+"""`pipeline.write` on the FnApiRunner: the shuffle groups blocks by shard, intact.
+
+Shards, rejects and the manifest are checked end to end in tests/test_pipeline.py, and their
+pure parts in tests/test_rows.py, tests/test_parquet.py and tests/test_manifest.py.
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam.testing.util import assert_that, equal_to
+
+from pipeline.encode import EncodeChunks
+from pipeline.read import ChooseNumShards, SplitInputs
+from pipeline.write import ShuffleDocuments
+from tests.conftest import block_documents, fn_api_pipeline
+from transforms.keys import doc_key, shard_of
+from transforms.params import ReadSpec, WindowSpec
+
+
+def shuffled(p, path, *, windows, num_shards):
+    spec = ReadSpec(format="lines")
+    chunks = p | SplitInputs([str(path)], spec=spec)
+    encoded = chunks | EncodeChunks(spec=spec, windows=windows, tokenizer_path=None,
+                                    num_shards=chunks | ChooseNumShards(num_shards))
+    return encoded.blocks | ShuffleDocuments()
+
+
+def test_shuffle_groups_documents_by_key_range(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text("".join("abc" * i + "\n" for i in range(1, 30)))
+    with fn_api_pipeline() as p:
+        summary = shuffled(p, path, windows=WindowSpec(window=8, stride=4),
+                           num_shards=4) | beam.Map(
+            lambda kv: (kv[0], sorted(d["doc_id"] for b in kv[1] for d in block_documents(b))))
+        expected = {}
+        for i in range(1, 30):
+            doc_id = f"in.txt:{i}"
+            expected.setdefault(shard_of(doc_key(0, doc_id), 4), []).append(doc_id)
+        assert_that(summary, equal_to([(k, sorted(v)) for k, v in expected.items()]))
+
+
+def test_packed_tokens_are_exact_after_the_shuffle(tmp_path):
+    path = tmp_path / "x.txt"
+    path.write_text("道可道")
+    with fn_api_pipeline() as p:
+        tokens = shuffled(p, path, windows=WindowSpec(window=2, stride=2),
+                          num_shards=1) | beam.FlatMap(
+            lambda kv: [d["tokens"] for b in kv[1] for d in block_documents(b)])
+        assert_that(tokens, equal_to([[256, *"道可道".encode(), 257]]))

@@ -1,0 +1,202 @@
+"""Blocks: how documents cross the shuffle (SPEC §4).
+
+A block is many documents of one shard in columns, as one deterministic byte string: their
+seeded keys, token counts M, window counts, covered pairs, repaired flags, ids and sources,
+then every ``z`` end to end and every window (start, length, loss_start) end to end. Splitting
+a batch by shard (`pack_blocks`) and ordering a shard (`transforms.rows.ShardRows`) are then a
+few array operations, not a Python step per document.
+
+Layout (little-endian, every part padded to 8 bytes)::
+
+    header   magic "TWB1", flags, documents, tokens (Σ M), windows (Σ n), id bytes, source bytes
+    per document   keys u64 · M i64 · n i64 · covered i64 · id ends i64 · source ends i64 ·
+                   repaired u8
+    blobs    doc_ids (UTF-8, end to end) · sources (UTF-8, end to end)
+    tokens   every z, uint16 when every id of the block is < 2**16, else int32 (flag 1)
+    windows  starts i64 · lengths i32 · loss_starts i32
+
+Example: documents "ab" and "c" (bytes tokenizer, window 2) packed for one shard give a block
+whose `read_block` has ``m == [4, 3]``, ``n == [2, 1]`` and ``tokens ==
+[256, 97, 98, 257, 256, 99, 257]``.
+
+What a block holds depends on batching; what a shard holds does not, and the shard's rows are
+ordered by key after the shuffle, so batching never reaches the output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from transforms.keys import shard_of
+from transforms.windows import WindowPlans
+
+__all__ = ["Block", "pack_blocks", "read_block"]
+
+_HEADER = struct.Struct("<4sIqqqqq")
+_MAGIC = b"TWB1"
+_WIDE = 1  # flag: tokens are int32 (else uint16)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Block:
+    """The columns of a block, as read-only views of its bytes (see the module's layout)."""
+
+    keys: npt.NDArray[np.uint64]
+    m: npt.NDArray[np.int64]  # M of each document
+    n: npt.NDArray[np.int64]  # windows of each document
+    covered: npt.NDArray[np.int64]
+    repaired: npt.NDArray[np.uint8]
+    id_ends: npt.NDArray[np.int64]  # end of each doc_id in ``ids``
+    src_ends: npt.NDArray[np.int64]
+    ids: bytes  # the doc_ids, UTF-8, end to end
+    sources: bytes
+    tokens: np.ndarray  # every z end to end, uint16 (or int32 when some id is ≥ 2**16)
+    starts: npt.NDArray[np.int64]  # every window, document after document
+    lengths: npt.NDArray[np.int32]
+    loss_starts: npt.NDArray[np.int32]
+
+
+def pack_blocks(
+    *,
+    doc_keys: Sequence[int] | npt.NDArray[np.uint64],
+    doc_ids: Sequence[str],
+    sources: Sequence[str],
+    tokens: Sequence[npt.NDArray[np.int32]],
+    plans: WindowPlans,
+    repaired: Sequence[bool],
+    num_shards: int,
+) -> list[tuple[int, bytes]]:
+    """Documents and their windows packed by the shard of their key.
+
+    Args:
+        doc_keys, doc_ids, sources, tokens, repaired: one entry per document (``tokens`` is
+            its whole z).
+        plans: the documents' windows, end to end (`transforms.windows.plan_windows_batch`).
+        num_shards: the job's shard count.
+
+    Returns:
+        (shard, block of its documents in their order) for each shard that has documents, in
+        shard order.
+    """
+    batch = _Batch.of(doc_keys, doc_ids, sources, tokens, plans, repaired)
+    if not len(batch.keys):
+        return []
+    if num_shards == 1:
+        return [(0, _pack(batch))]
+    shards = np.fromiter((shard_of(k, num_shards) for k in batch.keys.tolist()), np.int64,
+                         len(batch.keys))
+    present = np.unique(shards)
+    if len(present) == 1:
+        return [(int(present[0]), _pack(batch))]
+    return [(int(shard), _pack(batch.select(shards == shard))) for shard in present]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Batch:
+    """Documents to pack, as columns."""
+
+    keys: npt.NDArray[np.uint64]
+    m: npt.NDArray[np.int64]
+    ids: list[bytes]
+    sources: list[bytes]
+    z: npt.NDArray[np.int32]  # every z end to end
+    plans: WindowPlans
+    repaired: npt.NDArray[np.uint8]
+
+    @classmethod
+    def of(cls, doc_keys: Sequence[int] | np.ndarray, doc_ids: Sequence[str],
+           sources: Sequence[str], tokens: Sequence[npt.NDArray[np.int32]], plans: WindowPlans,
+           repaired: Sequence[bool]) -> _Batch:
+        count = len(doc_ids)
+        return cls(
+            np.array(doc_keys, dtype=np.uint64).reshape(-1),
+            np.fromiter(map(len, tokens), np.int64, count),
+            [d.encode("utf-8") for d in doc_ids],
+            [s.encode("utf-8") for s in sources],
+            np.concatenate(tokens) if count else np.empty(0, np.int32),
+            plans,
+            np.fromiter(repaired, np.uint8, count),
+        )
+
+    def select(self, mask: npt.NDArray[np.bool_]) -> _Batch:
+        """The documents where ``mask`` holds, in their order."""
+        windows = np.repeat(mask, self.plans.counts)
+        which = np.flatnonzero(mask).tolist()
+        p = self.plans
+        return _Batch(
+            self.keys[mask], self.m[mask], [self.ids[i] for i in which],
+            [self.sources[i] for i in which], self.z[np.repeat(mask, self.m)],
+            WindowPlans(counts=p.counts[mask], covered=p.covered[mask], starts=p.starts[windows],
+                        lengths=p.lengths[windows], loss_starts=p.loss_starts[windows]),
+            self.repaired[mask],
+        )
+
+
+def _ends(parts: list[bytes]) -> npt.NDArray[np.int64]:
+    return np.cumsum(np.fromiter(map(len, parts), np.int64, len(parts)))
+
+
+def _pack(batch: _Batch) -> bytes:
+    wide = len(batch.z) > 0 and int(batch.z.max()) >= 1 << 16
+    ids, sources = b"".join(batch.ids), b"".join(batch.sources)
+    parts: list[bytes] = [
+        _HEADER.pack(_MAGIC, _WIDE if wide else 0, len(batch.keys), len(batch.z),
+                     len(batch.plans.starts), len(ids), len(sources))
+    ]
+
+    def add(data: bytes) -> None:
+        parts.extend((data, b"\0" * (-len(data) % 8)))
+
+    for array, dtype in (
+        (batch.keys, "<u8"), (batch.m, "<i8"), (batch.plans.counts, "<i8"),
+        (batch.plans.covered, "<i8"), (_ends(batch.ids), "<i8"), (_ends(batch.sources), "<i8"),
+        (batch.repaired, "u1"),
+    ):
+        add(np.ascontiguousarray(array, dtype=dtype).tobytes())
+    add(ids)
+    add(sources)
+    for array, dtype in (
+        (batch.z, "<i4" if wide else "<u2"), (batch.plans.starts, "<i8"),
+        (batch.plans.lengths, "<i4"), (batch.plans.loss_starts, "<i4"),
+    ):
+        add(np.ascontiguousarray(array, dtype=dtype).tobytes())
+    return b"".join(parts)
+
+
+def read_block(data: bytes) -> Block:
+    """The columns of a block written by `pack_blocks`.
+
+    Raises:
+        ValueError: ``data`` is not a block.
+    """
+    if len(data) < _HEADER.size:
+        raise ValueError(f"not a block of packed documents ({len(data)} bytes, less than a header)")
+    magic, flags, count, tokens, windows, id_bytes, src_bytes = _HEADER.unpack_from(data)
+    if magic != _MAGIC:
+        raise ValueError(f"not a block of packed documents (magic {magic!r})")
+    pos = _HEADER.size
+
+    def take(dtype: str, size: int) -> np.ndarray:
+        nonlocal pos
+        array = np.frombuffer(data, dtype=dtype, count=size, offset=pos)
+        pos += array.nbytes + (-array.nbytes % 8)
+        return array
+
+    def blob(size: int) -> bytes:
+        nonlocal pos
+        out = bytes(data[pos : pos + size])
+        pos += size + (-size % 8)
+        return out
+
+    return Block(
+        keys=take("<u8", count), m=take("<i8", count), n=take("<i8", count),
+        covered=take("<i8", count), id_ends=take("<i8", count), src_ends=take("<i8", count),
+        repaired=take("u1", count), ids=blob(id_bytes), sources=blob(src_bytes),
+        tokens=take("<i4" if flags & _WIDE else "<u2", tokens), starts=take("<i8", windows),
+        lengths=take("<i4", windows), loss_starts=take("<i4", windows),
+    )

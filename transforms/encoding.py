@@ -1,0 +1,101 @@
+"""Documents → tokens → windows → seeded keys → blocks by shard: the heart of the job.
+
+`batch_documents` groups a chunk's records into batches of documents (rejects pass through as
+they come); each batch is encoded (``Tokenizer.encode_batch``: z = [BOS, ids…, EOS] per
+document) and handed with its tokens to `pack_documents`, which plans every document's windows
+(`transforms.windows.plan_windows_batch`), keys it (`transforms.keys.doc_keys`) and packs it
+into the block of its shard (`transforms.blocks.pack_blocks`). `encode_documents` is both
+steps at once. Each document is encoded, planned and keyed alone, so batch boundaries never
+reach the output.
+
+Example: with the bytes tokenizer, window 4, one shard, the document ("d", "abcde") gives one
+block holding z = [256, 97, 98, 99, 100, 101, 257] and windows (0, 4), (4, 2);
+``Encoded.tokens == 7`` and ``Encoded.windows == 2``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from transforms.blocks import pack_blocks
+from transforms.documents import Document, Reject
+from transforms.keys import doc_keys
+from transforms.params import WindowSpec
+from transforms.tokenizers import Tokenizer
+from transforms.windows import plan_windows_batch
+
+__all__ = [
+    "BATCH_CHARS",
+    "BATCH_DOCS",
+    "Encoded",
+    "batch_documents",
+    "encode_documents",
+    "pack_documents",
+]
+
+# Documents are encoded, planned and packed in batches of at most this many documents and
+# characters: large enough that SentencePiece's threads and numpy pay off, small enough to
+# keep a few batches in flight per worker.
+BATCH_DOCS = 4096
+BATCH_CHARS = 1 << 20
+
+
+class Encoded(NamedTuple):
+    """A batch's blocks, (shard, block) in shard order, and what they hold."""
+
+    blocks: list[tuple[int, bytes]]
+    tokens: int  # Σ M
+    windows: int
+
+
+def batch_documents(
+    items: Iterable[Document | Reject], *, max_docs: int = BATCH_DOCS,
+    max_chars: int = BATCH_CHARS,
+) -> Iterator[list[Document] | Reject]:
+    """The documents of ``items`` in batches of at most ``max_docs`` documents, closed once
+    they hold ``max_chars`` characters; each reject as it comes, between the batches."""
+    docs: list[Document] = []
+    chars = 0
+    for item in items:
+        if isinstance(item, Reject):
+            yield item
+            continue
+        docs.append(item)
+        chars += len(item.text)
+        if len(docs) >= max_docs or chars >= max_chars:
+            yield docs
+            docs, chars = [], 0
+    if docs:
+        yield docs
+
+
+def pack_documents(
+    docs: Sequence[Document], tokens: Sequence[npt.NDArray[np.int32]], *, windows: WindowSpec,
+    num_shards: int,
+) -> Encoded:
+    """Plan, key and pack documents whose z (``tokens``, one array each) is known."""
+    ids = [d.doc_id for d in docs]
+    m = np.fromiter(map(len, tokens), np.int64, len(tokens))
+    plans = plan_windows_batch(m - 1, windows, ids)
+    blocks = pack_blocks(
+        doc_keys=doc_keys(windows.seed, ids),
+        doc_ids=ids,
+        sources=[d.source for d in docs],
+        tokens=tokens,
+        plans=plans,
+        repaired=[d.repaired for d in docs],
+        num_shards=num_shards,
+    )
+    return Encoded(blocks=blocks, tokens=int(m.sum()), windows=len(plans.starts))
+
+
+def encode_documents(
+    docs: Sequence[Document], *, tokenizer: Tokenizer, windows: WindowSpec, num_shards: int,
+) -> Encoded:
+    """`pack_documents` of the documents' encodings."""
+    tokens = tokenizer.encode_batch([d.text for d in docs])
+    return pack_documents(docs, tokens, windows=windows, num_shards=num_shards)

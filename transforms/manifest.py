@@ -1,0 +1,209 @@
+"""The manifest: one definition of what it holds, used by the writer and the reader (SPEC §5).
+
+``manifest.json`` is written last, once every shard and reject file is complete: a directory
+without it is not a dataset. It holds the job's parameters and exact counts computed from the
+rows themselves::
+
+    format, format_version            "token-windows", 1
+    tokenizer                         kind, vocab_size, bos_id, eos_id, sha256 (null: bytes)
+    windows                           window, stride, tail, min_tail, score, offset, seed
+    inputs, reading                   the --input patterns; how records became documents
+    counts                            records, documents, documents_without_windows,
+                                      skipped {reason: n}, repaired {invalid_utf8: n},
+                                      windows, tokens, pairs, scored_targets, uncovered_pairs
+    num_shards, row_group_rows
+    shards                            [{file, rows, documents, tokens, scored_targets, bytes,
+                                        sha256}] in file order
+    versions                          the packages that shape the bytes
+
+Example: a job that read 3 records, skipped 2 as ``empty`` and kept one document "abc"
+(window 4) has ``counts.records == 3``, ``counts.skipped == {"empty": 2}``,
+``counts.windows == 1`` and ``counts.tokens == 5``. Records that do not add up
+(records ≠ documents + skipped) are a `RuntimeError`: no manifest.
+
+`dumps_manifest` is deterministic (sorted keys, fixed indentation, final newline);
+`parse_manifest` checks the format, the version, every required key and the type of every
+value the reader relies on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from transforms.rows import ShardCounts
+from transforms.schema import FORMAT, FORMAT_VERSION
+
+__all__ = ["MANIFEST_NAME", "WrittenShard", "build_manifest", "dumps_manifest", "parse_manifest"]
+
+MANIFEST_NAME = "manifest.json"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WrittenShard:
+    """One shard as written: its file name, index, checksum, size and counts."""
+
+    file: str
+    index: int
+    sha256: str
+    bytes: int
+    counts: ShardCounts
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest's entry for this shard."""
+        c = self.counts
+        return {"file": self.file, "rows": c.rows, "documents": c.documents, "tokens": c.tokens,
+                "scored_targets": c.scored_targets, "bytes": self.bytes, "sha256": self.sha256}
+
+
+def build_manifest(
+    *,
+    tokenizer: dict[str, Any],
+    windows: dict[str, Any],
+    inputs: Sequence[str],
+    reading: dict[str, Any],
+    shards: Sequence[WrittenShard],
+    skipped: dict[str, int],
+    records: int,
+    row_group_rows: int,
+    versions: dict[str, str],
+) -> dict[str, Any]:
+    """The manifest, with counts summed from the shards' own counts.
+
+    Raises:
+        RuntimeError: records read ≠ documents written + records skipped: something was
+            lost, and the dataset must not look finished.
+    """
+    shards = sorted(shards, key=lambda s: s.file)
+    total = sum((s.counts for s in shards), ShardCounts())
+    skipped = {k: v for k, v in sorted(skipped.items()) if v}
+    if total.documents + sum(skipped.values()) != records:
+        raise RuntimeError(
+            f"accounting failed: {records} records were read but {total.documents} "
+            f"documents were written and {sum(skipped.values())} skipped ({skipped}); "
+            "no manifest was written"
+        )
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "tokenizer": tokenizer,
+        "windows": windows,
+        "inputs": list(inputs),
+        "reading": reading,
+        "counts": {
+            "records": records,
+            "documents": total.documents,
+            "documents_without_windows": total.documents_without_windows,
+            "skipped": skipped,
+            "repaired": {"invalid_utf8": total.repaired_invalid_utf8},
+            "windows": total.rows,
+            "tokens": total.tokens,
+            "pairs": total.pairs,
+            "scored_targets": total.scored_targets,
+            "uncovered_pairs": total.uncovered_pairs,
+        },
+        "num_shards": len(shards),
+        "row_group_rows": row_group_rows,
+        "shards": [s.to_json() for s in shards],
+        "versions": versions,
+    }
+
+
+def dumps_manifest(manifest: dict[str, Any]) -> bytes:
+    """Serialise a manifest deterministically (sorted keys, fixed separators, final newline)."""
+    return (json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+class _Count:
+    """A JSON integer of at least ``least`` (never a bool)."""
+
+    def __init__(self, least: int) -> None:
+        self.least = least
+
+    def problem(self, value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < self.least:
+            kind = "a positive" if self.least == 1 else "a non-negative"
+            return f"must be {kind} integer, but got {value!r}"
+        return None
+
+
+class _Json:
+    """A JSON value of one of ``types``."""
+
+    def __init__(self, *types: type | None) -> None:
+        self.types = tuple(type(None) if t is None else t for t in types)
+
+    def problem(self, value: Any) -> str | None:
+        if isinstance(value, self.types) and not (isinstance(value, bool) and int in self.types):
+            return None
+        names = " or ".join("null" if t is type(None) else _JSON_NAMES[t] for t in self.types)
+        return f"must be {names}, but got {value!r}"
+
+
+_JSON_NAMES = {str: "a string", int: "an integer", dict: "an object", list: "a list"}
+_COUNT, _POSITIVE = _Count(0), _Count(1)
+
+# What every manifest must hold, and what the reader relies on in each value.
+_REQUIRED: dict[str, Any] = {
+    "tokenizer": {"kind": _Json(str), "vocab_size": _COUNT, "bos_id": _COUNT, "eos_id": _COUNT,
+                  "sha256": _Json(str, None)},
+    "windows": {"window": _POSITIVE, "stride": _POSITIVE, "tail": _Json(str),
+                "min_tail": _POSITIVE, "score": _Json(str), "offset": _Json(str),
+                "seed": _COUNT},
+    "inputs": _Json(list),
+    "counts": {"documents": _COUNT, "skipped": _Json(dict), "windows": _COUNT, "tokens": _COUNT,
+               "pairs": _COUNT, "scored_targets": _COUNT, "uncovered_pairs": _COUNT},
+    "shards": _Json(list),
+}
+_SHARD = {"file": _Json(str), "rows": _COUNT, "scored_targets": _COUNT, "sha256": _Json(str)}
+
+
+def _check(where: str, name: str, value: Any, rule: Any) -> None:
+    problem = rule.problem(value)
+    if problem is not None:
+        raise ValueError(f"{where}: {name} {problem}; the dataset is damaged")
+
+
+def _check_object(where: str, name: str, value: Any, rules: dict[str, Any]) -> None:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: {name} must be an object, but got {value!r}")
+    for key, rule in rules.items():
+        if key not in value:
+            raise ValueError(f"{where} lacks the key {name}.{key}; the dataset is damaged")
+        _check(where, f"{name}.{key}", value[key], rule)
+
+
+def parse_manifest(data: bytes | str, *, where: str = MANIFEST_NAME) -> dict[str, Any]:
+    """Parse and check a manifest; ``where`` names the file in error messages.
+
+    Raises:
+        ValueError: the text is not JSON, is another format or version, lacks a key, or a
+            value has the wrong type.
+    """
+    try:
+        manifest = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{where} is not valid JSON ({e}); the dataset is damaged") from e
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{where} must hold a JSON object, but holds {type(manifest).__name__}")
+    if manifest.get("format") != FORMAT:
+        raise ValueError(
+            f"{where} has format {manifest.get('format')!r}, but this reader reads {FORMAT!r}"
+        )
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise ValueError(
+            f"{where} has format_version {manifest.get('format_version')!r}, but this reader "
+            f"reads version {FORMAT_VERSION}; install the version of the project that wrote it"
+        )
+    for key, rule in _REQUIRED.items():
+        if key not in manifest:
+            raise ValueError(f"{where} lacks the key {key!r}; the dataset is damaged")
+        if isinstance(rule, dict):
+            _check_object(where, key, manifest[key], rule)
+        else:
+            _check(where, key, manifest[key], rule)
+    for i, shard in enumerate(manifest["shards"]):
+        _check_object(where, f"shards[{i}]", shard, _SHARD)
+    return manifest
