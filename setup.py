@@ -38,7 +38,9 @@ setuptools.setup(
             "duckdb>=1.0",
             "pandas>=2",
         ],
-        "bench": ["datasets>=2.19", "psutil>=5.9"],
+        # megatron-core only for bench_reader's IndexedDataset baseline; install it
+        # `pip install --no-deps megatron-core` (its own requirements are torch, numpy, packaging).
+        "bench": ["datasets>=2.19", "psutil>=5.9", "megatron-core>=0.16"],
     },
     entry_points={"console_scripts": ["token-windows=pipeline.run:cli"]},
 )

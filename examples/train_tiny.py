@@ -118,6 +118,18 @@ def _heldout_start(ds: WindowDataset, fraction: float) -> int:
     return cut
 
 
+def _blocks_before(ds: WindowDataset, cut: int) -> list[int]:
+    """The row-group sizes of the first ``cut`` windows (the training part)."""
+    out, total = [], 0
+    for size in ds.blocks("row_group"):
+        take = min(size, cut - total)
+        if take <= 0:
+            break
+        out.append(take)
+        total += take
+    return out
+
+
 def _save(path: str, state: dict[str, Any]) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     torch.save(state, path + ".tmp")
@@ -133,6 +145,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (default 3e-3)")
     p.add_argument("--seed", type=int, default=0, help="model init and sampler seed (default 0)")
     p.add_argument("--num-workers", type=int, default=2, help="DataLoader workers (default 2)")
+    p.add_argument("--order", choices=("global", "blocks"), default="global",
+                   help="the sampler's order: global (default) or blocks (row groups, k = "
+                        "--buffer-blocks)")
+    p.add_argument("--buffer-blocks", type=int, default=16,
+                   help="with --order blocks, the row groups mixed together (default 16)")
     p.add_argument("--checkpoint", default="out/train_tiny.pt",
                    help="checkpoint file (default out/train_tiny.pt)")
     p.add_argument("--save-at", type=int, default=None,
@@ -171,7 +188,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
           + ("" if cut < len(ds) else " (too few documents to hold out: evaluating on train)"))
 
     pad = functools.partial(collate, pad_id=ds.eos_id)
-    sampler = EpochSampler(len(train_set), batch_size=args.batch_size, seed=args.seed)
+    order: dict[str, Any] = {} if args.order == "global" else {
+        "order": "blocks", "blocks": _blocks_before(ds, cut), "buffer_blocks": args.buffer_blocks}
+    sampler = EpochSampler(len(train_set), batch_size=args.batch_size, seed=args.seed, **order)
     loader = DataLoader(train_set, batch_sampler=sampler, collate_fn=pad,
                         num_workers=args.num_workers, persistent_workers=args.num_workers > 0)
     eval_loader = DataLoader(eval_set, batch_size=args.batch_size, collate_fn=pad)
