@@ -43,6 +43,7 @@ import bisect
 import hashlib
 import os
 import time
+import urllib.parse
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -85,7 +86,10 @@ def _open_root(path: str | os.PathLike[str],
         return filesystem, root, f"{filesystem.type_name}:{root}"
     if "://" in text:
         fs, root = pafs.FileSystem.from_uri(text)
-        return fs, root.rstrip("/"), text.rstrip("/")
+        # Shown in messages: without credentials (s3://KEY:SECRET@bucket/…) or query options.
+        parts = urllib.parse.urlsplit(text)
+        shown = f"{parts.scheme}://{parts.hostname or ''}{parts.path}".rstrip("/")
+        return fs, root.rstrip("/"), shown
     root = os.path.abspath(text)
     return pafs.LocalFileSystem(), root, root
 

@@ -222,3 +222,32 @@ def test_a_damaged_remote_shard_is_refused(small: tuple[Path, list], tmp_path: P
     with pytest.raises(ValueError, match=r"subtree:ds/part-00000-of-00003\.parquet has SHA-256"):
         ds[0]
     assert list((tmp_path / "cache" / f"layouts-v{LAYOUT_VERSION}" / "tmp").iterdir()) == []
+
+
+def test_an_s3_dataset_gives_the_windows_of_the_local_path(small: tuple[Path, list],
+                                                           tmp_path: Path) -> None:
+    moto_server = pytest.importorskip("moto.server", reason="moto (an S3 test server) is not "
+                                                            "installed")
+    boto3 = pytest.importorskip("boto3", reason="boto3 is not installed")
+    root, rows = small
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test",
+                          aws_secret_access_key="test", region_name="us-east-1")
+        s3.create_bucket(Bucket="bucket")
+        for p in root.iterdir():
+            s3.put_object(Bucket="bucket", Key=f"data/ds/{p.name}", Body=p.read_bytes())
+        uri = (f"s3://test:test@bucket/data/ds?endpoint_override={endpoint}&scheme=http"
+               "&region=us-east-1")
+        ds = WindowDataset(uri, cache_dir=tmp_path / "cache")
+        assert ds.path == "s3://bucket/data/ds"  # no credentials in messages
+        assert plain(all_windows(ds)) == plain(all_windows(WindowDataset(root)))
+        assert ds.layout_builds == 3
+        batch = ds.__getitems__(list(range(len(rows))))
+        for i, row in enumerate(rows):
+            check_window(batch[i], row, i)
+    finally:
+        server.stop()
