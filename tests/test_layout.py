@@ -11,6 +11,7 @@ import pytest
 
 from reader import WindowDataset
 from reader.layout import LAYOUT_VERSION, LayoutCache, default_cache_dir
+from reader.prepare import main as prepare_main
 from tests.reader_data import (
     check_window,
     edit_manifest,
@@ -251,3 +252,14 @@ def test_an_s3_dataset_gives_the_windows_of_the_local_path(small: tuple[Path, li
             check_window(batch[i], row, i)
     finally:
         server.stop()
+
+
+def test_prepare_from_the_command_line(small: tuple[Path, list], tmp_path: Path,
+                                       capsys: pytest.CaptureFixture) -> None:
+    root, rows = small
+    report = prepare_main([str(root), "--cache-dir", str(tmp_path / "c")])
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == report
+    assert report["built"] == 3 and report["windows"] == len(rows) and report["bytes"] > 0
+    assert report["cache_dir"] == str(tmp_path / "c")
+    assert prepare_main([str(root), "--cache-dir", str(tmp_path / "c"), "--verify"])["built"] == 0
