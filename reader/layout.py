@@ -91,7 +91,7 @@ def default_cache_dir() -> str:
     return os.path.join(os.path.abspath(base), "token-windows")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ShardSource:
     """Where a shard is and what the manifest says of it (what a build checks against).
 

@@ -103,7 +103,7 @@ def _check_int(name: str, value: Any, low: int | None) -> int:
 class _GlobalOrder:
     """Epoch order ``global``: one Feistel permutation of all n windows."""
 
-    def __init__(self, n: int, seed: int, epoch: int) -> None:
+    def __init__(self, n: int, *, seed: int, epoch: int) -> None:
         self._perm = FeistelPermutation(n, round_keys(f"global:{epoch_seed(seed, epoch)}"))
 
     def take(self, lo: int, hi: int) -> npt.NDArray[np.int64]:
@@ -113,7 +113,7 @@ class _GlobalOrder:
 class _BlocksOrder:
     """Epoch order ``blocks``: permuted blocks, then windows permuted within buffers of k."""
 
-    def __init__(self, sizes: npt.NDArray[np.int64], buffer_blocks: int, seed: int,
+    def __init__(self, sizes: npt.NDArray[np.int64], *, buffer_blocks: int, seed: int,
                  epoch: int) -> None:
         self._label = f"blocks:{epoch_seed(seed, epoch)}"
         keep = np.flatnonzero(sizes)  # an empty block (an empty shard) holds no position
@@ -254,9 +254,9 @@ class EpochSampler:
         if self._window_epoch != epoch or self._window is None:
             if self._blocks is not None:
                 order: _GlobalOrder | _BlocksOrder = _BlocksOrder(
-                    self._blocks, self.buffer_blocks, self.seed, epoch)
+                    self._blocks, buffer_blocks=self.buffer_blocks, seed=self.seed, epoch=epoch)
             else:
-                order = _GlobalOrder(self.n, self.seed, epoch)
+                order = _GlobalOrder(self.n, seed=self.seed, epoch=epoch)
             self._window = _Window(order, self.n)
             self._window_epoch = epoch
         return self._window
