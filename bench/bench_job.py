@@ -97,10 +97,11 @@ def _busy_seconds() -> float:
     return sum(t) - t.idle - getattr(t, "iowait", 0.0)
 
 
-def measure(cmd: list[str], *, env: dict[str, str] | None = None) -> tuple[float, float, float,
-                                                                           int, float, str]:
+def measure(cmd: list[str], *, env: dict[str, str] | None = None,
+            watch: Path | None = None) -> tuple[float, float, float, int, float, str]:
     """Run ``cmd``; (wall s, CPU s of its tree, peak tree RSS MB, most processes, CPU cores
-    the rest of the machine used meanwhile, stdout)."""
+    the rest of the machine used meanwhile, stdout). With ``watch``, the largest size the
+    directory reached (sampled every second) is left in ``measure.watched_mb``."""
     busy0 = _busy_seconds()
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -123,12 +124,24 @@ def measure(cmd: list[str], *, env: dict[str, str] | None = None) -> tuple[float
             most[0] = max(most[0], len(procs))
             done.wait(SAMPLE_SECONDS)
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    watched = [0.0]
+
+    def watch_dir() -> None:
+        while not done.wait(1.0):
+            with contextlib.suppress(FileNotFoundError):
+                watched[0] = max(watched[0], _dir_mb(watch))  # type: ignore[arg-type]
+
+    threads = [threading.Thread(target=sample, daemon=True)]
+    if watch is not None:
+        threads.append(threading.Thread(target=watch_dir, daemon=True))
+    for t in threads:
+        t.start()
     out, err = proc.communicate()
     wall = time.perf_counter() - started
     done.set()
-    sampler.join()
+    for t in threads:
+        t.join()
+    measure.watched_mb = watched[0]  # type: ignore[attr-defined]
     # The child's rusage covers every descendant it waited for (workers, pool processes).
     tree_cpu = _children_cpu_delta.pop()
     others = max(0.0, (_busy_seconds() - busy0 - tree_cpu) / wall)
@@ -195,7 +208,12 @@ def rows_digest(output: Path) -> str:
 
 
 def _dir_mb(path: Path) -> float:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
+    total = 0
+    for p in path.rglob("*"):
+        with contextlib.suppress(FileNotFoundError):  # a temp file removed meanwhile
+            if p.is_file():
+                total += p.stat().st_size
+    return total / 1e6
 
 
 def commands(tool: str, corpus: Path, model: Path, out: Path, cache: Path,
@@ -365,6 +383,60 @@ def machine() -> dict[str, object]:
     return info
 
 
+def memory_sweep(base_mb: float, multiples: list[int], source: Path | None, python: str,
+                 idle_s: float, runner_up_to: int) -> list[dict[str, object]]:
+    """Peak RSS of the job at each multiple of a corpus, for the 32k model and for bytes, with
+    the default (file) shuffle and, up to ``runner_up_to``×, the runner's in-memory shuffle
+    beside it; plus the temporary space the file shuffle used."""
+    sizes = [base_mb * k for k in multiples]
+    wanted = [*sizes, MODEL_CORPUS_MB]
+    sources = None if all(is_built(s, source) for s in wanted) else load_documents(source)
+    corpora = {size: build_corpus(size, source, sources) for size in sizes}
+    model = ensure_model(build_corpus(MODEL_CORPUS_MB, source, sources))
+    rows: list[dict[str, object]] = []
+    for k, size in zip(multiples, sizes, strict=True):
+        corpus = corpora[size]
+        for tokenizer in (str(model), "bytes"):
+            for shuffle in ("files", "runner"):
+                if shuffle == "runner" and k > runner_up_to:
+                    continue
+                scratch = WORK / "runs" / "memory"
+                shutil.rmtree(scratch, ignore_errors=True)
+                scratch.mkdir(parents=True)
+                out = scratch / "out"
+                cmd = [python, "-m", "pipeline", "--input", str(corpus / "*.jsonl"),
+                       "--tokenizer", tokenizer, "--output", str(out), "--window", str(WINDOW),
+                       "--stride", str(STRIDE), "--id-field", "id", "--shuffle", shuffle]
+                if idle_s:
+                    wait_idle(idle_s)
+                wall, cpu, rss, procs, others, _ = measure(cmd, watch=out / ".tmp")
+                row = {"multiple": k, "text_mb": corpus_stats(corpus)["text_bytes"] / 1e6,
+                       "tokenizer": "32k" if tokenizer != "bytes" else "bytes",
+                       "shuffle": shuffle, "wall_s": wall, "peak_rss_mb": rss,
+                       "temp_mb": measure.watched_mb,  # type: ignore[attr-defined]
+                       "output_mb": sum(f.stat().st_size for f in out.glob("part-*.parquet"))
+                       / 1e6, "others_cores": others, "cpu_s": cpu}
+                rows.append(row)
+                print(f"  {k}x {row['text_mb']:7.1f} MB {row['tokenizer']:5s} {shuffle:6s}: "
+                      f"{wall:6.1f} s, peak RSS {rss:6.0f} MB, temp {row['temp_mb']:7.0f} MB",
+                      file=sys.stderr, flush=True)
+                shutil.rmtree(scratch, ignore_errors=True)
+    return rows
+
+
+def memory_table(rows: list[dict[str, object]]) -> str:
+    lines = ["| corpus | tokenizer | shuffle | wall s | peak RSS MB | vs 1× | temp MB "
+             "| output MB |", "|---:|---|---|---:|---:|---:|---:|---:|"]
+    first = {(r["tokenizer"], r["shuffle"]): r["peak_rss_mb"] for r in rows
+             if r["multiple"] == 1}
+    for r in rows:
+        ratio = r["peak_rss_mb"] / first[(r["tokenizer"], r["shuffle"])]  # type: ignore[operator]
+        lines.append(f"| {r['multiple']}× ({r['text_mb']:.0f} MB) | {r['tokenizer']} | "
+                     f"{r['shuffle']} | {r['wall_s']:.1f} | {r['peak_rss_mb']:.0f} | "
+                     f"{ratio:.2f} | {r['temp_mb']:.0f} | {r['output_mb']:.0f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="25,50,100", help="corpus sizes in MB of text")
@@ -381,7 +453,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--wait-idle", type=float, default=30.0,
                         help="before each run, wait up to this many seconds for the machine "
                         "to be idle (< 10 %% CPU); 0 to not wait")
+    parser.add_argument("--memory", default=None, metavar="MB",
+                        help="instead: the memory sweep, peak RSS of the job at --multiples "
+                        "of a corpus of MB megabytes, for the 32k model and for bytes")
+    parser.add_argument("--multiples", default="1,2,4,8", help="with --memory (default 1,2,4,8)")
+    parser.add_argument("--runner-shuffle-up-to", type=int, default=2,
+                        help="with --memory, also run --shuffle runner up to this multiple")
     args = parser.parse_args(argv)
+    if args.memory is not None:
+        rows = memory_sweep(float(args.memory), [int(k) for k in args.multiples.split(",")],
+                            args.source, args.python, args.wait_idle, args.runner_shuffle_up_to)
+        path = WORK / f"memory-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        path.write_text(json.dumps({"machine": machine(), "runs": rows}, indent=2) + "\n")
+        print(memory_table(rows))
+        print(f"\nAll measurements: {path.relative_to(ROOT)}")
+        return
     sizes = [float(s) for s in args.sizes.split(",") if s]
     workers = [int(w) for w in args.workers.split(",") if w]
 

@@ -24,6 +24,9 @@ Threads in a worker process (the rules the code keeps):
 from __future__ import annotations
 
 import collections
+import contextlib
+import hashlib
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -35,17 +38,23 @@ from apache_beam.utils import shared
 from pipeline import fs
 from transforms.chunks import Chunk, read_chunk
 from transforms.documents import Document, Reject
-from transforms.encoding import BATCH_CHARS, batch_documents, pack_documents
+from transforms.encoding import BATCH_CHARS, Encoded, PartBuffer, batch_documents
+from transforms.keys import ShardPlan
 from transforms.params import ReadSpec, WindowSpec
+from transforms.spill import SpillWriter
 from transforms.tokenizers import Tokenizer, tokenizer_from_bytes
 
-__all__ = ["ENCODING_AHEAD", "RECORDS", "REJECTS", "EncodeChunks", "load_tokenizer"]
+__all__ = ["ENCODING_AHEAD", "RECORDS", "REJECTS", "SHUFFLES", "EncodeChunks", "load_tokenizer"]
 
 # Batches being encoded at once, each on its own helper thread: two keep the cores busy
 # when one batch's documents split unevenly across SentencePiece's threads.
 ENCODING_AHEAD = 2
 REJECTS = "rejects"
 RECORDS = "records"
+# How blocks reach the shard writers: through the runner's shuffle, or spilled to files
+# under the output's temporary directory with only references through the shuffle
+# (`transforms.spill`; the local runner's default, whose GroupByKey lives in memory).
+SHUFFLES = ("runner", "files")
 
 
 def load_tokenizer(path: str | None, num_threads: int = 1) -> Tokenizer:
@@ -67,23 +76,26 @@ def load_tokenizer(path: str | None, num_threads: int = 1) -> Tokenizer:
 
 
 class _EncodeChunkFn(beam.DoFn):
-    """A chunk → (shard, block) pairs; its rejects and its receipt as tagged outputs.
+    """A chunk → (shard, block) pairs, or (shard, `transforms.spill.SpillRef`) pairs once
+    its blocks are spilled; its rejects and its receipt as tagged outputs.
 
     While SentencePiece encodes batches on helper threads, this thread parses the batches
     after them and plans and packs the ones before, so the worker's cores stay busy.
     """
 
     def __init__(self, *, spec: ReadSpec, windows: WindowSpec, tokenizer_path: str | None,
-                 threads: int, batch_chars: int) -> None:
+                 threads: int, batch_chars: int, spill_dir: str | None) -> None:
         self._spec = spec
         self._windows = windows
         self._path = tokenizer_path
         self._threads = threads
         self._batch_chars = batch_chars
+        self._spill_dir = spill_dir
         self._handle = shared.Shared()
         self._records = Metrics.counter("read", "records")
         self._tokens = Metrics.counter("tokenize", "tokens")
         self._windows_made = Metrics.counter("windows", "windows")
+        self._spilled = Metrics.counter("shuffle", "spilled_bytes")
 
     def setup(self) -> None:
         # One model per worker process, however many threads or DoFn instances it runs.
@@ -98,8 +110,26 @@ class _EncodeChunkFn(beam.DoFn):
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
 
-    def process(self, chunk: Chunk, num_shards: int) -> Iterator[Any]:
+    def process(self, chunk: Chunk, plan: ShardPlan) -> Iterator[Any]:
+        if self._spill_dir is None:
+            yield from self._encode(chunk, plan, None)
+            return
+        # A name of the chunk's own, plus a random attempt id: a retried bundle never
+        # touches the file of an attempt the runner may still use. Temp names never reach
+        # the output.
+        name = hashlib.sha256(f"{chunk.path}@{chunk.start}".encode()).hexdigest()[:16]
+        path = fs.join(self._spill_dir, f"{name}-{uuid.uuid4().hex[:12]}.blocks")
+        with contextlib.closing(fs.create(path)) as f:
+            spill = SpillWriter(f)
+            yield from self._encode(chunk, plan, spill)
+        self._spilled.inc(spill.bytes)
+        for ref in spill.refs(path):
+            yield ref.part // plan.parts_per_shard, ref
+
+    def _encode(self, chunk: Chunk, plan: ShardPlan, spill: SpillWriter | None) -> Iterator[Any]:
         pending: collections.deque[tuple[list[Document], Future]] = collections.deque()
+        held = PartBuffer(windows=self._windows, num_shards=plan.num_shards,
+                          parts_per_shard=1 if spill is None else plan.parts_per_shard)
         records = 0
         items = read_chunk(chunk, self._spec, fs.open_raw)
         for batch in batch_documents(items, max_chars=self._batch_chars):
@@ -112,45 +142,54 @@ class _EncodeChunkFn(beam.DoFn):
             texts = [d.text for d in batch]
             pending.append((batch, self._pool.submit(self._tokenizer.encode_batch, texts)))
             if len(pending) > ENCODING_AHEAD:
-                yield from self._pack(*pending.popleft(), num_shards)
+                docs, encoding = pending.popleft()
+                yield from self._emit(held.add(docs, encoding.result()), spill)
         while pending:
-            yield from self._pack(*pending.popleft(), num_shards)
+            docs, encoding = pending.popleft()
+            yield from self._emit(held.add(docs, encoding.result()), spill)
+        yield from self._emit(held.flush(), spill)
         self._records.inc(records)
         yield beam.pvalue.TaggedOutput(RECORDS, chunk.receipt(records))
 
-    def _pack(self, docs: list[Document], encoding: Future,
-              num_shards: int) -> list[tuple[int, bytes]]:
-        encoded = pack_documents(docs, encoding.result(), windows=self._windows,
-                                 num_shards=num_shards)
+    def _emit(self, encoded: Encoded, spill: SpillWriter | None) -> list[tuple[int, bytes]]:
+        """The (shard, block) pairs to emit; with a spill file, none: they are written."""
         self._tokens.inc(encoded.tokens)
         self._windows_made.inc(encoded.windows)
-        return encoded.blocks
+        if spill is None:
+            return encoded.blocks
+        for part, block in encoded.blocks:
+            spill.write(part, block)
+        return []
 
 
 class EncodeChunks(beam.PTransform):
-    """Chunks → (shard, block of packed documents), with tagged ``rejects`` and ``records``
-    (one `transforms.chunks.Receipt` per chunk).
+    """Chunks → (shard, block of packed documents), or (shard, `transforms.spill.SpillRef`)
+    with ``spill_dir``; with tagged ``rejects`` and ``records`` (one
+    `transforms.chunks.Receipt` per chunk).
 
     Args:
         spec: how to read the inputs.
         windows: the window parameters (and the seed of the keys).
         tokenizer_path: a SentencePiece ``.model`` path, or None for the bytes tokenizer.
-        num_shards: the shard count, a singleton PCollection (`pipeline.read.ChooseNumShards`).
+        plan: the `transforms.keys.ShardPlan`, a singleton PCollection
+            (`pipeline.read.PlanShards`).
         threads: SentencePiece threads per worker process. Each document is encoded alone,
             so the ids do not depend on it.
         batch_chars: documents are encoded in batches of about this many characters (the
             output does not depend on it either).
+        spill_dir: spill each chunk's blocks, by part, to a file in this directory and emit
+            references only (the file shuffle); None: emit the blocks.
     """
 
     def __init__(self, *, spec: ReadSpec, windows: WindowSpec, tokenizer_path: str | None,
-                 num_shards: beam.PCollection, threads: int = 1,
-                 batch_chars: int = BATCH_CHARS) -> None:
+                 plan: beam.PCollection, threads: int = 1, batch_chars: int = BATCH_CHARS,
+                 spill_dir: str | None = None) -> None:
         super().__init__()
         self._fn = _EncodeChunkFn(spec=spec, windows=windows, tokenizer_path=tokenizer_path,
-                                  threads=threads, batch_chars=batch_chars)
-        self._num_shards = num_shards
+                                  threads=threads, batch_chars=batch_chars, spill_dir=spill_dir)
+        self._plan = plan
 
     def expand(self, chunks: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         return chunks | "Encode" >> beam.ParDo(
-            self._fn, num_shards=beam.pvalue.AsSingleton(self._num_shards)
+            self._fn, plan=beam.pvalue.AsSingleton(self._plan)
         ).with_outputs(REJECTS, RECORDS, main="blocks")

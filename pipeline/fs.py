@@ -14,6 +14,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 __all__ = [
+    "create",
     "delete",
     "exists",
     "join",
@@ -50,6 +51,12 @@ def read_bytes(path: str) -> bytes:
     """The whole raw content of a file."""
     with open_raw(path) as f:
         return f.read()
+
+
+def create(path: str) -> BinaryIO:
+    """A new file to write, raw (the caller closes it); its directory is made if needed."""
+    _ensure_dir(path.rsplit("/", 1)[0])
+    return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
 def exists(path: str) -> bool:

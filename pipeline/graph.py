@@ -2,13 +2,18 @@
 
     SplitInputs ─▶ EncodeChunks ─▶ ShuffleDocuments ─▶ WriteShards
      (chunks)       │ ▲        (blocks by shard)            │
-                    │ └── ChooseNumShards (from the chunks)  │
+                    │ └── PlanShards (from the chunks)       │
                     ├── rejects ─────────▶ WriteRejects ◀────┤ duplicate ids
                     └── input receipts ─▶ FinalizeDataset ◀──┘ written shards
                                           (manifest.json, written last)
 
 `pipeline.read` holds the first two steps, `pipeline.encode` the third, `pipeline.write` the
 rest; each wraps pure functions of `transforms`.
+
+The shuffle (``--shuffle``): ``runner`` sends the blocks themselves through the runner's
+GroupByKey; ``files`` spills them to ``OUTPUT/.tmp/shuffle/`` and sends references only, so
+that the local runner, whose GroupByKey lives in memory, needs memory for a few parts, not
+for the corpus (`transforms.spill`). Both write the same bytes.
 
 Order never comes from arrival: documents are keyed by `transforms.keys.doc_key` and sorted
 inside their shard, so runners, worker counts and bundle sizes do not change a byte.
@@ -19,12 +24,18 @@ from __future__ import annotations
 
 import apache_beam as beam
 
+from pipeline import fs
 from pipeline.encode import RECORDS, REJECTS, EncodeChunks
 from pipeline.options import JobConfig
-from pipeline.read import ChooseNumShards, SplitInputs
+from pipeline.read import PlanShards, SplitInputs
 from pipeline.write import FinalizeDataset, ShuffleDocuments, WriteRejects, WriteShards
+from transforms.chunks import CHUNK_BYTES
+from transforms.schema import TMP_DIR
 
-__all__ = ["build_pipeline"]
+__all__ = ["PART_TEXT_BYTES", "build_pipeline"]
+
+# With the file shuffle, a shard writer holds one part of about this much text at a time.
+PART_TEXT_BYTES = 16 << 20
 
 
 def build_pipeline(
@@ -35,15 +46,19 @@ def build_pipeline(
     ``expected_files`` ({path: size}, as the launcher matched them) lets the last step check
     that exactly these files were read, each exactly once.
     """
-    chunks = p | "SplitInputs" >> SplitInputs(config.inputs, spec=config.read)
-    num_shards = chunks | "ChooseNumShards" >> ChooseNumShards(config.num_shards)
+    files = config.shuffle == "files"
+    chunks = p | "SplitInputs" >> SplitInputs(config.inputs, spec=config.read,
+                                              chunk_bytes=CHUNK_BYTES)
+    plan = chunks | "PlanShards" >> PlanShards(
+        config.num_shards, part_bytes=PART_TEXT_BYTES if files else None)
     encoded = chunks | "EncodeChunks" >> EncodeChunks(
         spec=config.read, windows=config.windows, tokenizer_path=config.tokenizer_path,
-        num_shards=num_shards, threads=config.encode_threads,
+        plan=plan, threads=config.encode_threads,
+        spill_dir=fs.join(config.output, TMP_DIR, "shuffle") if files else None,
     )
     groups = encoded.blocks | "ShuffleDocuments" >> ShuffleDocuments()
     written = groups | "WriteShards" >> WriteShards(
-        output=config.output, window=config.windows.window, num_shards=num_shards
+        output=config.output, window=config.windows.window, plan=plan
     )
     reject_counts = (
         (encoded[REJECTS], written[REJECTS])
@@ -60,5 +75,5 @@ def build_pipeline(
         shards=written.shards,
         reject_counts=reject_counts,
         receipts=encoded[RECORDS],
-        num_shards=num_shards,
+        plan=plan,
     )

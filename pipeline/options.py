@@ -15,6 +15,7 @@ import os
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
+from pipeline.encode import SHUFFLES
 from pipeline.read import TARGET_SHARD_INPUT_BYTES
 from transforms.params import (
     FORMATS,
@@ -29,7 +30,13 @@ from transforms.params import (
 )
 from transforms.tokenizers import BYTES
 
-__all__ = ["JobConfig", "TokenWindowsOptions", "default_encode_threads", "runner_name"]
+__all__ = [
+    "JobConfig",
+    "TokenWindowsOptions",
+    "default_encode_threads",
+    "default_shuffle",
+    "runner_name",
+]
 
 DEFAULT_WINDOW = 512
 
@@ -192,6 +199,17 @@ class TokenWindowsOptions(PipelineOptions):
             "least one.",
         )
         g.add_argument(
+            "--shuffle",
+            dest="shuffle",
+            type=str,
+            default=None,
+            choices=SHUFFLES,
+            help="How documents reach the shard writers: through the runner's shuffle, or "
+            "spilled to files under OUTPUT/.tmp with references through the shuffle (memory "
+            "stays flat on the local runner, whose shuffle is in memory). Default: files on "
+            "the local runner, runner elsewhere. The output does not depend on it.",
+        )
+        g.add_argument(
             "--overwrite",
             dest="overwrite",
             action="store_true",
@@ -217,6 +235,7 @@ class JobConfig:
     num_shards: int | None = None
     overwrite: bool = False
     encode_threads: int = 1
+    shuffle: str = "runner"
 
     @property
     def tokenizer_path(self) -> str | None:
@@ -264,7 +283,19 @@ class JobConfig:
             num_shards=o.num_shards,
             overwrite=o.overwrite,
             encode_threads=o.encode_threads or default_encode_threads(options),
+            shuffle=o.shuffle or default_shuffle(options),
         )
+
+
+def _is_local(options: PipelineOptions) -> bool:
+    return runner_name(options) in (None, "directrunner")
+
+
+def default_shuffle(options: PipelineOptions) -> str:
+    """``files`` on the local runner (its GroupByKey holds its whole input in memory), else
+    ``runner``: Dataflow's and Flink's shuffles are on disk already, and a file shuffle there
+    would cost a range read per part per chunk (see the README)."""
+    return "files" if _is_local(options) else "runner"
 
 
 def default_encode_threads(options: PipelineOptions) -> int:
@@ -275,7 +306,7 @@ def default_encode_threads(options: PipelineOptions) -> int:
     process per core of their workers, so each process encodes on one thread.
     """
     cores = os.cpu_count() or 1
-    if runner_name(options) not in (None, "directrunner"):
+    if not _is_local(options):
         return 1
     direct = options.view_as(DirectOptions)
     if direct.direct_running_mode == "multi_processing":

@@ -1,4 +1,4 @@
-"""Input patterns → numbered chunks, each file's exactly once; and the shard count.
+"""Input patterns → numbered chunks, each file's exactly once; and the shard plan.
 
 The steps wire `transforms.chunks`: files are matched on the workers (nothing is listed while
 the graph is built), a file matched by several patterns is read once (as the first pattern's),
@@ -8,7 +8,6 @@ pass that counts each range's lines, so that ids keep true line numbers.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator
 
 import apache_beam as beam
@@ -23,9 +22,10 @@ from transforms.chunks import (
     plan_chunks,
     relative_name,
 )
+from transforms.keys import ShardPlan, plan_shards
 from transforms.params import ReadSpec
 
-__all__ = ["TARGET_SHARD_INPUT_BYTES", "ChooseNumShards", "SplitInputs"]
+__all__ = ["COMPRESSED_TEXT_RATIO", "TARGET_SHARD_INPUT_BYTES", "PlanShards", "SplitInputs"]
 
 # Without --num-shards: one shard per this many bytes of input files.
 TARGET_SHARD_INPUT_BYTES = 64 << 20
@@ -98,30 +98,39 @@ class SplitInputs(beam.PTransform):
         )
 
 
-def _file_size(chunk: Chunk) -> tuple[None, int]:
-    return None, chunk.size if chunk.start == 0 else 0
+# A compressed input is taken to hold this many times its size in text when parts are cut.
+COMPRESSED_TEXT_RATIO = 4
 
 
-def _shards_for_sizes(item: tuple[None, Iterable[int]], target_bytes: int) -> int:
-    return max(1, math.ceil(sum(item[1]) / target_bytes))
+def _file_size(chunk: Chunk) -> tuple[None, tuple[int, int]]:
+    """(None, (bytes as stored, estimated text bytes)), counted on each file's first chunk."""
+    if chunk.start != 0:
+        return None, (0, 0)
+    return None, (chunk.size, chunk.size * (COMPRESSED_TEXT_RATIO if chunk.compression else 1))
 
 
-class ChooseNumShards(beam.PTransform):
-    """Chunks → the shard count (a singleton): ``num_shards``, or one shard per
-    ``target_bytes`` of input files (their sizes as stored, each file once)."""
+def _plan(item: tuple[None, Iterable[tuple[int, int]]], *, num_shards: int | None,
+          shard_bytes: int, part_bytes: int | None) -> ShardPlan:
+    sizes = list(item[1])
+    return plan_shards(sum(s for s, _ in sizes), num_shards=num_shards, shard_bytes=shard_bytes,
+                       text_bytes=sum(t for _, t in sizes), part_bytes=part_bytes)
 
-    def __init__(self, num_shards: int | None, *,
-                 target_bytes: int = TARGET_SHARD_INPUT_BYTES) -> None:
+
+class PlanShards(beam.PTransform):
+    """Chunks → the `transforms.keys.ShardPlan` (a singleton): ``num_shards``, or one shard
+    per ``shard_bytes`` of input files (their sizes as stored, each file once); and, for the
+    file shuffle, parts of about ``part_bytes`` of text per shard (None: one part)."""
+
+    def __init__(self, num_shards: int | None, *, shard_bytes: int = TARGET_SHARD_INPUT_BYTES,
+                 part_bytes: int | None = None) -> None:
         super().__init__()
-        self._num_shards = num_shards
-        self._target = target_bytes
+        self._args = {"num_shards": num_shards, "shard_bytes": shard_bytes,
+                      "part_bytes": part_bytes}
 
     def expand(self, chunks: beam.PCollection) -> beam.PCollection:
-        if self._num_shards is not None:
-            return chunks.pipeline | "Given" >> beam.Create([self._num_shards])
         return (
             chunks
             | "FileSizes" >> beam.Map(_file_size)
             | "AllSizes" >> beam.GroupByKey()
-            | "FromInputBytes" >> beam.Map(_shards_for_sizes, self._target)
+            | "FromInputBytes" >> beam.Map(_plan, **self._args)
         )

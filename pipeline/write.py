@@ -27,11 +27,13 @@ from pipeline import fs
 from pipeline.encode import REJECTS, load_tokenizer
 from transforms.chunks import Receipt, account_inputs
 from transforms.documents import Reject, source_order
+from transforms.keys import ShardPlan
 from transforms.manifest import MANIFEST_NAME, WrittenShard, build_manifest, dumps_manifest
 from transforms.params import WindowSpec
 from transforms.parquet import row_group_rows, write_rows
-from transforms.rows import ShardRows
+from transforms.rows import ShardCounts, ShardRows
 from transforms.schema import REJECTS_DIR, TMP_DIR, shard_file_name
+from transforms.spill import ShardParts, SpillRef
 
 __all__ = [
     "SHARDS_AT_ONCE",
@@ -53,15 +55,16 @@ class ShuffleDocuments(beam.PTransform):
     Documents cross it packed in blocks (`transforms.blocks`), one per batch and shard, each
     a byte string under Beam's bytes coder, so the runner moves a few large elements, not one
     per document. What a block holds depends on batching, what a shard holds does not, and
-    `WriteShards` orders each shard by key.
+    `WriteShards` orders each shard by key. With the file shuffle, the elements are
+    (shard, `transforms.spill.SpillRef`) instead: a few bytes each.
     """
 
     def expand(self, blocks: beam.PCollection) -> beam.PCollection:
         return blocks | "GroupByShard" >> beam.GroupByKey()
 
 
-def _write_shard_file(*, output: str, index: int, num_shards: int, rows: ShardRows,
-                      window: int) -> WrittenShard:
+def _write_shard_file(*, output: str, index: int, num_shards: int,
+                      rows: ShardRows | ShardParts, window: int) -> WrittenShard:
     name = shard_file_name(index, num_shards)
     sha, size = typing.cast(
         tuple[str, int],
@@ -71,17 +74,22 @@ def _write_shard_file(*, output: str, index: int, num_shards: int, rows: ShardRo
             fs.join(output, TMP_DIR),
         ),
     )
+    counts: ShardCounts = rows.counts  # a ShardParts' counts are complete once written
     # Progress: one line per shard (the launcher prints the summary at the end).
-    _LOG.info("wrote %s: %d documents, %d windows, %.1f MB", name, rows.counts.documents,
-              rows.counts.rows, size / 1e6)
-    return WrittenShard(file=name, index=index, sha256=sha, bytes=size, counts=rows.counts)
+    _LOG.info("wrote %s: %d documents, %d windows, %.1f MB", name, counts.documents,
+              counts.rows, size / 1e6)
+    return WrittenShard(file=name, index=index, sha256=sha, bytes=size, counts=counts)
 
 
 class _WriteShardFn(beam.DoFn):
     """Writes each shard on a helper thread (pyarrow encodes and compresses off the GIL),
     up to `SHARDS_AT_ONCE` at a time per worker process (and no more than it has cores),
     and emits its counts and rejects as it finishes, in arrival order; the last ones when
-    the bundle ends. Metrics are bumped here, on the bundle thread."""
+    the bundle ends. Metrics are bumped here, on the bundle thread.
+
+    A shard arrives as its blocks, or as the `transforms.spill.SpillRef`s of its parts
+    (the file shuffle), which are read one part at a time.
+    """
 
     def __init__(self, *, output: str, window: int) -> None:
         self._output = output
@@ -99,10 +107,12 @@ class _WriteShardFn(beam.DoFn):
     def start_bundle(self) -> None:
         self._writing: list[Future] = []
 
-    def process(self, item: tuple[int, Iterable[bytes]], num_shards: int) -> Iterator[Any]:
-        index, blocks = item
+    def process(self, item: tuple[int, Iterable[bytes | SpillRef]],
+                plan: ShardPlan) -> Iterator[Any]:
+        index, values = item
         # The grouped values are taken here, on the bundle thread, before a helper sees them.
-        self._writing.append(self._pool.submit(self._write, index, list(blocks), num_shards))
+        self._writing.append(self._pool.submit(self._write, index, list(values),
+                                               plan.num_shards))
         while self._writing and (self._writing[0].done() or len(self._writing) > self._at_once):
             yield from self._finished(self._writing.pop(0))
 
@@ -111,12 +121,13 @@ class _WriteShardFn(beam.DoFn):
         while self._writing:
             yield from self._finished(self._writing.pop(0))
 
-    def _write(self, index: int, blocks: list[bytes],
+    def _write(self, index: int, values: list[bytes | SpillRef],
                num_shards: int) -> tuple[list[Reject], WrittenShard]:
-        rows = ShardRows(blocks)
-        return rows.rejects, _write_shard_file(output=self._output, index=index,
-                                               num_shards=num_shards, rows=rows,
-                                               window=self._window)
+        spilled = bool(values) and isinstance(values[0], SpillRef)
+        rows = ShardParts(values, fs.open_raw) if spilled else ShardRows(values)
+        shard = _write_shard_file(output=self._output, index=index, num_shards=num_shards,
+                                  rows=rows, window=self._window)
+        return rows.rejects, shard
 
     def _finished(self, future: Future) -> Iterator[Any]:
         rejects, shard = future.result()
@@ -128,25 +139,26 @@ class _WriteShardFn(beam.DoFn):
 
 
 class WriteShards(beam.PTransform):
-    """(shard, [blocks]) → one Parquet file each; emits a `transforms.manifest.WrittenShard`
-    per shard. Rejects (duplicate ids) leave by the tagged output ``rejects``.
+    """(shard, [blocks or spill refs]) → one Parquet file each; emits a
+    `transforms.manifest.WrittenShard` per shard. Rejects (duplicate ids) leave by the
+    tagged output ``rejects``.
 
     Args:
         output: the output directory.
         window: W, which sets the row-group size.
-        num_shards: the shard count, a singleton PCollection.
+        plan: the `transforms.keys.ShardPlan`, a singleton PCollection.
     """
 
-    def __init__(self, *, output: str, window: int, num_shards: beam.PCollection) -> None:
+    def __init__(self, *, output: str, window: int, plan: beam.PCollection) -> None:
         super().__init__()
         self._output = output
         self._window = window
-        self._num_shards = num_shards
+        self._plan = plan
 
     def expand(self, groups: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         return groups | "WriteShard" >> beam.ParDo(
             _WriteShardFn(output=self._output, window=self._window),
-            num_shards=beam.pvalue.AsSingleton(self._num_shards),
+            plan=beam.pvalue.AsSingleton(self._plan),
         ).with_outputs(REJECTS, main="shards")
 
 
@@ -198,10 +210,11 @@ class _FinalizeFn(beam.DoFn):
         self._expected_files = expected_files
 
     def process(self, _: Any, shards: list[WrittenShard], rejects: dict[str, int],
-                receipts: list[Receipt], num_shards: int) -> Iterator[dict]:
+                receipts: list[Receipt], plan: ShardPlan) -> Iterator[dict]:
         # Before anything is written: every input was read exactly once.
         records = account_inputs(receipts, self._expected_files)
         shards = list(shards)
+        num_shards = plan.num_shards
         done = {s.index for s in shards}
         if len(done) != len(shards) or not done <= set(range(num_shards)):
             raise RuntimeError(f"shards were written twice or out of range: {sorted(done)}")
@@ -258,14 +271,14 @@ class FinalizeDataset(beam.PTransform):
         tokenizer_path: the SentencePiece model, or None for bytes (the manifest's
             ``tokenizer``).
         expected_files: {path: size} as matched at launch, or None (a dry run).
-        shards, reject_counts, receipts, num_shards: what the other steps emit.
+        shards, reject_counts, receipts, plan: what the other steps emit.
     """
 
     def __init__(self, *, output: str, windows: WindowSpec, inputs: list[str],
                  reading: dict[str, Any], tokenizer_path: str | None,
                  expected_files: dict[str, int] | None, shards: beam.PCollection,
                  reject_counts: beam.PCollection, receipts: beam.PCollection,
-                 num_shards: beam.PCollection) -> None:
+                 plan: beam.PCollection) -> None:
         super().__init__()
         self._fn = _FinalizeFn(output=output, windows=windows, inputs=inputs, reading=reading,
                                tokenizer_path=tokenizer_path, expected_files=expected_files)
@@ -273,7 +286,7 @@ class FinalizeDataset(beam.PTransform):
             "shards": beam.pvalue.AsList(shards),
             "rejects": beam.pvalue.AsDict(reject_counts),
             "receipts": beam.pvalue.AsList(receipts),
-            "num_shards": beam.pvalue.AsSingleton(num_shards),
+            "plan": beam.pvalue.AsSingleton(plan),
         }
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:

@@ -17,9 +17,16 @@ from hypothesis import strategies as st
 
 from tests.conftest import DATA, block_documents
 from tests.test_chunks import LINES, TEXTS, read_files
+from transforms.blocks import read_block
 from transforms.documents import Document, Reject
-from transforms.encoding import Encoded, batch_documents, encode_documents, pack_documents
-from transforms.keys import doc_key, shard_of
+from transforms.encoding import (
+    Encoded,
+    PartBuffer,
+    batch_documents,
+    encode_documents,
+    pack_documents,
+)
+from transforms.keys import doc_key, part_of, shard_of
 from transforms.params import ReadSpec, WindowSpec
 from transforms.parquet import write_rows
 from transforms.rows import ShardRows
@@ -188,3 +195,42 @@ def test_pack_documents_of_any_batches_gives_the_documents_of_one_batch(texts, m
 def test_pack_documents_of_no_documents_is_nothing():
     assert pack_documents([], [], windows=WINDOWS, num_shards=2) == Encoded(
         blocks=[], tokens=0, windows=0)
+
+
+@pytest.mark.parametrize("max_tokens", [1, 50, 10_000])
+@pytest.mark.parametrize("parts_per_shard", [1, 3])
+def test_part_buffer_packs_one_block_per_part_and_flush_whatever_it_holds(max_tokens,
+                                                                          parts_per_shard):
+
+    spec = WindowSpec(window=6, stride=4, tail="trace_back", score="new")
+    docs = [Document(doc_id=f"d{i}", text="abc" * (i % 7 + 1), source=f"f:{i + 1}")
+            for i in range(90)]
+    tok = ByteTokenizer()
+    buffer = PartBuffer(windows=spec, num_shards=2, parts_per_shard=parts_per_shard,
+                        max_tokens=max_tokens)
+    flushes, tokens = [], 0
+    for lo in range(0, len(docs), 20):
+        batch = docs[lo : lo + 20]
+        got = buffer.add(batch, tok.encode_batch([d.text for d in batch]))
+        flushes.append(got)
+    flushes.append(buffer.flush())
+    assert buffer.flush().blocks == []
+    for encoded in flushes:
+        parts = [part for part, _ in encoded.blocks]
+        assert parts == sorted(set(parts))  # one block per part per flush, in part order
+        tokens += encoded.tokens
+    assert tokens == sum(len(d.text) + 2 for d in docs)
+    if max_tokens == 10_000:  # held everything: one flush
+        assert all(not f.blocks for f in flushes[:-1])
+    # Each block holds its part's documents, and the shards' rows are those of one batch.
+    whole = pack_documents(docs, tok.encode_batch([d.text for d in docs]), windows=spec,
+                           num_shards=2)
+    for shard in range(2):
+        mine = [b for f in flushes for part, b in f.blocks if part // parts_per_shard == shard]
+        for f in flushes:
+            for part, block in f.blocks:
+                for key in read_block(block).keys.tolist():
+                    assert part_of(key, 2, parts_per_shard) == part
+        want = ShardRows([b for s, b in whole.blocks if s == shard])
+        got = ShardRows(mine)
+        assert got.table(0, got.num_rows).equals(want.table(0, want.num_rows))

@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transforms.keys import doc_key, doc_keys, shard_of
+from transforms.keys import ShardPlan, doc_key, doc_keys, part_of, plan_shards, shard_of
 
 
 def test_known_values_are_stable():
@@ -42,3 +42,29 @@ def test_another_seed_another_order():
     order0 = sorted(ids, key=lambda d: doc_key(0, d))
     assert order0 == sorted(ids, key=lambda d: doc_key(0, d))
     assert order0 != sorted(ids, key=lambda d: doc_key(1, d))
+
+
+@given(st.integers(0, 2**64 - 1), st.integers(1, 10_000), st.integers(1, 64))
+def test_parts_nest_in_their_shard(key, num_shards, parts):
+    part = part_of(key, num_shards, parts)
+    assert 0 <= part < num_shards * parts
+    assert part // parts == shard_of(key, num_shards)
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), min_size=2, max_size=50), st.integers(1, 9),
+       st.integers(1, 9))
+def test_parts_in_order_are_key_order(keys, num_shards, parts):
+    ordered = sorted(keys, key=lambda k: (part_of(k, num_shards, parts), k))
+    assert ordered == sorted(keys)
+
+
+def test_plan_shards():
+    mib = 1 << 20
+    assert plan_shards(200 * mib, num_shards=None, shard_bytes=64 * mib,
+                       part_bytes=16 * mib) == ShardPlan(num_shards=4, parts_per_shard=4)
+    assert plan_shards(0, num_shards=None, shard_bytes=64 * mib) == ShardPlan(num_shards=1)
+    assert plan_shards(10, num_shards=3, shard_bytes=1) == ShardPlan(num_shards=3)
+    # A small --num-shards on a big corpus: each shard is cut into many parts.
+    plan = plan_shards(10_000 * mib, num_shards=1, shard_bytes=64 * mib,
+                       text_bytes=40_000 * mib, part_bytes=16 * mib)
+    assert (plan.num_shards, plan.parts_per_shard, plan.num_parts) == (1, 2500, 2500)

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import math
@@ -388,3 +389,35 @@ def test_lost_input_fails_the_job_and_writes_no_manifest(corpus, tmp_path):
     ):
         build_pipeline(p, config, expected)
     assert not (out / "manifest.json").exists()
+
+
+def test_a_spilled_shuffle_writes_the_bytes_of_the_runner_s(tmp_path, monkeypatch):
+    """With tiny chunks and parts, the file shuffle (the local default) spills every block
+    and writes shards part by part: the same bytes as the runner's shuffle, in one process
+    and with two worker processes."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from pipeline import graph
+    from pipeline.run import submit
+
+    monkeypatch.setattr(graph, "CHUNK_BYTES", 3000)
+    monkeypatch.setattr(graph, "PART_TEXT_BYTES", 700)
+    records = [{"id": f"d{i % 150}", "text": f"{TEXTS[i % len(TEXTS)]} {i}"} for i in range(180)]
+    write_jsonl(tmp_path / "in" / "a.jsonl", records[:120])
+    (tmp_path / "in" / "b.jsonl.gz").write_bytes(gzip.compress(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records[120:]).encode(),
+        mtime=0))
+    args = ["--input", str(tmp_path / "in" / "*"), "--tokenizer", "bytes", "--id-field", "id",
+            "--window", "16", "--stride", "12", "--num-shards", "3"]
+    runner = run_job(tmp_path / "runner", *args, "--shuffle", "runner")
+    assert runner["counts"]["skipped"] == {"duplicate_id": 30}
+    assert (tmp_path / "in" / "a.jsonl").stat().st_size > 3 * 3000  # read in ranges
+    for name, extra in (("in-memory", []),
+                        ("two-processes", ["--direct_running_mode=multi_processing",
+                                           "--direct_num_workers=2"])):
+        job = submit(["--output", str(tmp_path / name), *args, *extra])
+        assert job.config.shuffle == "files"
+        job.result.wait_until_finish()
+        spilled = job.result.metrics().query(MetricsFilter().with_name("spilled_bytes"))
+        assert sum(c.committed for c in spilled["counters"]) > 0
+        assert dir_bytes(tmp_path / name) == dir_bytes(tmp_path / "runner"), name

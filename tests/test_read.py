@@ -1,4 +1,4 @@
-"""`pipeline.read` on the FnApiRunner: patterns → chunks, each file once; the shard count.
+"""`pipeline.read` on the FnApiRunner: patterns → chunks, each file once; the shard plan.
 
 What a chunk reads is tested without Beam in tests/test_chunks.py; here, what only the
 PTransforms do: match on the workers, read a file matched by several patterns once, number
@@ -7,13 +7,15 @@ the chunks of a split file, and count the shards from the input sizes.
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import apache_beam as beam
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline.read import ChooseNumShards, SplitInputs
+from pipeline.read import PlanShards, SplitInputs
 from tests.conftest import fn_api_pipeline
+from transforms.keys import ShardPlan
 from transforms.params import ReadSpec
 
 LINES = [json.dumps({"text": f"line {i} " + "x" * (i % 13)}) for i in range(40)]
@@ -49,15 +51,21 @@ def test_a_split_file_s_chunks_are_numbered_by_their_first_line(tmp_path):
         assert_that(chunks | beam.Map(summary), equal_to(want))
 
 
-def test_num_shards_from_input_sizes_counts_each_file_once(tmp_path):
+def test_shard_plan_from_input_sizes_counts_each_file_once(tmp_path):
     (tmp_path / "a.jsonl").write_text("\n".join(LINES) + "\n")  # split into chunks
     (tmp_path / "b.txt").write_text("x" * 120)
-    size = (tmp_path / "a.jsonl").stat().st_size + 120
+    (tmp_path / "c.txt.gz").write_bytes(gzip.compress(b"y" * 500, mtime=0))
+    gz = (tmp_path / "c.txt.gz").stat().st_size
+    size = (tmp_path / "a.jsonl").stat().st_size + 120 + gz
+    text = size - gz + 4 * gz  # a compressed file is taken to hold 4 times its size
     with fn_api_pipeline() as p:
         chunks = p | SplitInputs([str(tmp_path / "*")], spec=ReadSpec(), chunk_bytes=64)
         assert_that(chunks | "Chunks" >> beam.combiners.Count.Globally(),
-                    equal_to([(size - 120 + 63) // 64 + 1]), label="CheckChunks")
-        assert_that(chunks | "Auto" >> ChooseNumShards(None, target_bytes=100),
-                    equal_to([-(-size // 100)]), label="CheckAuto")
-        assert_that(chunks | "Given" >> ChooseNumShards(7, target_bytes=100),
-                    equal_to([7]), label="CheckGiven")
+                    equal_to([(size - 120 - gz + 63) // 64 + 2]), label="CheckChunks")
+        assert_that(chunks | "Auto" >> PlanShards(None, shard_bytes=100),
+                    equal_to([ShardPlan(num_shards=-(-size // 100))]), label="CheckAuto")
+        assert_that(chunks | "Given" >> PlanShards(7, shard_bytes=100),
+                    equal_to([ShardPlan(num_shards=7)]), label="CheckGiven")
+        assert_that(chunks | "Parts" >> PlanShards(2, part_bytes=50),
+                    equal_to([ShardPlan(num_shards=2, parts_per_shard=-(-text // 2 // 50))]),
+                    label="CheckParts")

@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from transforms.blocks import pack_blocks
 from transforms.documents import Document, Reject
-from transforms.keys import doc_keys
+from transforms.keys import doc_keys, shard_of
 from transforms.params import WindowSpec
 from transforms.tokenizers import Tokenizer
 from transforms.windows import plan_windows_batch
@@ -31,7 +31,9 @@ from transforms.windows import plan_windows_batch
 __all__ = [
     "BATCH_CHARS",
     "BATCH_DOCS",
+    "BUFFER_TOKENS",
     "Encoded",
+    "PartBuffer",
     "batch_documents",
     "encode_documents",
     "pack_documents",
@@ -42,12 +44,14 @@ __all__ = [
 # keep a few batches in flight per worker.
 BATCH_DOCS = 4096
 BATCH_CHARS = 1 << 20
+# A `PartBuffer` packs what it holds once it holds this many tokens (int32: 64 MiB).
+BUFFER_TOKENS = 16 << 20
 
 
 class Encoded(NamedTuple):
     """A batch's blocks, (shard, block) in shard order, and what they hold."""
 
-    blocks: list[tuple[int, bytes]]
+    blocks: list[tuple[int, bytes]]  # (shard, or part, block)
     tokens: int  # Σ M
     windows: int
 
@@ -75,9 +79,13 @@ def batch_documents(
 
 def pack_documents(
     docs: Sequence[Document], tokens: Sequence[npt.NDArray[np.int32]], *, windows: WindowSpec,
-    num_shards: int,
+    num_shards: int, parts_per_shard: int = 1,
 ) -> Encoded:
-    """Plan, key and pack documents whose z (``tokens``, one array each) is known."""
+    """Plan, key and pack documents whose z (``tokens``, one array each) is known.
+
+    Blocks are packed by shard, or by part of a shard when ``parts_per_shard`` > 1
+    (`transforms.keys.part_of`; the part's shard is ``part // parts_per_shard``).
+    """
     ids = [d.doc_id for d in docs]
     m = np.fromiter(map(len, tokens), np.int64, len(tokens))
     plans = plan_windows_batch(m - 1, windows, ids)
@@ -88,7 +96,7 @@ def pack_documents(
         tokens=tokens,
         plans=plans,
         repaired=[d.repaired for d in docs],
-        num_shards=num_shards,
+        num_shards=num_shards * parts_per_shard,
     )
     return Encoded(blocks=blocks, tokens=int(m.sum()), windows=len(plans.starts))
 
@@ -99,3 +107,58 @@ def encode_documents(
     """`pack_documents` of the documents' encodings."""
     tokens = tokenizer.encode_batch([d.text for d in docs])
     return pack_documents(docs, tokens, windows=windows, num_shards=num_shards)
+
+
+class PartBuffer:
+    """Encoded documents held by the part (or shard) they go to, packed one block per part
+    once about ``max_tokens`` tokens are held, or when the caller flushes.
+
+    Packing each batch alone would cut it into one block per part it touches; with many
+    parts (a large corpus) most blocks would hold a document or two, and a shard writer
+    would read and decode hundreds of thousands of them. Held by part, a chunk gives about
+    one block per part and flush. What the blocks hold never reaches the output.
+
+    Args:
+        windows: the window parameters (and the seed of the keys).
+        num_shards, parts_per_shard: the shard plan (`transforms.keys.ShardPlan`).
+        max_tokens: flush once this many tokens are held.
+    """
+
+    def __init__(self, *, windows: WindowSpec, num_shards: int, parts_per_shard: int = 1,
+                 max_tokens: int = BUFFER_TOKENS) -> None:
+        self._windows = windows
+        self._num_shards = num_shards
+        self._parts_per_shard = parts_per_shard
+        self._max_tokens = max_tokens
+        self._docs: dict[int, list[Document]] = {}
+        self._tokens: dict[int, list[npt.NDArray[np.int32]]] = {}
+        self._held = 0
+
+    def add(self, docs: Sequence[Document], tokens: Sequence[npt.NDArray[np.int32]]) -> Encoded:
+        """Hold documents (their z in ``tokens``); returns the blocks of a flush, if the
+        buffer filled up, else none (``Encoded.tokens``/``windows`` count what was packed)."""
+        parts = self._num_shards * self._parts_per_shard
+        keys = doc_keys(self._windows.seed, [d.doc_id for d in docs]).tolist()
+        for doc, z, key in zip(docs, tokens, keys, strict=True):
+            part = shard_of(key, parts)
+            # The text is encoded already: only the id, source and flag are held.
+            self._docs.setdefault(part, []).append(doc._replace(text=""))
+            self._tokens.setdefault(part, []).append(z)
+            self._held += len(z)
+        if self._held >= self._max_tokens:
+            return self.flush()
+        return Encoded(blocks=[], tokens=0, windows=0)
+
+    def flush(self) -> Encoded:
+        """One block per part held, in part order; the buffer is empty afterwards."""
+        blocks: list[tuple[int, bytes]] = []
+        tokens = windows = 0
+        for part in sorted(self._docs):
+            packed = pack_documents(self._docs.pop(part), self._tokens.pop(part),
+                                    windows=self._windows, num_shards=self._num_shards,
+                                    parts_per_shard=self._parts_per_shard)
+            blocks += packed.blocks
+            tokens += packed.tokens
+            windows += packed.windows
+        self._held = 0
+        return Encoded(blocks=blocks, tokens=tokens, windows=windows)

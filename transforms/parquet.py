@@ -16,7 +16,7 @@ builds the next piece (pyarrow releases the GIL while it encodes and compresses)
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
@@ -108,12 +108,43 @@ def write_shard(table: pa.Table | Iterable[pa.Table], sink: BinaryIO, *,
     return out.sha256.hexdigest(), out.bytes
 
 
-def write_rows(rows: ShardRows, sink: BinaryIO, *, window: int,
+def write_rows(rows: ShardRows | Iterable[ShardRows], sink: BinaryIO, *, window: int,
                rows_per_group: int | None = None) -> tuple[str, int]:
     """`write_shard` of a shard's rows, built a piece at a time while the last one is written.
 
-    The same bytes as writing ``rows.table(0, rows.num_rows)`` at once, with a fraction of the
-    memory. ``rows_per_group`` defaults to ``row_group_rows(window)`` (tests make it small).
+    Args:
+        rows: the shard's rows, or its parts' rows in part order (`transforms.spill`), taken
+            one part at a time.
+        sink, window: as `write_shard`; ``rows_per_group`` defaults to
+            ``row_group_rows(window)`` (tests make it small).
+
+    The same bytes as writing all the rows as one table, with a fraction of the memory:
+    pieces hold whole row groups, whatever the parts' sizes.
     """
     group = row_group_rows(window) if rows_per_group is None else rows_per_group
-    return write_shard(rows.tables(PIECE_ROW_GROUPS * group), sink, rows_per_group=group)
+    parts = [rows] if isinstance(rows, ShardRows) else rows
+    return write_shard(_pieces(parts, PIECE_ROW_GROUPS * group), sink, rows_per_group=group)
+
+
+def _pieces(parts: Iterable[ShardRows], size: int) -> Iterator[pa.Table]:
+    """The rows of the parts, end to end, as tables of ``size`` rows (the last may be short;
+    no rows at all is one empty table, as ``pq.write_table`` writes an empty table)."""
+    pending: list[pa.Table] = []
+    need, made = size, False
+    for part in parts:
+        lo = 0
+        while lo < part.num_rows:
+            take = min(need, part.num_rows - lo)
+            pending.append(part.table(lo, lo + take))
+            lo, need = lo + take, need - take
+            if need == 0:
+                yield _one_table(pending)
+                pending, need, made = [], size, True
+    if pending or not made:
+        yield _one_table(pending) if pending else ShardRows([]).table(0, 0)
+
+
+def _one_table(tables: list[pa.Table]) -> pa.Table:
+    # One chunk per column, as a single part's table has, so the bytes do not depend on
+    # where parts end.
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()
