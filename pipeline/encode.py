@@ -41,7 +41,7 @@ from transforms.documents import Document, Reject
 from transforms.encoding import BATCH_CHARS, Encoded, PartBuffer, batch_documents
 from transforms.keys import ShardPlan
 from transforms.params import ReadSpec, WindowSpec
-from transforms.spill import SpillWriter
+from transforms.spill import SpillWriter, spill_rejects
 from transforms.tokenizers import Tokenizer, tokenizer_from_bytes
 
 __all__ = ["ENCODING_AHEAD", "RECORDS", "REJECTS", "SHUFFLES", "EncodeChunks", "load_tokenizer"]
@@ -119,11 +119,22 @@ class _EncodeChunkFn(beam.DoFn):
         # the output.
         name = hashlib.sha256(f"{chunk.path}@{chunk.start}".encode()).hexdigest()[:16]
         path = fs.join(self._spill_dir, f"{name}-{uuid.uuid4().hex[:12]}.spill")
+        rejects: list[Reject] = []
         with contextlib.closing(fs.create(path)) as f:
             spill = SpillWriter(f, num_parts=plan.num_parts)
-            yield from self._encode(chunk, plan, spill)
+            for item in self._encode(chunk, plan, spill):
+                if isinstance(item, beam.pvalue.TaggedOutput) and item.tag == REJECTS:
+                    rejects.append(item.value)  # spilled below, not held by the runner
+                else:
+                    yield item
             self._spilled.inc(spill.finish())
         yield path  # complete: its index is written and the file closed
+        if rejects:
+            runs_path = path.removesuffix(".spill") + ".rejects"
+            with contextlib.closing(fs.create(runs_path)) as f:
+                runs = spill_rejects(rejects, f, path=runs_path, order=(chunk.path, chunk.start))
+            for run in runs:
+                yield beam.pvalue.TaggedOutput(REJECTS, run)
 
     def _encode(self, chunk: Chunk, plan: ShardPlan, spill: SpillWriter | None) -> Iterator[Any]:
         pending: collections.deque[tuple[list[Document], Future]] = collections.deque()

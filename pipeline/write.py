@@ -10,7 +10,6 @@ Every file is written to a temporary name under ``OUTPUT/.tmp`` and renamed.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import typing
@@ -33,7 +32,7 @@ from transforms.params import WindowSpec
 from transforms.parquet import row_group_rows, write_rows
 from transforms.rows import ShardCounts, ShardRows
 from transforms.schema import REJECTS_DIR, TMP_DIR, shard_file_name
-from transforms.spill import ShardParts
+from transforms.spill import RejectRun, ShardParts, read_run
 
 __all__ = [
     "SHARDS_AT_ONCE",
@@ -177,23 +176,33 @@ def _every_shard(plan: ShardPlan) -> range:
     return range(plan.num_shards)
 
 
-def _key_by_reason(reject: Reject) -> tuple[str, Reject]:
+def _key_by_reason(reject: Reject | RejectRun) -> tuple[str, Reject | RejectRun]:
     return reject.reason, reject
 
 
-def _write_rejects(item: tuple[str, Iterable[Reject]], output: str) -> tuple[str, int]:
+def _write_rejects(item: tuple[str, Iterable[Reject | RejectRun]],
+                   output: str) -> tuple[str, int]:
     reason, rejects = item
-    rows = sorted(rejects, key=lambda r: (source_order(r.source), r.detail))
-    body = b"".join(
-        (json.dumps(r.to_json(), ensure_ascii=False, sort_keys=True) + "\n").encode()
-        for r in rows
-    )
-    fs.write_atomically(
-        fs.join(output, REJECTS_DIR, f"{reason}.jsonl"),
-        lambda f: f.write(body),
-        fs.join(output, TMP_DIR),
-    )
-    return reason, len(rows)
+    rejects = list(rejects)
+    if rejects and isinstance(rejects[0], RejectRun):
+        # Spilled runs, one per chunk: in chunk order they are in input order already.
+        runs = sorted(rejects, key=lambda r: r.order)  # type: ignore[union-attr]
+
+        def write(f: Any) -> None:
+            for run in runs:
+                f.write(read_run(run, fs.open_raw))
+
+        count = sum(r.count for r in runs)  # type: ignore[union-attr]
+    else:
+        rows = sorted(rejects, key=lambda r: (source_order(r.source), r.detail))
+
+        def write(f: Any) -> None:
+            f.write(b"".join(r.to_line() for r in rows))
+
+        count = len(rows)
+    fs.write_atomically(fs.join(output, REJECTS_DIR, f"{reason}.jsonl"), write,
+                        fs.join(output, TMP_DIR))
+    return reason, count
 
 
 class WriteRejects(beam.PTransform):

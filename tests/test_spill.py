@@ -109,3 +109,19 @@ def test_a_truncated_spill_file_is_an_error_naming_it(tmp_path, cut):
     (tmp_path / "a.spill").write_bytes(data[: int(len(data) * cut)])
     with pytest.raises(OSError, match=r"spill file .*a\.spill (ends at|has|is not)"):
         list(ShardParts([path], shard=0, num_shards=1, parts_per_shard=2, open_file=open_local))
+
+
+def test_rejects_spill_as_one_run_per_reason_in_input_order(tmp_path):
+    from transforms.documents import Reject
+    from transforms.spill import read_run, spill_rejects
+
+    rejects = [Reject(reason=r, source=f"/c/a.jsonl:{n}", detail="d", record=f"x{n}")
+               for n, r in ((2, "malformed_json"), (5, "empty"), (9, "malformed_json"))]
+    path = tmp_path / "a.rejects"
+    with open(path, "wb") as f:
+        runs = spill_rejects(rejects, f, path=str(path), order=("/c/a.jsonl", 0))
+    assert [(r.reason, r.count, r.order) for r in runs] == [
+        ("empty", 1, ("/c/a.jsonl", 0)), ("malformed_json", 2, ("/c/a.jsonl", 0))]
+    assert read_run(runs[1], open_local) == rejects[0].to_line() + rejects[2].to_line()
+    assert read_run(runs[0], open_local) == rejects[1].to_line()
+    assert sum(r.length for r in runs) == path.stat().st_size

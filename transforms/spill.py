@@ -25,12 +25,18 @@ File layout (little-endian)::
 Example: a chunk that spills blocks for parts 3 and 7 (of 8), then another for part 3, has
 ``starts == [0, 0, 0, 0, 2, 2, 2, 2, 3]`` and ranges (0, a), (a + b, c), (a, b).
 
+Rejects spill too: a chunk's rejects, in input order, are written to a file of its own, one
+run of ``rejects/<reason>.jsonl`` lines per reason (`spill_rejects`), and only a `RejectRun`
+per reason goes on. Chunks are disjoint and ordered, so a reason's file is its runs end to
+end in chunk order.
+
 File access is the caller's: `SpillWriter` writes to any binary sink, `ShardParts` reads with
 an `transforms.chunks.Opener`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Iterator, Sequence
 from typing import BinaryIO
@@ -41,7 +47,7 @@ from transforms.chunks import Opener
 from transforms.documents import Reject
 from transforms.rows import ShardCounts, ShardRows
 
-__all__ = ["ShardParts", "SpillWriter"]
+__all__ = ["RejectRun", "ShardParts", "SpillWriter", "read_run", "spill_rejects"]
 
 _FOOTER = struct.Struct("<4sqqq")
 _MAGIC = b"TWS1"
@@ -151,3 +157,38 @@ class ShardParts:
             self.counts += rows.counts
             self.rejects.extend(rows.rejects)
             yield rows
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RejectRun:
+    """One chunk's rejects of one reason: ``count`` lines at ``[offset, offset + length)`` of
+    ``path``, to be placed by ``order`` (the chunk's (file, start): input order)."""
+
+    reason: str
+    path: str
+    offset: int
+    length: int
+    count: int
+    order: tuple[str, int]
+
+
+def spill_rejects(rejects: Sequence[Reject], sink: BinaryIO, *, path: str,
+                  order: tuple[str, int]) -> list[RejectRun]:
+    """Write a chunk's rejects (in input order) to ``sink``, one run per reason; the runs."""
+    by_reason: dict[str, list[bytes]] = {}
+    for reject in rejects:
+        by_reason.setdefault(reject.reason, []).append(reject.to_line())
+    runs, at = [], 0
+    for reason, lines in sorted(by_reason.items()):
+        data = b"".join(lines)
+        sink.write(data)
+        runs.append(RejectRun(reason=reason, path=path, offset=at, length=len(data),
+                              count=len(lines), order=order))
+        at += len(data)
+    return runs
+
+
+def read_run(run: RejectRun, open_file: Opener) -> bytes:
+    """The lines of a run."""
+    with open_file(run.path) as f:
+        return _read(f, run.offset, run.length, run.path)
