@@ -41,7 +41,7 @@ from transforms.documents import Document, Reject
 from transforms.encoding import BATCH_CHARS, Encoded, PartBuffer, batch_documents
 from transforms.keys import ShardPlan
 from transforms.params import ReadSpec, WindowSpec
-from transforms.spill import SpillWriter
+from transforms.spill import SpillWriter, spill_rejects
 from transforms.tokenizers import Tokenizer, tokenizer_from_bytes
 
 __all__ = ["ENCODING_AHEAD", "RECORDS", "REJECTS", "SHUFFLES", "EncodeChunks", "load_tokenizer"]
@@ -76,8 +76,8 @@ def load_tokenizer(path: str | None, num_threads: int = 1) -> Tokenizer:
 
 
 class _EncodeChunkFn(beam.DoFn):
-    """A chunk → (shard, block) pairs, or (shard, `transforms.spill.SpillRef`) pairs once
-    its blocks are spilled; its rejects and its receipt as tagged outputs.
+    """A chunk → (shard, block) pairs, or the path of the spill file that holds its blocks;
+    its rejects and its receipt as tagged outputs.
 
     While SentencePiece encodes batches on helper threads, this thread parses the batches
     after them and plans and packs the ones before, so the worker's cores stay busy.
@@ -118,13 +118,23 @@ class _EncodeChunkFn(beam.DoFn):
         # touches the file of an attempt the runner may still use. Temp names never reach
         # the output.
         name = hashlib.sha256(f"{chunk.path}@{chunk.start}".encode()).hexdigest()[:16]
-        path = fs.join(self._spill_dir, f"{name}-{uuid.uuid4().hex[:12]}.blocks")
+        path = fs.join(self._spill_dir, f"{name}-{uuid.uuid4().hex[:12]}.spill")
+        rejects: list[Reject] = []
         with contextlib.closing(fs.create(path)) as f:
-            spill = SpillWriter(f)
-            yield from self._encode(chunk, plan, spill)
-        self._spilled.inc(spill.bytes)
-        for ref in spill.refs(path):
-            yield ref.part // plan.parts_per_shard, ref
+            spill = SpillWriter(f, num_parts=plan.num_parts)
+            for item in self._encode(chunk, plan, spill):
+                if isinstance(item, beam.pvalue.TaggedOutput) and item.tag == REJECTS:
+                    rejects.append(item.value)  # spilled below, not held by the runner
+                else:
+                    yield item
+            self._spilled.inc(spill.finish())
+        yield path  # complete: its index is written and the file closed
+        if rejects:
+            runs_path = path.removesuffix(".spill") + ".rejects"
+            with contextlib.closing(fs.create(runs_path)) as f:
+                runs = spill_rejects(rejects, f, path=runs_path, order=(chunk.path, chunk.start))
+            for run in runs:
+                yield beam.pvalue.TaggedOutput(REJECTS, run)
 
     def _encode(self, chunk: Chunk, plan: ShardPlan, spill: SpillWriter | None) -> Iterator[Any]:
         pending: collections.deque[tuple[list[Document], Future]] = collections.deque()
@@ -163,8 +173,8 @@ class _EncodeChunkFn(beam.DoFn):
 
 
 class EncodeChunks(beam.PTransform):
-    """Chunks → (shard, block of packed documents), or (shard, `transforms.spill.SpillRef`)
-    with ``spill_dir``; with tagged ``rejects`` and ``records`` (one
+    """Chunks → (shard, block of packed documents), or with ``spill_dir`` one spill file's
+    path per chunk (`transforms.spill`); with tagged ``rejects`` and ``records`` (one
     `transforms.chunks.Receipt` per chunk).
 
     Args:
@@ -178,7 +188,7 @@ class EncodeChunks(beam.PTransform):
         batch_chars: documents are encoded in batches of about this many characters (the
             output does not depend on it either).
         spill_dir: spill each chunk's blocks, by part, to a file in this directory and emit
-            references only (the file shuffle); None: emit the blocks.
+            its path (the file shuffle); None: emit the blocks.
     """
 
     def __init__(self, *, spec: ReadSpec, windows: WindowSpec, tokenizer_path: str | None,

@@ -11,9 +11,11 @@
 rest; each wraps pure functions of `transforms`.
 
 The shuffle (``--shuffle``): ``runner`` sends the blocks themselves through the runner's
-GroupByKey; ``files`` spills them to ``OUTPUT/.tmp/shuffle/`` and sends references only, so
-that the local runner, whose GroupByKey lives in memory, needs memory for a few parts, not
-for the corpus (`transforms.spill`). Both write the same bytes.
+GroupByKey (ShuffleDocuments); ``files`` spills each chunk's blocks to one indexed file under
+``OUTPUT/.tmp/shuffle/`` and hands WriteShards the list of files as a side input: each shard
+writer reads its parts from every file, one part at a time, so the local runner, whose
+GroupByKey lives in memory, needs memory for a few parts and the list of files, not for the
+corpus (`transforms.spill`). Both write the same bytes.
 
 Order never comes from arrival: documents are keyed by `transforms.keys.doc_key` and sorted
 inside their shard, so runners, worker counts and bundle sizes do not change a byte.
@@ -56,10 +58,15 @@ def build_pipeline(
         plan=plan, threads=config.encode_threads,
         spill_dir=fs.join(config.output, TMP_DIR, "shuffle") if files else None,
     )
-    groups = encoded.blocks | "ShuffleDocuments" >> ShuffleDocuments()
-    written = groups | "WriteShards" >> WriteShards(
-        output=config.output, window=config.windows.window, plan=plan
-    )
+    if files:
+        # Only the spill files' paths go on; the shard writers read their parts from them.
+        written = plan | "WriteShards" >> WriteShards(
+            output=config.output, window=config.windows.window, plan=plan,
+            spills=encoded.blocks)
+    else:
+        groups = encoded.blocks | "ShuffleDocuments" >> ShuffleDocuments()
+        written = groups | "WriteShards" >> WriteShards(
+            output=config.output, window=config.windows.window, plan=plan)
     reject_counts = (
         (encoded[REJECTS], written[REJECTS])
         | "AllRejects" >> beam.Flatten()

@@ -10,7 +10,6 @@ Every file is written to a temporary name under ``OUTPUT/.tmp`` and renamed.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import typing
@@ -33,7 +32,7 @@ from transforms.params import WindowSpec
 from transforms.parquet import row_group_rows, write_rows
 from transforms.rows import ShardCounts, ShardRows
 from transforms.schema import REJECTS_DIR, TMP_DIR, shard_file_name
-from transforms.spill import ShardParts, SpillRef
+from transforms.spill import RejectRun, ShardParts, read_run
 
 __all__ = [
     "SHARDS_AT_ONCE",
@@ -55,8 +54,8 @@ class ShuffleDocuments(beam.PTransform):
     Documents cross it packed in blocks (`transforms.blocks`), one per batch and shard, each
     a byte string under Beam's bytes coder, so the runner moves a few large elements, not one
     per document. What a block holds depends on batching, what a shard holds does not, and
-    `WriteShards` orders each shard by key. With the file shuffle, the elements are
-    (shard, `transforms.spill.SpillRef`) instead: a few bytes each.
+    `WriteShards` orders each shard by key. The file shuffle (`transforms.spill`) does
+    without it.
     """
 
     def expand(self, blocks: beam.PCollection) -> beam.PCollection:
@@ -87,8 +86,8 @@ class _WriteShardFn(beam.DoFn):
     and emits its counts and rejects as it finishes, in arrival order; the last ones when
     the bundle ends. Metrics are bumped here, on the bundle thread.
 
-    A shard arrives as its blocks, or as the `transforms.spill.SpillRef`s of its parts
-    (the file shuffle), which are read one part at a time.
+    A shard arrives as (index, its blocks), or, with the file shuffle, as its index alone,
+    its parts then read from every spill file one part at a time (`transforms.spill`).
     """
 
     def __init__(self, *, output: str, window: int) -> None:
@@ -107,12 +106,17 @@ class _WriteShardFn(beam.DoFn):
     def start_bundle(self) -> None:
         self._writing: list[Future] = []
 
-    def process(self, item: tuple[int, Iterable[bytes | SpillRef]],
-                plan: ShardPlan) -> Iterator[Any]:
-        index, values = item
-        # The grouped values are taken here, on the bundle thread, before a helper sees them.
-        self._writing.append(self._pool.submit(self._write, index, list(values),
-                                               plan.num_shards))
+    def process(self, item: tuple[int, Iterable[bytes]] | int, plan: ShardPlan,
+                spills: list[str] | None = None) -> Iterator[Any]:
+        if spills is None:
+            index, blocks = item  # type: ignore[misc]
+            # The grouped values are taken here, on the bundle thread, before a helper does.
+            rows: ShardRows | ShardParts = ShardRows(list(blocks))
+        else:
+            index = item
+            rows = ShardParts(spills, shard=index, num_shards=plan.num_shards,
+                              parts_per_shard=plan.parts_per_shard, open_file=fs.open_raw)
+        self._writing.append(self._pool.submit(self._write, index, rows, plan.num_shards))
         while self._writing and (self._writing[0].done() or len(self._writing) > self._at_once):
             yield from self._finished(self._writing.pop(0))
 
@@ -121,10 +125,8 @@ class _WriteShardFn(beam.DoFn):
         while self._writing:
             yield from self._finished(self._writing.pop(0))
 
-    def _write(self, index: int, values: list[bytes | SpillRef],
+    def _write(self, index: int, rows: ShardRows | ShardParts,
                num_shards: int) -> tuple[list[Reject], WrittenShard]:
-        spilled = bool(values) and isinstance(values[0], SpillRef)
-        rows = ShardParts(values, fs.open_raw) if spilled else ShardRows(values)
         shard = _write_shard_file(output=self._output, index=index, num_shards=num_shards,
                                   rows=rows, window=self._window)
         return rows.rejects, shard
@@ -139,46 +141,68 @@ class _WriteShardFn(beam.DoFn):
 
 
 class WriteShards(beam.PTransform):
-    """(shard, [blocks or spill refs]) → one Parquet file each; emits a
-    `transforms.manifest.WrittenShard` per shard. Rejects (duplicate ids) leave by the
-    tagged output ``rejects``.
+    """(shard, [blocks]) → one Parquet file each; or, with ``spills``, every shard of the
+    plan read from the spill files. Emits a `transforms.manifest.WrittenShard` per shard;
+    rejects (duplicate ids) leave by the tagged output ``rejects``.
 
     Args:
         output: the output directory.
         window: W, which sets the row-group size.
         plan: the `transforms.keys.ShardPlan`, a singleton PCollection.
+        spills: the spill files' paths (the file shuffle), or None.
     """
 
-    def __init__(self, *, output: str, window: int, plan: beam.PCollection) -> None:
+    def __init__(self, *, output: str, window: int, plan: beam.PCollection,
+                 spills: beam.PCollection | None = None) -> None:
         super().__init__()
         self._output = output
         self._window = window
         self._plan = plan
+        self._spills = spills
 
     def expand(self, groups: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+        side: dict[str, Any] = {"plan": beam.pvalue.AsSingleton(self._plan)}
+        if self._spills is not None:
+            # Every shard, spread over the workers; each reads its parts from every file.
+            groups = (groups | "EveryShard" >> beam.FlatMap(_every_shard)
+                      | "SpreadShards" >> beam.Reshuffle())
+            side["spills"] = beam.pvalue.AsList(self._spills)
         return groups | "WriteShard" >> beam.ParDo(
-            _WriteShardFn(output=self._output, window=self._window),
-            plan=beam.pvalue.AsSingleton(self._plan),
+            _WriteShardFn(output=self._output, window=self._window), **side
         ).with_outputs(REJECTS, main="shards")
 
 
-def _key_by_reason(reject: Reject) -> tuple[str, Reject]:
+def _every_shard(plan: ShardPlan) -> range:
+    return range(plan.num_shards)
+
+
+def _key_by_reason(reject: Reject | RejectRun) -> tuple[str, Reject | RejectRun]:
     return reject.reason, reject
 
 
-def _write_rejects(item: tuple[str, Iterable[Reject]], output: str) -> tuple[str, int]:
+def _write_rejects(item: tuple[str, Iterable[Reject | RejectRun]],
+                   output: str) -> tuple[str, int]:
     reason, rejects = item
-    rows = sorted(rejects, key=lambda r: (source_order(r.source), r.detail))
-    body = b"".join(
-        (json.dumps(r.to_json(), ensure_ascii=False, sort_keys=True) + "\n").encode()
-        for r in rows
-    )
-    fs.write_atomically(
-        fs.join(output, REJECTS_DIR, f"{reason}.jsonl"),
-        lambda f: f.write(body),
-        fs.join(output, TMP_DIR),
-    )
-    return reason, len(rows)
+    rejects = list(rejects)
+    if rejects and isinstance(rejects[0], RejectRun):
+        # Spilled runs, one per chunk: in chunk order they are in input order already.
+        runs = sorted(rejects, key=lambda r: r.order)  # type: ignore[union-attr]
+
+        def write(f: Any) -> None:
+            for run in runs:
+                f.write(read_run(run, fs.open_raw))
+
+        count = sum(r.count for r in runs)  # type: ignore[union-attr]
+    else:
+        rows = sorted(rejects, key=lambda r: (source_order(r.source), r.detail))
+
+        def write(f: Any) -> None:
+            f.write(b"".join(r.to_line() for r in rows))
+
+        count = len(rows)
+    fs.write_atomically(fs.join(output, REJECTS_DIR, f"{reason}.jsonl"), write,
+                        fs.join(output, TMP_DIR))
+    return reason, count
 
 
 class WriteRejects(beam.PTransform):

@@ -403,14 +403,17 @@ def test_a_spilled_shuffle_writes_the_bytes_of_the_runner_s(tmp_path, monkeypatc
     monkeypatch.setattr(graph, "CHUNK_BYTES", 3000)
     monkeypatch.setattr(graph, "PART_TEXT_BYTES", 700)
     records = [{"id": f"d{i % 150}", "text": f"{TEXTS[i % len(TEXTS)]} {i}"} for i in range(180)]
-    write_jsonl(tmp_path / "in" / "a.jsonl", records[:120])
+    # Malformed and empty records in every range of a.jsonl: rejects spilled chunk by chunk.
+    bad = ["{oops" if i % 2 else {"id": f"e{i}", "text": ""} for i in range(24)]
+    write_jsonl(tmp_path / "in" / "a.jsonl",
+                [r for k in range(24) for r in (*records[5 * k : 5 * k + 5], bad[k])])
     (tmp_path / "in" / "b.jsonl.gz").write_bytes(gzip.compress(
         "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records[120:]).encode(),
         mtime=0))
     args = ["--input", str(tmp_path / "in" / "*"), "--tokenizer", "bytes", "--id-field", "id",
             "--window", "16", "--stride", "12", "--num-shards", "3"]
     runner = run_job(tmp_path / "runner", *args, "--shuffle", "runner")
-    assert runner["counts"]["skipped"] == {"duplicate_id": 30}
+    assert runner["counts"]["skipped"] == {"duplicate_id": 30, "empty": 12, "malformed_json": 12}
     assert (tmp_path / "in" / "a.jsonl").stat().st_size > 3 * 3000  # read in ranges
     for name, extra in (("in-memory", []),
                         ("two-processes", ["--direct_running_mode=multi_processing",

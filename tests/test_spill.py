@@ -1,5 +1,5 @@
 """`transforms.spill`: blocks spilled by part and read back a part at a time give the very
-rows and bytes of the shard held whole."""
+rows, counts, rejects and bytes of the shard held whole."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from transforms.keys import doc_keys
 from transforms.params import WindowSpec
 from transforms.parquet import write_rows
 from transforms.rows import ShardRows
-from transforms.spill import ShardParts, SpillRef, SpillWriter
+from transforms.spill import ShardParts, SpillWriter, _index
 from transforms.tokenizers import ByteTokenizer
 from transforms.windows import plan_windows_batch
 
@@ -25,7 +25,7 @@ SPEC = WindowSpec(window=4, stride=3, tail="trace_back", score="new")
 
 
 def blocks(texts, *, partitions, ids=None, first=0):
-    """(partition, block) of byte documents, as EncodeChunks packs one batch."""
+    """(partition, block) of byte documents, as one flush of EncodeChunks packs them."""
     ids = ids or [f"d{first + i}" for i in range(len(texts))]
     z = [TOK.encode(t) for t in texts]
     m = np.fromiter(map(len, z), np.int64, len(z))
@@ -35,15 +35,15 @@ def blocks(texts, *, partitions, ids=None, first=0):
                        num_shards=partitions)
 
 
-def spill(batches, path):
-    """Write (part, block) batches to one spill file; its refs."""
+def spill(flushes, path, parts):
+    """Write flushes of (part, block) to one spill file; its path."""
     with open(path, "wb") as f:
-        writer = SpillWriter(f)
-        for batch in batches:
-            for part, block in batch:
+        writer = SpillWriter(f, num_parts=parts)
+        for flush in flushes:
+            for part, block in flush:
                 writer.write(part, block)
-    assert writer.bytes == path.stat().st_size
-    return writer.refs(str(path))
+        assert writer.finish() == sum(len(b) for flush in flushes for _, b in flush)
+    return str(path)
 
 
 def shard_bytes(rows, group=3):
@@ -52,30 +52,44 @@ def shard_bytes(rows, group=3):
     return out.getvalue()
 
 
-def test_refs_name_each_part_s_ranges_in_file_order(tmp_path):
-    first, second = [(3, b"a" * 8), (7, b"b" * 16)], [(3, b"c" * 24)]
-    refs = spill([first, second], tmp_path / "x.blocks")
-    assert refs == [SpillRef(path=str(tmp_path / "x.blocks"), part=3, ranges=((0, 8), (24, 24))),
-                    SpillRef(path=str(tmp_path / "x.blocks"), part=7, ranges=((8, 16),))]
+def test_the_index_gives_each_part_s_ranges_in_file_order(tmp_path):
+    path = spill([[(3, b"a" * 8), (7, b"b" * 16)], [(3, b"c" * 24)]], tmp_path / "x.spill", 8)
+    with open(path, "rb") as f:
+        index = _index(f, path, 0, 8, 8)
+        assert [r.tolist() for r in index] == [[], [], [], [[0, 8], [24, 24]], [], [], [],
+                                               [[8, 16]]]
+        assert [r.tolist() for r in _index(f, path, 6, 8, 8)] == [[], [[8, 16]]]
+        with pytest.raises(OSError, match="not a spill file of this job"):
+            _index(f, path, 0, 1, 9)
+    with pytest.raises(ValueError, match=r"part must be in \[0, 8\), but got 8"):
+        SpillWriter(io.BytesIO(), num_parts=8).write(8, b"x")
 
 
-@pytest.mark.parametrize("parts", [1, 2, 5, 40])
-def test_parts_give_the_rows_counts_rejects_and_bytes_of_the_whole_shard(tmp_path, parts):
+@pytest.mark.parametrize(("num_shards", "parts_per_shard"), [(1, 1), (1, 5), (3, 2), (2, 40)])
+def test_parts_give_the_rows_counts_rejects_and_bytes_of_the_whole_shard(tmp_path, num_shards,
+                                                                         parts_per_shard):
+    parts = num_shards * parts_per_shard
     texts = [f"text {i} " + "abc" * (i % 11) for i in range(120)]
-    # Duplicate ids: same key, so the same part; the first in input order is kept.
+    # Duplicate ids: the same key, so the same part; the first in input order is kept.
     dup_ids = [f"d{i}" for i in range(0, 120, 7)]
     chunk_a = blocks(texts[:70], partitions=parts)
     chunk_b = blocks(texts[70:], partitions=parts, first=70)
     chunk_c = blocks(["dup " * i for i in range(len(dup_ids))], partitions=parts, ids=dup_ids)
-    refs = (spill([chunk_a[:3], chunk_a[3:]], tmp_path / "a.blocks")
-            + spill([chunk_b], tmp_path / "b.blocks") + spill([chunk_c], tmp_path / "c.blocks"))
-    whole = ShardRows([b for chunk in (chunk_a, chunk_b, chunk_c) for _, b in chunk])
-    by_parts = ShardParts(refs[::-1], open_local)
-    assert shard_bytes(by_parts) == shard_bytes(whole)
-    assert by_parts.counts == whole.counts
-    assert sorted(by_parts.rejects) == sorted(whole.rejects)
-    assert len(whole.rejects) == len(dup_ids)
-    assert whole.counts.documents == 120
+    files = [spill([chunk_a[:3], chunk_a[3:]], tmp_path / "a.spill", parts),
+             spill([chunk_b], tmp_path / "b.spill", parts),
+             spill([chunk_c], tmp_path / "c.spill", parts),
+             spill([], tmp_path / "empty.spill", parts)]
+    every = [pb for chunk in (chunk_a, chunk_b, chunk_c) for pb in chunk]
+    documents = 0
+    for shard in range(num_shards):
+        whole = ShardRows([b for part, b in every if part // parts_per_shard == shard])
+        by_parts = ShardParts(files[::-1], shard=shard, num_shards=num_shards,
+                              parts_per_shard=parts_per_shard, open_file=open_local)
+        assert shard_bytes(by_parts) == shard_bytes(whole)
+        assert by_parts.counts == whole.counts
+        assert sorted(by_parts.rejects) == sorted(whole.rejects)
+        documents += whole.counts.documents
+    assert documents == 120
 
 
 @settings(max_examples=40, deadline=None)
@@ -88,9 +102,26 @@ def test_any_parts_and_row_groups_give_the_same_bytes(texts, parts, group):
     assert shard_bytes(split, group) == shard_bytes(one, group)
 
 
-def test_a_truncated_spill_file_is_an_error_naming_it(tmp_path):
-    refs = spill([blocks(["abcdef"] * 3, partitions=1)], tmp_path / "a.blocks")
-    data = (tmp_path / "a.blocks").read_bytes()
-    (tmp_path / "a.blocks").write_bytes(data[: len(data) // 2])
-    with pytest.raises(OSError, match=r"spill file .*a\.blocks ends at \d+.*truncated"):
-        list(ShardParts(refs, open_local))
+@pytest.mark.parametrize("cut", [0.5, 0.99, 0.0])
+def test_a_truncated_spill_file_is_an_error_naming_it(tmp_path, cut):
+    path = spill([blocks(["abcdef"] * 3, partitions=2)], tmp_path / "a.spill", 2)
+    data = (tmp_path / "a.spill").read_bytes()
+    (tmp_path / "a.spill").write_bytes(data[: int(len(data) * cut)])
+    with pytest.raises(OSError, match=r"spill file .*a\.spill (ends at|has|is not)"):
+        list(ShardParts([path], shard=0, num_shards=1, parts_per_shard=2, open_file=open_local))
+
+
+def test_rejects_spill_as_one_run_per_reason_in_input_order(tmp_path):
+    from transforms.documents import Reject
+    from transforms.spill import read_run, spill_rejects
+
+    rejects = [Reject(reason=r, source=f"/c/a.jsonl:{n}", detail="d", record=f"x{n}")
+               for n, r in ((2, "malformed_json"), (5, "empty"), (9, "malformed_json"))]
+    path = tmp_path / "a.rejects"
+    with open(path, "wb") as f:
+        runs = spill_rejects(rejects, f, path=str(path), order=("/c/a.jsonl", 0))
+    assert [(r.reason, r.count, r.order) for r in runs] == [
+        ("empty", 1, ("/c/a.jsonl", 0)), ("malformed_json", 2, ("/c/a.jsonl", 0))]
+    assert read_run(runs[1], open_local) == rejects[0].to_line() + rejects[2].to_line()
+    assert read_run(runs[0], open_local) == rejects[1].to_line()
+    assert sum(r.length for r in runs) == path.stat().st_size

@@ -75,6 +75,10 @@ class Reject(typing.NamedTuple):
             "truncated": truncated,
         }
 
+    def to_line(self) -> bytes:
+        """Its line of ``rejects/<reason>.jsonl``: `to_json`, sorted keys, UTF-8."""
+        return (json.dumps(self.to_json(), ensure_ascii=False, sort_keys=True) + "\n").encode()
+
 
 def source_order(source: str) -> tuple[str, int]:
     """A sort key that puts sources in input order: by file, then by line or row number

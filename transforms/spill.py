@@ -1,10 +1,12 @@
 """A shuffle through files: blocks spilled by part, read back one part at a time (SPEC §4).
 
 On the local runner a GroupByKey keeps its whole input in memory. To keep memory flat, the
-job can instead write each chunk's blocks to one *spill file* as they are packed, and send
-only small references (`SpillRef`: the file, a *part*, the byte ranges of that part's blocks)
-through the shuffle. The writer of a shard then reads its parts one after another
-(`ShardParts`), so it holds one part's documents at a time, never the shard's or the corpus's.
+job can instead shuffle the way MapReduce and Spark's sort-based shuffle do: each map task
+(here: the encoding of one input chunk) writes one *spill file* holding its blocks and, at
+its end, an index of where each part's blocks are; only the file's path goes on. The writer
+of a shard reads, from every spill file, the index entries of its parts and then their
+blocks, one part after another (`ShardParts`), so it holds one part's documents at a time:
+memory is O(one part + the list of spill files), never O(shard) or O(corpus).
 
 Parts: each shard's key range is cut into ``parts_per_shard`` contiguous sub-ranges,
 ``part = shard_of(key, num_shards × parts_per_shard)`` and ``shard = part // parts_per_shard``
@@ -13,9 +15,20 @@ equal keys (so every duplicate id) share a part, so the rows of a shard's parts,
 are exactly the shard's rows (`transforms.parquet.write_rows` keeps row groups aligned across
 parts, so the bytes are the same too).
 
-Example: a chunk whose first batch packs blocks for parts 3 and 7 and whose second batch packs
-one for part 3 writes them end to end; its refs are part 3 → [(0, a), (a + b, c)] and part 7
-→ [(a, b)], with a, b, c the three blocks' sizes.
+File layout (little-endian)::
+
+    blocks   as written, in any part order
+    index    starts int64[P + 1]: part p's ranges are ranges[starts[p] : starts[p + 1]]
+             ranges int64[R, 2]: (offset, length) of each block, by part, in file order
+    footer   magic "TWS1", P int64, index offset int64, R int64
+
+Example: a chunk that spills blocks for parts 3 and 7 (of 8), then another for part 3, has
+``starts == [0, 0, 0, 0, 2, 2, 2, 2, 3]`` and ranges (0, a), (a + b, c), (a, b).
+
+Rejects spill too: a chunk's rejects, in input order, are written to a file of its own, one
+run of ``rejects/<reason>.jsonl`` lines per reason (`spill_rejects`), and only a `RejectRun`
+per reason goes on. Chunks are disjoint and ordered, so a reason's file is its runs end to
+end in chunk order.
 
 File access is the caller's: `SpillWriter` writes to any binary sink, `ShardParts` reads with
 an `transforms.chunks.Opener`.
@@ -24,93 +37,158 @@ an `transforms.chunks.Opener`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+import struct
+from collections.abc import Iterator, Sequence
 from typing import BinaryIO
+
+import numpy as np
 
 from transforms.chunks import Opener
 from transforms.documents import Reject
 from transforms.rows import ShardCounts, ShardRows
 
-__all__ = ["ShardParts", "SpillRef", "SpillWriter"]
+__all__ = ["RejectRun", "ShardParts", "SpillWriter", "read_run", "spill_rejects"]
 
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class SpillRef:
-    """Where one part's blocks are in one spill file: (offset, length) of each."""
-
-    path: str
-    part: int
-    ranges: tuple[tuple[int, int], ...]
+_FOOTER = struct.Struct("<4sqqq")
+_MAGIC = b"TWS1"
 
 
 class SpillWriter:
-    """Blocks of many parts, written end to end to ``sink`` as they come.
+    """Blocks of many parts, written end to end to ``sink`` as they come, then their index.
 
     Args:
         sink: a writable binary file (not closed here).
+        num_parts: P, the job's number of parts (`transforms.keys.ShardPlan.num_parts`).
     """
 
-    def __init__(self, sink: BinaryIO) -> None:
+    def __init__(self, sink: BinaryIO, *, num_parts: int) -> None:
         self._sink = sink
+        self._parts = num_parts
         self._at = 0
-        self._ranges: dict[int, list[tuple[int, int]]] = {}
+        self._written: list[tuple[int, int, int]] = []  # (part, offset, length)
 
     def write(self, part: int, block: bytes) -> None:
+        if not 0 <= part < self._parts:
+            raise ValueError(f"part must be in [0, {self._parts}), but got {part}")
         self._sink.write(block)
-        self._ranges.setdefault(part, []).append((self._at, len(block)))
+        self._written.append((part, self._at, len(block)))
         self._at += len(block)
 
-    @property
-    def bytes(self) -> int:
+    def finish(self) -> int:
+        """Write the index and footer; returns the bytes of blocks written."""
+        written = np.array(self._written, dtype=np.int64).reshape(-1, 3)
+        order = np.argsort(written[:, 0], kind="stable")  # by part, file order within
+        starts = np.zeros(self._parts + 1, np.int64)
+        np.cumsum(np.bincount(written[:, 0], minlength=self._parts), out=starts[1:])
+        ranges = np.ascontiguousarray(written[order, 1:], dtype="<i8")
+        self._sink.write(starts.astype("<i8").tobytes())
+        self._sink.write(ranges.tobytes())
+        self._sink.write(_FOOTER.pack(_MAGIC, self._parts, self._at, len(ranges)))
         return self._at
 
-    def refs(self, path: str) -> list[SpillRef]:
-        """One `SpillRef` per part written, in part order, naming the file as ``path``."""
-        return [SpillRef(path=path, part=part, ranges=tuple(ranges))
-                for part, ranges in sorted(self._ranges.items())]
+
+def _read(f: BinaryIO, offset: int, length: int, path: str) -> bytes:
+    f.seek(offset)
+    data = f.read(length)
+    if len(data) != length:
+        raise OSError(f"spill file {path} ends at {offset + len(data)}, before the end of "
+                      f"[{offset}, {offset + length}); it was truncated")
+    return data
 
 
-def _read_blocks(refs: list[SpillRef], open_file: Opener) -> list[bytes]:
-    """The blocks the refs point at (one open per file, ranges read in file order)."""
-    blocks: list[bytes] = []
-    by_path: dict[str, list[tuple[int, int]]] = {}
-    for ref in refs:
-        by_path.setdefault(ref.path, []).extend(ref.ranges)
-    for path, ranges in sorted(by_path.items()):
-        with open_file(path) as f:
-            for offset, length in sorted(ranges):
-                f.seek(offset)
-                data = f.read(length)
-                if len(data) != length:
-                    raise OSError(f"spill file {path} ends at {offset + len(data)}, before the "
-                                  f"block at [{offset}, {offset + length}); it was truncated")
-                blocks.append(data)
-    return blocks
+def _index(f: BinaryIO, path: str, lo: int, hi: int, parts: int) -> list[np.ndarray]:
+    """Ranges of parts lo … hi − 1 of one spill file: a (offset, length) array per part."""
+    f.seek(0, 2)
+    size = f.tell()
+    if size < _FOOTER.size:
+        raise OSError(f"spill file {path} has {size} bytes, too few for its footer")
+    magic, num_parts, index_at, count = _FOOTER.unpack(
+        _read(f, size - _FOOTER.size, _FOOTER.size, path))
+    if magic != _MAGIC or num_parts != parts:
+        raise OSError(f"spill file {path} is not a spill file of this job ({magic!r}, "
+                      f"{num_parts} parts, expected {parts})")
+    starts = np.frombuffer(_read(f, index_at + 8 * lo, 8 * (hi - lo + 1), path), "<i8")
+    first, last = int(starts[0]), int(starts[-1])
+    at = index_at + 8 * (parts + 1) + 16 * first
+    ranges = np.frombuffer(_read(f, at, 16 * (last - first), path), "<i8").reshape(-1, 2)
+    return [ranges[int(a) - first : int(b) - first] for a, b in zip(starts[:-1], starts[1:],
+                                                                    strict=True)]
 
 
 class ShardParts:
-    """A shard's rows as its parts, read and ordered one part at a time.
+    """A shard's rows as its parts, read from the spill files one part at a time.
 
     Iterating yields one `ShardRows` per part that has documents, in part order; only the
-    part being yielded is in memory. After the iteration, ``counts`` and ``rejects`` are the
-    whole shard's.
+    part being yielded is in memory (and, per spill file, its index entries for this shard).
+    After the iteration, ``counts`` and ``rejects`` are the whole shard's.
 
     Args:
-        refs: every `SpillRef` of the shard, in any order.
+        spills: the paths of every spill file of the job, in any order.
+        shard: the shard's index; parts_per_shard: the shard plan's.
         open_file: opens a spill file for reading.
     """
 
-    def __init__(self, refs: Iterable[SpillRef], open_file: Opener) -> None:
-        self._by_part: dict[int, list[SpillRef]] = {}
-        for ref in refs:
-            self._by_part.setdefault(ref.part, []).append(ref)
+    def __init__(self, spills: Sequence[str], *, shard: int, num_shards: int,
+                 parts_per_shard: int, open_file: Opener) -> None:
+        self._spills = sorted(spills)
+        self._lo = shard * parts_per_shard
+        self._k = parts_per_shard
+        self._parts = num_shards * parts_per_shard
         self._open = open_file
         self.counts = ShardCounts()
         self.rejects: list[Reject] = []
 
     def __iter__(self) -> Iterator[ShardRows]:
-        for part in sorted(self._by_part):
-            rows = ShardRows(_read_blocks(self._by_part.pop(part), self._open))
+        lo, hi = self._lo, self._lo + self._k
+        indexes = []
+        for path in self._spills:
+            with self._open(path) as f:
+                indexes.append(_index(f, path, lo, hi, self._parts))
+        for j in range(self._k):
+            blocks = []
+            for path, index in zip(self._spills, indexes, strict=True):
+                if len(index[j]):
+                    with self._open(path) as f:
+                        blocks += [_read(f, int(o), int(n), path) for o, n in index[j]]
+            if not blocks:
+                continue
+            rows = ShardRows(blocks)
+            del blocks
             self.counts += rows.counts
             self.rejects.extend(rows.rejects)
             yield rows
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RejectRun:
+    """One chunk's rejects of one reason: ``count`` lines at ``[offset, offset + length)`` of
+    ``path``, to be placed by ``order`` (the chunk's (file, start): input order)."""
+
+    reason: str
+    path: str
+    offset: int
+    length: int
+    count: int
+    order: tuple[str, int]
+
+
+def spill_rejects(rejects: Sequence[Reject], sink: BinaryIO, *, path: str,
+                  order: tuple[str, int]) -> list[RejectRun]:
+    """Write a chunk's rejects (in input order) to ``sink``, one run per reason; the runs."""
+    by_reason: dict[str, list[bytes]] = {}
+    for reject in rejects:
+        by_reason.setdefault(reject.reason, []).append(reject.to_line())
+    runs, at = [], 0
+    for reason, lines in sorted(by_reason.items()):
+        data = b"".join(lines)
+        sink.write(data)
+        runs.append(RejectRun(reason=reason, path=path, offset=at, length=len(data),
+                              count=len(lines), order=order))
+        at += len(data)
+    return runs
+
+
+def read_run(run: RejectRun, open_file: Opener) -> bytes:
+    """The lines of a run."""
+    with open_file(run.path) as f:
+        return _read(f, run.offset, run.length, run.path)
