@@ -19,22 +19,39 @@ from __future__ import annotations
 
 import apache_beam as beam
 
+from pipeline import fs
 from pipeline.encode import RECORDS, REJECTS, EncodeChunks
 from pipeline.options import JobConfig
 from pipeline.read import ChooseNumShards, SplitInputs
 from pipeline.write import FinalizeDataset, ShuffleDocuments, WriteRejects, WriteShards
+from transforms.schema import TMP_DIR
 
 __all__ = ["build_pipeline"]
 
 
 def build_pipeline(
-    p: beam.Pipeline, config: JobConfig, expected_files: dict[str, int] | None = None
+    p: beam.Pipeline,
+    config: JobConfig,
+    expected_files: dict[str, int] | dict[str, tuple[int, float | None]] | None = None,
+    *,
+    fingerprint: str = "",
+    tmp_dir: str | None = None,
+    attempt: str | None = None,
 ) -> beam.PCollection:
     """Wire the job into ``p``; returns the PCollection holding the manifest.
 
-    ``expected_files`` ({path: size}, as the launcher matched them) lets the last step check
-    that exactly these files were read, each exactly once.
+    Args:
+        expected_files: {path: (size, mtime)} (or {path: size}) as the launcher matched
+            them: the last step checks that exactly these files were read, each exactly
+            once, and that none changed.
+        fingerprint: the job's fingerprint (`transforms.manifest.job_fingerprint`), written
+            into the manifest and every shard's footer.
+        tmp_dir: the job's temporary directory: every step that writes a temporary file
+            writes it there, and the last step removes it. Default ``OUTPUT/.tmp/job``.
+        attempt: the id in the job's claim on the output (`pipeline.run`), or None.
     """
+    if tmp_dir is None:
+        tmp_dir = fs.join(config.output, TMP_DIR, "job")
     chunks = p | "SplitInputs" >> SplitInputs(config.inputs, spec=config.read)
     num_shards = chunks | "ChooseNumShards" >> ChooseNumShards(config.num_shards)
     encoded = chunks | "EncodeChunks" >> EncodeChunks(
@@ -43,12 +60,13 @@ def build_pipeline(
     )
     groups = encoded.blocks | "ShuffleDocuments" >> ShuffleDocuments()
     written = groups | "WriteShards" >> WriteShards(
-        output=config.output, window=config.windows.window, num_shards=num_shards
+        output=config.output, window=config.windows.window, num_shards=num_shards,
+        fingerprint=fingerprint, tmp_dir=tmp_dir,
     )
     reject_counts = (
         (encoded[REJECTS], written[REJECTS])
         | "AllRejects" >> beam.Flatten()
-        | "WriteRejects" >> WriteRejects(config.output)
+        | "WriteRejects" >> WriteRejects(config.output, tmp_dir)
     )
     return p | "FinalizeDataset" >> FinalizeDataset(
         output=config.output,
@@ -61,4 +79,8 @@ def build_pipeline(
         reject_counts=reject_counts,
         receipts=encoded[RECORDS],
         num_shards=num_shards,
+        fingerprint=fingerprint,
+        tmp_dir=tmp_dir,
+        attempt=attempt,
+        max_skipped_share=config.max_skipped_share,
     )

@@ -4,8 +4,9 @@
 each shard's blocks into rows (`transforms.rows.ShardRows`) and Parquet
 (`transforms.parquet.write_rows`). `WriteRejects` writes ``rejects/<reason>.jsonl`` in input
 order. `FinalizeDataset` checks that every input was read exactly once, writes
-``manifest.json`` last (`transforms.manifest.build_manifest`) and removes temporary files.
-Every file is written to a temporary name under ``OUTPUT/.tmp`` and renamed.
+``manifest.json`` last (`transforms.manifest.build_manifest`) and removes this job's temporary
+directory and its claim on the output. Every file is written to a temporary name under the
+job's own ``tmp_dir`` (``OUTPUT/.tmp/<attempt>``, chosen once by the launcher) and renamed.
 """
 
 from __future__ import annotations
@@ -25,20 +26,30 @@ from apache_beam.utils import shared
 
 from pipeline import fs
 from pipeline.encode import REJECTS, load_tokenizer
-from transforms.chunks import Receipt, account_inputs
+from transforms.chunks import Receipt, account_inputs, shown_name
 from transforms.documents import Reject, source_order
-from transforms.manifest import MANIFEST_NAME, WrittenShard, build_manifest, dumps_manifest
+from transforms.manifest import (
+    MANIFEST_NAME,
+    WrittenShard,
+    build_manifest,
+    check_skipped_share,
+    dumps_manifest,
+    shard_metadata,
+)
 from transforms.params import WindowSpec
 from transforms.parquet import row_group_rows, write_rows
 from transforms.rows import ShardRows
-from transforms.schema import REJECTS_DIR, TMP_DIR, shard_file_name
+from transforms.schema import CLAIM_NAME, FINGERPRINT_KEY, REJECTS_DIR, shard_file_name
 
 __all__ = [
     "SHARDS_AT_ONCE",
     "FinalizeDataset",
+    "RejectCount",
     "ShuffleDocuments",
     "WriteRejects",
     "WriteShards",
+    "check_claim",
+    "remove_job_files",
 ]
 
 _LOG = logging.getLogger("token_windows")
@@ -61,14 +72,16 @@ class ShuffleDocuments(beam.PTransform):
 
 
 def _write_shard_file(*, output: str, index: int, num_shards: int, rows: ShardRows,
-                      window: int) -> WrittenShard:
+                      window: int, fingerprint: str, tmp_dir: str) -> WrittenShard:
     name = shard_file_name(index, num_shards)
+    metadata = shard_metadata(fingerprint=fingerprint, index=index, num_shards=num_shards,
+                              counts=rows.counts)
     sha, size = typing.cast(
         tuple[str, int],
         fs.write_atomically(
             fs.join(output, name),
-            lambda f: write_rows(rows, f, window=window),
-            fs.join(output, TMP_DIR),
+            lambda f: write_rows(rows, f, window=window, metadata=metadata),
+            tmp_dir,
         ),
     )
     # Progress: one line per shard (the launcher prints the summary at the end).
@@ -83,9 +96,11 @@ class _WriteShardFn(beam.DoFn):
     and emits its counts and rejects as it finishes, in arrival order; the last ones when
     the bundle ends. Metrics are bumped here, on the bundle thread."""
 
-    def __init__(self, *, output: str, window: int) -> None:
+    def __init__(self, *, output: str, window: int, fingerprint: str, tmp_dir: str) -> None:
         self._output = output
         self._window = window
+        self._fingerprint = fingerprint
+        self._tmp_dir = tmp_dir
         self._handle = shared.Shared()
 
     def setup(self) -> None:
@@ -116,7 +131,9 @@ class _WriteShardFn(beam.DoFn):
         rows = ShardRows(blocks)
         return rows.rejects, _write_shard_file(output=self._output, index=index,
                                                num_shards=num_shards, rows=rows,
-                                               window=self._window)
+                                               window=self._window,
+                                               fingerprint=self._fingerprint,
+                                               tmp_dir=self._tmp_dir)
 
     def _finished(self, future: Future) -> Iterator[Any]:
         rejects, shard = future.result()
@@ -135,17 +152,23 @@ class WriteShards(beam.PTransform):
         output: the output directory.
         window: W, which sets the row-group size.
         num_shards: the shard count, a singleton PCollection.
+        fingerprint: the job's fingerprint, written into each shard's footer.
+        tmp_dir: the job's temporary directory.
     """
 
-    def __init__(self, *, output: str, window: int, num_shards: beam.PCollection) -> None:
+    def __init__(self, *, output: str, window: int, num_shards: beam.PCollection,
+                 fingerprint: str, tmp_dir: str) -> None:
         super().__init__()
         self._output = output
         self._window = window
         self._num_shards = num_shards
+        self._fingerprint = fingerprint
+        self._tmp_dir = tmp_dir
 
     def expand(self, groups: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
         return groups | "WriteShard" >> beam.ParDo(
-            _WriteShardFn(output=self._output, window=self._window),
+            _WriteShardFn(output=self._output, window=self._window,
+                          fingerprint=self._fingerprint, tmp_dir=self._tmp_dir),
             num_shards=beam.pvalue.AsSingleton(self._num_shards),
         ).with_outputs(REJECTS, main="shards")
 
@@ -154,53 +177,76 @@ def _key_by_reason(reject: Reject) -> tuple[str, Reject]:
     return reject.reason, reject
 
 
-def _write_rejects(item: tuple[str, Iterable[Reject]], output: str) -> tuple[str, int]:
+class RejectCount(typing.NamedTuple):
+    """How many records were skipped for one reason, and the first of them (input order)."""
+
+    count: int
+    first: Reject
+
+
+def _write_rejects(item: tuple[str, Iterable[Reject]], output: str,
+                   tmp_dir: str) -> tuple[str, RejectCount]:
     reason, rejects = item
     rows = sorted(rejects, key=lambda r: (source_order(r.source), r.detail))
     body = b"".join(
-        (json.dumps(r.to_json(), ensure_ascii=False, sort_keys=True) + "\n").encode()
+        (json.dumps(r.to_json(), ensure_ascii=False, sort_keys=True) + "\n").encode(
+            "utf-8", "backslashreplace")
         for r in rows
     )
     fs.write_atomically(
         fs.join(output, REJECTS_DIR, f"{reason}.jsonl"),
         lambda f: f.write(body),
-        fs.join(output, TMP_DIR),
+        tmp_dir,
     )
-    return reason, len(rows)
+    first = rows[0]
+    return reason, RejectCount(len(rows), first._replace(record=first.record[:4096]))
 
 
 class WriteRejects(beam.PTransform):
     """Rejects → ``OUTPUT/rejects/<reason>.jsonl`` (in input order, `source_order`); emits
-    (reason, count)."""
+    (reason, `RejectCount`)."""
 
-    def __init__(self, output: str) -> None:
+    def __init__(self, output: str, tmp_dir: str) -> None:
         super().__init__()
         self._output = output
+        self._tmp_dir = tmp_dir
 
     def expand(self, rejects: beam.PCollection) -> beam.PCollection:
         return (
             rejects
             | "KeyByReason" >> beam.Map(_key_by_reason)
             | "GroupByReason" >> beam.GroupByKey()
-            | "WriteReasonFile" >> beam.Map(_write_rejects, self._output)
+            | "WriteReasonFile" >> beam.Map(_write_rejects, self._output, self._tmp_dir)
         )
 
 
 class _FinalizeFn(beam.DoFn):
     def __init__(self, *, output: str, windows: WindowSpec, inputs: list[str],
                  reading: dict[str, Any], tokenizer_path: str | None,
-                 expected_files: dict[str, int] | None) -> None:
+                 expected_files: dict[str, tuple[int, float | None]] | None, fingerprint: str,
+                 tmp_dir: str, attempt: str | None, max_skipped_share: float) -> None:
         self._output = output
         self._windows = windows
         self._inputs = inputs
         self._reading = reading
         self._tokenizer_path = tokenizer_path
         self._expected_files = expected_files
+        self._fingerprint = fingerprint
+        self._tmp_dir = tmp_dir
+        self._attempt = attempt
+        self._max_skipped_share = max_skipped_share
 
-    def process(self, _: Any, shards: list[WrittenShard], rejects: dict[str, int],
+    def process(self, _: Any, shards: list[WrittenShard], rejects: dict[str, RejectCount],
                 receipts: list[Receipt], num_shards: int) -> Iterator[dict]:
-        # Before anything is written: every input was read exactly once.
+        # Before anything is written: every input was read exactly once, as matched at launch,
+        # and none has changed since.
         records = account_inputs(receipts, self._expected_files)
+        if self._expected_files is not None:
+            _check_inputs_unchanged(self._inputs, self._expected_files)
+        skipped = {reason: c.count for reason, c in rejects.items()}
+        check_skipped_share(records=records, skipped=skipped,
+                            first={reason: c.first for reason, c in rejects.items()},
+                            max_share=self._max_skipped_share)
         shards = list(shards)
         done = {s.index for s in shards}
         if len(done) != len(shards) or not done <= set(range(num_shards)):
@@ -210,24 +256,95 @@ class _FinalizeFn(beam.DoFn):
             # A key range that no document fell in still gets its (empty) file.
             shards.append(_write_shard_file(output=self._output, index=index,
                                             num_shards=num_shards, rows=ShardRows([]),
-                                            window=window))
+                                            window=window, fingerprint=self._fingerprint,
+                                            tmp_dir=self._tmp_dir))
+        check_claim(self._output, self._attempt)
+        for shard in shards:  # a concurrent job's shard must never sit under our manifest
+            _check_shard_footer(fs.join(self._output, shard.file), self._fingerprint)
         manifest = build_manifest(
             tokenizer=load_tokenizer(self._tokenizer_path).info(),
             windows=self._windows.to_json(),
             inputs=self._inputs,
             reading=self._reading,
             shards=shards,
-            skipped=dict(rejects),
+            skipped=skipped,
             records=records,
             row_group_rows=row_group_rows(window),
             versions=_versions(),
+            fingerprint=self._fingerprint,
         )
-        tmp = fs.join(self._output, TMP_DIR)
         fs.write_atomically(fs.join(self._output, MANIFEST_NAME),
-                            lambda f: f.write(dumps_manifest(manifest)), tmp)
-        # Temporary files of failed attempts (and, on local disks, their directory).
-        fs.delete(fs.list_dir(tmp) + ([tmp] if fs.exists(tmp) else []))
+                            lambda f: f.write(dumps_manifest(manifest)), self._tmp_dir)
+        remove_job_files(self._output, self._tmp_dir, self._attempt)
         yield manifest
+
+
+def _check_inputs_unchanged(patterns: list[str],
+                            expected: dict[str, tuple[int, float | None]]) -> None:
+    """The inputs as they are now must be the inputs matched at launch (size and mtime)."""
+    now: dict[str, tuple[int, float | None]] = {}
+    for pattern in patterns:
+        for path, size, mtime in fs.match_files(pattern):
+            now[path] = (size, mtime)
+    for path, (size, mtime) in sorted(expected.items()):
+        seen = now.get(path)
+        if seen is None or seen[0] != size or (
+                mtime is not None and seen[1] is not None and seen[1] != mtime):
+            state = "is gone" if seen is None else f"has {seen[0]} bytes (mtime {seen[1]})"
+            raise RuntimeError(
+                f"input file {shown_name(path)} changed while the job ran: {size} bytes (mtime "
+                f"{mtime}) when the job started, now it {state}; no manifest was written: "
+                "rerun once the input stops changing"
+            )
+
+
+def _check_shard_footer(path: str, fingerprint: str) -> None:
+    import pyarrow.parquet as pq
+
+    with fs.open_raw(path) as f:
+        meta = pq.ParquetFile(f).metadata.metadata or {}
+    found = meta.get(FINGERPRINT_KEY.encode(), b"").decode()
+    if found != fingerprint:
+        raise RuntimeError(
+            f"{shown_name(path)} was written by another job (fingerprint {found or 'none'}, "
+            f"this job's is {fingerprint}): two jobs wrote this output at once; no manifest "
+            "was written: rerun one job alone"
+        )
+
+
+def check_claim(output: str, attempt: str | None) -> None:
+    """Fail unless ``OUTPUT/.claim`` still holds this job's attempt id (None: not claimed)."""
+    if attempt is None:
+        return
+    path = fs.join(output, CLAIM_NAME)
+    try:
+        holder = json.loads(fs.read_bytes(path)).get("attempt")
+    except Exception:  # gone, or not ours
+        holder = None
+    if holder != attempt:
+        raise RuntimeError(
+            f"{output} is no longer claimed by this job (attempt {attempt}; the claim "
+            f"{path} now holds {holder or 'nothing'}): another job took it over; no manifest "
+            "was written"
+        )
+
+
+def remove_job_files(output: str, tmp_dir: str, attempt: str | None) -> None:
+    """Remove this job's temporary directory and, if it holds it, its claim on ``output``."""
+    found = fs.list_dir(tmp_dir)
+    fs.delete(found + ([tmp_dir] if fs.exists(tmp_dir) else []))
+    parent = tmp_dir.rstrip("/").rsplit("/", 1)[0]
+    if fs.scheme(parent) in (None, "file") and os.path.isdir(parent) and not os.listdir(parent):
+        os.rmdir(parent)  # OUTPUT/.tmp, when no other attempt's files are left in it
+    if attempt is None:
+        return
+    claim = fs.join(output, CLAIM_NAME)
+    try:
+        holder = json.loads(fs.read_bytes(claim)).get("attempt")
+    except Exception:
+        return
+    if holder == attempt:
+        fs.delete([claim])
 
 
 def _versions() -> dict[str, str]:
@@ -257,18 +374,27 @@ class FinalizeDataset(beam.PTransform):
         inputs: the ``--input`` patterns; reading: the manifest's ``reading`` object.
         tokenizer_path: the SentencePiece model, or None for bytes (the manifest's
             ``tokenizer``).
-        expected_files: {path: size} as matched at launch, or None (a dry run).
+        expected_files: {path: (size, mtime)} as matched at launch, or None (a dry run).
+        fingerprint: the job's fingerprint (the manifest's, and every shard footer's).
+        tmp_dir: the job's temporary directory, removed at the end.
+        attempt: the id in this job's claim on the output (None: no claim was taken).
+        max_skipped_share: the job fails if more records than this share are skipped, and
+            always if all are.
         shards, reject_counts, receipts, num_shards: what the other steps emit.
     """
 
     def __init__(self, *, output: str, windows: WindowSpec, inputs: list[str],
                  reading: dict[str, Any], tokenizer_path: str | None,
-                 expected_files: dict[str, int] | None, shards: beam.PCollection,
-                 reject_counts: beam.PCollection, receipts: beam.PCollection,
-                 num_shards: beam.PCollection) -> None:
+                 expected_files: dict[str, tuple[int, float | None]] | None,
+                 shards: beam.PCollection, reject_counts: beam.PCollection,
+                 receipts: beam.PCollection, num_shards: beam.PCollection, fingerprint: str,
+                 tmp_dir: str, attempt: str | None = None,
+                 max_skipped_share: float = 1.0) -> None:
         super().__init__()
         self._fn = _FinalizeFn(output=output, windows=windows, inputs=inputs, reading=reading,
-                               tokenizer_path=tokenizer_path, expected_files=expected_files)
+                               tokenizer_path=tokenizer_path, expected_files=expected_files,
+                               fingerprint=fingerprint, tmp_dir=tmp_dir, attempt=attempt,
+                               max_skipped_share=max_skipped_share)
         self._side_inputs = {
             "shards": beam.pvalue.AsList(shards),
             "rejects": beam.pvalue.AsDict(reject_counts),
