@@ -284,6 +284,11 @@ def preflight(config: JobConfig, options: PipelineOptions) -> Plan:
             raise ValueError(f"--input {pattern} matches no file; check the path and quoting")
         base = pattern_base(pattern)
         for path, size, mtime in found:
+            if shown_name(path) != path:
+                raise ValueError(
+                    f"--input {pattern} matches {shown_name(path)}, whose name is not UTF-8: "
+                    "Beam cannot carry it between steps; rename the file (e.g. with convmv)"
+                )
             if _absolute(path).startswith(out):
                 raise ValueError(
                     f"--input {pattern} matches {shown_name(path)} inside --output "
@@ -421,25 +426,26 @@ class Submitted(NamedTuple):
     plan: Plan | None = None
 
 
-def submit(argv: Sequence[str] | None = None) -> Submitted:
-    """Check, build and start the job without waiting for it.
+class _Prepared(NamedTuple):
+    config: JobConfig
+    options: PipelineOptions
+    dry_run: bool
+    plan: Plan
 
-    In a dry run ``result`` is the runner's translation where it has one (for the
-    DataflowRunner, ``result.job.proto_pipeline`` is the portable pipeline Dataflow would
-    receive) and None where it has not: the local runners would ignore ``--dry_run`` and run
-    the job, so its graph is only built.
 
-    Raises:
-        ValueError: a flag, an input pattern, the tokenizer or the output directory is
-            unusable (nothing has run).
-    """
+def _prepare(argv: Sequence[str] | None) -> _Prepared:
+    """Every check before any work; raises ValueError (the job is refused)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     _parser().parse_known_args(argv)  # --help, and argparse's own type/choice errors
     options = PipelineOptions(argv)
     check_flags(argv, options)
     config = JobConfig.from_options(options)
     dry_run = _settle_dry_run(options)
-    plan = preflight(config, options)
+    return _Prepared(config, options, dry_run, preflight(config, options))
+
+
+def _start(job: _Prepared) -> Submitted:
+    config, options, dry_run, plan = job
     try:
         setup = options.view_as(SetupOptions)
         if setup.save_main_session is None:
@@ -460,12 +466,44 @@ def submit(argv: Sequence[str] | None = None) -> Submitted:
         raise
 
 
+def submit(argv: Sequence[str] | None = None) -> Submitted:
+    """Check, build and start the job without waiting for it.
+
+    In a dry run ``result`` is the runner's translation where it has one (for the
+    DataflowRunner, ``result.job.proto_pipeline`` is the portable pipeline Dataflow would
+    receive) and None where it has not: the local runners would ignore ``--dry_run`` and run
+    the job, so its graph is only built. (The in-process runner runs the whole job inside
+    ``p.run()``, so its errors while running surface here too.)
+
+    Raises:
+        ValueError: a flag, an input pattern, the tokenizer or the output directory is
+            unusable (nothing has run).
+    """
+    return _start(_prepare(argv))
+
+
 def _release(config: JobConfig, plan: Plan | None) -> None:
-    """After a failure: remove this job's temporary files and its claim (a job that is
-    killed cannot, and leaves a stale claim that --overwrite takes over)."""
+    """After a failure: remove what this job wrote (its shards, which carry its fingerprint,
+    and its reject files: the output was empty when it took the claim), its temporary files
+    and its claim, so that the same command can simply be run again. A job that is killed
+    cannot, and leaves a stale claim that --overwrite takes over."""
     if plan is None or plan.attempt is None:
         return
     try:
+        claim = _read_claim(config.output)
+        if claim is not None and claim.get("attempt") == plan.attempt:
+            rejects = {fs.join(config.output, REJECTS_DIR, f"{r}.jsonl") for r in REJECT_REASONS}
+            written = [
+                e for e in fs.list_dir(config.output)
+                if e in rejects or (
+                    SHARD_PATTERN.match(e[len(config.output):].lstrip("/"))
+                    and _shard_fingerprint(e) == plan.fingerprint)
+            ]
+            fs.delete(written)
+            directory = fs.join(config.output, REJECTS_DIR)
+            if fs.scheme(directory) is None and os.path.isdir(directory) and not os.listdir(
+                    directory):
+                os.rmdir(directory)
         remove_job_files(config.output, plan.tmp_dir, plan.attempt)
     except Exception as e:  # the job's own error matters more
         _LOG.warning("could not remove this job's temporary files and claim: %s", e)
@@ -555,14 +593,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = "--traceback" in args or os.environ.get("TOKEN_WINDOWS_TRACEBACK") == "1"
     try:
-        job = submit(args)
+        prepared = _prepare(args)
     except (ValueError, OSError) as e:
         if verbose:
             traceback.print_exc()
         print(f"error: {one_line(e)}", file=sys.stderr)
         raise SystemExit(2) from None
+    if not verbose:
+        # Beam logs a failed bundle with its traceback; the one line below says it.
+        for name in ("apache_beam.runners.common", "apache_beam.runners.worker",
+                     "apache_beam.runners.portability"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
-        _finish(job)
+        _finish(_start(prepared))
     except Exception as e:
         if verbose:
             traceback.print_exc()
