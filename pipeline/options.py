@@ -214,8 +214,26 @@ class TokenWindowsOptions(PipelineOptions):
             dest="overwrite",
             action="store_true",
             default=False,
-            help="Replace a dataset already in --output (its files are deleted first). "
+            help="Replace a dataset already in --output: delete the files its manifest lists "
+            "(and take over the claim a killed job left). Any other file there is refused. "
             "Default: refuse a non-empty output directory.",
+        )
+        g.add_argument(
+            "--max-skipped-share",
+            dest="max_skipped_share",
+            type=float,
+            default=1.0,
+            help="Fail the job if more than this share of the records are skipped (0 to 1). A "
+            "job in which every record is skipped always fails. Default: %(default)s (only "
+            "that).",
+        )
+        g.add_argument(
+            "--traceback",
+            dest="traceback",
+            action="store_true",
+            default=False,
+            help="On an error, print the whole traceback instead of one line (also: "
+            "TOKEN_WINDOWS_TRACEBACK=1).",
         )
 
 
@@ -236,6 +254,7 @@ class JobConfig:
     overwrite: bool = False
     encode_threads: int = 1
     shuffle: str = "runner"
+    max_skipped_share: float = 1.0
 
     @property
     def tokenizer_path(self) -> str | None:
@@ -253,6 +272,9 @@ class JobConfig:
             raise ValueError(
                 "--tokenizer is required: pass 'bytes' or the path of a SentencePiece .model"
             )
+        share = o.max_skipped_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+            raise ValueError(f"`max_skipped_share` must be in [0, 1], but got {share!r}")
         for name in ("num_shards", "encode_threads"):
             value = getattr(o, name)
             if value is not None:
@@ -284,6 +306,7 @@ class JobConfig:
             overwrite=o.overwrite,
             encode_threads=o.encode_threads or default_encode_threads(options),
             shuffle=o.shuffle or default_shuffle(options),
+            max_skipped_share=float(share),
         )
 
 

@@ -47,6 +47,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from reader import integrity
 from transforms.manifest import MANIFEST_NAME, parse_manifest
 from transforms.schema import ARROW_SCHEMA, COLUMNS, SHARD_PATTERN
 
@@ -132,7 +133,10 @@ class WindowDataset:
         self.bos_id: int = int(tokenizer["bos_id"])
         self.eos_id: int = int(tokenizer["eos_id"])
         self.window: int = int(self.manifest["windows"]["window"])
+        self._footer_counts: list[dict[str, int] | None] = []
         self._shards = tuple(self._check_shard(i, s, verify) for i, s in enumerate(self._entries))
+        integrity.check_totals(self._footer_counts, self.manifest,
+                               where=self._where(MANIFEST_NAME))
         self._shard_starts: list[int] = []
         total = 0
         for shard in self._shards:
@@ -182,9 +186,14 @@ class WindowDataset:
         if info.type != pafs.FileType.File:
             raise FileNotFoundError(f"shard {where}, listed in the manifest, does not exist")
         with self._fs.open_input_file(path) as f:
-            pf = pq.ParquetFile(f)
+            try:
+                pf = pq.ParquetFile(f, **integrity.READ_OPTIONS)
+            except (OSError, ValueError) as e:
+                raise integrity.footer_error(e, where=where) from e
             metadata = pf.metadata
             schema = pf.schema_arrow
+        self._footer_counts.append(integrity.check_footer(
+            metadata, entry, index=i, manifest=self.manifest, where=where))
         for field in ARROW_SCHEMA:
             index = schema.get_field_index(field.name)
             if index < 0:
@@ -253,7 +262,7 @@ class WindowDataset:
             self._files.move_to_end(s)
             return entry[1]
         handle = self._fs.open_input_file(self._shards[s].path)
-        pf = pq.ParquetFile(handle)
+        pf = pq.ParquetFile(handle, **integrity.READ_OPTIONS)
         self._files[s] = (handle, pf)
         while len(self._files) > _MAX_OPEN_FILES:
             _, (old, _) = self._files.popitem(last=False)
@@ -278,7 +287,10 @@ class WindowDataset:
 
     def _load(self, s: int, g: int) -> _RowGroup:
         shard = self._shards[s]
-        table = self._parquet(s).read_row_group(g, columns=list(COLUMNS), use_threads=False)
+        try:
+            table = self._parquet(s).read_row_group(g, columns=list(COLUMNS), use_threads=False)
+        except (OSError, ValueError) as e:  # pyarrow's errors name no file
+            raise integrity.read_error(e, where=self._where(shard.file), row_group=g) from e
         tokens = table.column("tokens").combine_chunks()
         if tokens.null_count:
             raise ValueError(f"shard {self._where(shard.file)}: null tokens in row group {g}")

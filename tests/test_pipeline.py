@@ -341,11 +341,12 @@ def test_parquet_input_bad_rows_and_huge_documents(tmp_path):
     (big,) = [json.loads(x) for x in (out / "rejects" / "too_large.jsonl").read_text().splitlines()]
     assert big["source"] == f"{src}#row=3" and "100 bytes" in big["detail"]
 
-    # A text column of another type: every row is unusable, each is counted and kept.
+    # A text column of another type: every row is unusable, and the job fails
+    # (issue 10: an empty dataset is never what was asked for).
     pq.write_table(pa.table({"text": [1, 2]}), src)
-    manifest = run_job(tmp_path / "o2", "--input", str(src), "--tokenizer", "bytes")
-    assert manifest["counts"]["skipped"] == {"text_not_string": 2}
-    assert manifest["counts"]["documents"] == 0 and manifest["counts"]["windows"] == 0
+    with pytest.raises(Exception, match="all 2 records skipped as text_not_string"):
+        run_job(tmp_path / "o2", "--input", str(src), "--tokenizer", "bytes")
+    assert list((tmp_path / "o2").iterdir()) == []  # what the failed job wrote is removed
 
     # A missing text column fails the job naming the file and the columns.
     with pytest.raises(Exception, match="has no column 'body'"):

@@ -90,7 +90,7 @@ def test_existing_output_is_refused_then_overwritten_without_stale_shards(capsys
     (out / "notes.txt").write_text("mine")
     err = refused(capsys, "--input", str(corpus), "--tokenizer", "bytes", "--output", str(out),
                   "--overwrite")
-    assert "files this job did not write (e.g. notes.txt)" in err
+    assert "that no manifest (nor a killed job's claim) accounts for, e.g. notes.txt" in err
 
 
 def test_the_real_entry_point_helps_and_refuses(corpus, tmp_path):
