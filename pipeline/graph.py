@@ -5,7 +5,7 @@
                     │ └── ChooseNumShards (from the chunks)  │
                     ├── rejects ─────────▶ WriteRejects ◀────┤ duplicate ids
                     └── input receipts ─▶ FinalizeDataset ◀──┘ written shards
-                                          (manifest.json, written last)
+                                          (_manifest.json, written last)
 
 `pipeline.read` holds the first two steps, `pipeline.encode` the third, `pipeline.write` the
 rest; each wraps pure functions of `transforms`.

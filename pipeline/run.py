@@ -41,8 +41,8 @@ from pipeline import fs
 from pipeline.encode import load_tokenizer
 from pipeline.graph import build_pipeline
 from pipeline.options import JobConfig, TokenWindowsOptions, runner_name
-from transforms.manifest import MANIFEST_NAME, parse_manifest
-from transforms.schema import REJECTS_DIR, SHARD_PATTERN, TMP_DIR
+from transforms.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME, parse_manifest
+from transforms.schema import LEGACY_REJECTS_DIR, REJECTS_DIR, SHARD_PATTERN, TMP_DIR
 
 __all__ = ["Submitted", "cli", "main", "preflight", "run", "submit"]
 
@@ -70,9 +70,9 @@ def _is_dataflow(options: PipelineOptions) -> bool:
 
 def _is_ours(rel: str) -> bool:
     return (
-        rel == MANIFEST_NAME
+        rel in (MANIFEST_NAME, LEGACY_MANIFEST_NAME)
         or SHARD_PATTERN.match(rel) is not None
-        or rel.startswith((REJECTS_DIR + "/", TMP_DIR + "/"))
+        or rel.startswith((REJECTS_DIR + "/", LEGACY_REJECTS_DIR + "/", TMP_DIR + "/"))
     )
 
 
@@ -93,10 +93,9 @@ def _check_output(config: JobConfig) -> None:
             f"{foreign[0]}); --overwrite deletes only datasets, so choose another directory"
         )
     # The manifest goes first: if the job dies now, the directory no longer looks finished.
-    manifest = fs.join(config.output, MANIFEST_NAME)
-    if manifest in entries:
-        fs.delete([manifest])
-    fs.delete([e for e in entries if e != manifest])
+    manifests = [fs.join(config.output, n) for n in (MANIFEST_NAME, LEGACY_MANIFEST_NAME)]
+    fs.delete([m for m in manifests if m in entries])
+    fs.delete([e for e in entries if e not in manifests])
     _LOG.info("--overwrite: deleted the %d files of the dataset in %s", len(entries), config.output)
 
 

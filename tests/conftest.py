@@ -25,7 +25,9 @@ def run_job(output: pathlib.Path, *args: str) -> dict[str, Any]:
 
 def read_rows(output: pathlib.Path) -> list[dict[str, Any]]:
     """Every row of every shard, in shard order."""
-    manifest = json.loads((output / "manifest.json").read_text())
+    from transforms.manifest import MANIFEST_NAME
+
+    manifest = json.loads((output / MANIFEST_NAME).read_text())
     rows: list[dict[str, Any]] = []
     for shard in manifest["shards"]:
         rows.extend(pq.read_table(output / shard["file"]).to_pylist())

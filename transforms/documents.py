@@ -65,7 +65,7 @@ class Reject(typing.NamedTuple):
     record: str
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON object written to ``rejects/<reason>.jsonl``."""
+        """The JSON object written to ``_rejects/<reason>.jsonl``."""
         truncated = len(self.record) > MAX_REJECT_RECORD_CHARS
         return {
             "reason": self.reason,

@@ -5,9 +5,13 @@ A finished dataset is a directory::
     OUTPUT/part-00000-of-00004.parquet   one row per window (columns below)
     ...
     OUTPUT/part-00003-of-00004.parquet
-    OUTPUT/rejects/<reason>.jsonl        skipped records, for inspection (only if any)
-    OUTPUT/manifest.json                 written last (`transforms.manifest`)
+    OUTPUT/_rejects/<reason>.jsonl       skipped records, for inspection (only if any)
+    OUTPUT/_manifest.json                written last (`transforms.manifest`)
     OUTPUT/.tmp/                         temporary files while the job runs; removed at its end
+
+Every name but the shards' starts with ``_`` or ``.``, which pyarrow's dataset discovery (and
+so pandas, polars, DuckDB's globs of ``*.parquet``, Hugging Face ``datasets``) skips: a Parquet
+reader pointed at OUTPUT reads exactly the shards.
 
 Row columns (SPEC §5):
 
@@ -43,6 +47,7 @@ __all__ = [
     "COLUMNS",
     "FORMAT",
     "FORMAT_VERSION",
+    "LEGACY_REJECTS_DIR",
     "REJECTS_DIR",
     "SHARD_PATTERN",
     "TMP_DIR",
@@ -51,7 +56,10 @@ __all__ = [
 
 FORMAT = "token-windows"
 FORMAT_VERSION = 1
-REJECTS_DIR = "rejects"
+# A leading "_" (as Spark's _SUCCESS) makes Parquet readers pointed at OUTPUT skip them.
+REJECTS_DIR = "_rejects"
+# What format version 1 called them before (token-windows 0.1.0).
+LEGACY_REJECTS_DIR = "rejects"
 TMP_DIR = ".tmp"
 SHARD_PATTERN = re.compile(r"^part-(\d{5,})-of-(\d{5,})\.parquet$")
 
