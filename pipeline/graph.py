@@ -38,7 +38,7 @@ def build_pipeline(
     chunks = p | "SplitInputs" >> SplitInputs(config.inputs, spec=config.read)
     num_shards = chunks | "ChooseNumShards" >> ChooseNumShards(config.num_shards)
     encoded = chunks | "EncodeChunks" >> EncodeChunks(
-        spec=config.read, windows=config.windows, tokenizer_path=config.tokenizer_path,
+        spec=config.read, windows=config.windows, tokenizer_path=config.tokenizer_spec,
         num_shards=num_shards, threads=config.encode_threads,
     )
     groups = encoded.blocks | "ShuffleDocuments" >> ShuffleDocuments()
@@ -55,7 +55,7 @@ def build_pipeline(
         windows=config.windows,
         inputs=list(config.inputs),
         reading=config.read.to_json(),
-        tokenizer_path=config.tokenizer_path,
+        tokenizer_path=config.tokenizer_spec,
         expected_files=expected_files,
         shards=written.shards,
         reject_counts=reject_counts,

@@ -27,7 +27,7 @@ from transforms.params import (
     check_positive_int,
     default_of,
 )
-from transforms.tokenizers import BYTES
+from transforms.tokenizers import BYTES, TokenizerSpec
 
 __all__ = ["JobConfig", "TokenWindowsOptions", "default_encode_threads", "runner_name"]
 
@@ -107,9 +107,21 @@ class TokenWindowsOptions(PipelineOptions):
             dest="tokenizer",
             type=str,
             default=None,
-            help="'bytes' (UTF-8 bytes, BOS 256, EOS 257) or the path of a SentencePiece "
-            ".model on any Beam file system. Required.",
+            help="'bytes' (UTF-8 bytes, BOS 256, EOS 257), the path of a SentencePiece "
+            ".model, or of a Hugging Face tokenizer.json (needs the 'hf' extra), on any Beam "
+            "file system. Required.",
         )
+        for name, example in (("bos", "<s>"), ("eos", "</s>")):
+            g.add_argument(
+                f"--{name}-token",
+                dest=f"{name}_token",
+                type=str,
+                default=None,
+                metavar="TOKEN",
+                help=f"With a tokenizer.json: the {name.upper()} token string (e.g. "
+                f"'{example}'; one token may be both BOS and EOS). Default: the {name}_token "
+                "of the tokenizer_config.json beside it.",
+            )
         g.add_argument(
             "--encode-threads",
             dest="encode_threads",
@@ -217,11 +229,18 @@ class JobConfig:
     num_shards: int | None = None
     overwrite: bool = False
     encode_threads: int = 1
+    bos_token: str | None = None
+    eos_token: str | None = None
 
     @property
     def tokenizer_path(self) -> str | None:
-        """The SentencePiece model's path, or None for the bytes tokenizer."""
+        """The tokenizer file's path, or None for the bytes tokenizer."""
         return None if self.tokenizer == BYTES else self.tokenizer
+
+    @property
+    def tokenizer_spec(self) -> TokenizerSpec:
+        """The tokenizer file and the BOS/EOS tokens named for it (`pipeline.encode`)."""
+        return TokenizerSpec(self.tokenizer_path, self.bos_token, self.eos_token)
 
     @classmethod
     def from_options(cls, options: PipelineOptions) -> JobConfig:
@@ -232,7 +251,8 @@ class JobConfig:
             raise ValueError("--output is required: pass the directory for the shards")
         if not o.tokenizer:
             raise ValueError(
-                "--tokenizer is required: pass 'bytes' or the path of a SentencePiece .model"
+                "--tokenizer is required: pass 'bytes', the path of a SentencePiece .model or "
+                "of a Hugging Face tokenizer.json"
             )
         for name in ("num_shards", "encode_threads"):
             value = getattr(o, name)
@@ -264,6 +284,8 @@ class JobConfig:
             num_shards=o.num_shards,
             overwrite=o.overwrite,
             encode_threads=o.encode_threads or default_encode_threads(options),
+            bos_token=o.bos_token,
+            eos_token=o.eos_token,
         )
 
 

@@ -121,7 +121,7 @@ def preflight(config: JobConfig, options: PipelineOptions) -> dict[str, int] | N
         if not found:
             raise ValueError(f"--input {pattern} matches no file; check the path and quoting")
         files.update(found)
-    load_tokenizer(config.tokenizer_path)
+    load_tokenizer(config.tokenizer_spec)
     _check_output(config)
     return files
 
