@@ -47,5 +47,9 @@ setuptools.setup(
         ],
         "bench": ["datasets>=2.19", "psutil>=5.9"],
     },
-    entry_points={"console_scripts": ["token-windows=pipeline.run:cli"]},
+    entry_points={"console_scripts": [
+        "token-windows=pipeline.run:cli",
+        # Never imports Beam: works in a trainer's environment.
+        "token-windows-inspect=reader.inspect:main",
+    ]},
 )
