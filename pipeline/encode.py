@@ -32,7 +32,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.utils import shared
 
-from pipeline import fs
+from pipeline import fs, progress
 from transforms.chunks import Chunk, read_chunk
 from transforms.documents import Document, Reject
 from transforms.encoding import BATCH_CHARS, batch_documents, pack_documents
@@ -125,16 +125,18 @@ class _EncodeChunkFn(beam.DoFn):
             texts = [d.text for d in batch]
             pending.append((batch, self._pool.submit(self._tokenizer.encode_batch, texts)))
             if len(pending) > ENCODING_AHEAD:
-                yield from self._pack(*pending.popleft(), num_shards)
+                yield from self._pack(*pending.popleft(), num_shards, chunk)
         while pending:
-            yield from self._pack(*pending.popleft(), num_shards)
+            yield from self._pack(*pending.popleft(), num_shards, chunk)
+        progress.chunk_done(chunk)
         self._records.inc(records)
         yield beam.pvalue.TaggedOutput(RECORDS, chunk.receipt(records))
 
     def _pack(self, docs: list[Document], encoding: Future,
-              num_shards: int) -> list[tuple[int, bytes]]:
+              num_shards: int, chunk: Chunk) -> list[tuple[int, bytes]]:
         encoded = pack_documents(docs, encoding.result(), windows=self._windows,
                                  num_shards=num_shards)
+        progress.encoded(chunk, docs, encoded.tokens)
         self._tokens.inc(encoded.tokens)
         self._windows_made.inc(encoded.windows)
         return encoded.blocks

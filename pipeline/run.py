@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 import time
@@ -35,12 +36,13 @@ from apache_beam.options.pipeline_options import (
     TestOptions,
     WorkerOptions,
 )
-from apache_beam.runners.runner import PipelineResult
+from apache_beam.runners.runner import PipelineResult, PipelineState
 
-from pipeline import fs
+from pipeline import fs, progress
 from pipeline.encode import load_tokenizer
 from pipeline.graph import build_pipeline
 from pipeline.options import JobConfig, TokenWindowsOptions, runner_name
+from pipeline.read import TARGET_SHARD_INPUT_BYTES
 from transforms.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME, parse_manifest
 from transforms.schema import LEGACY_REJECTS_DIR, REJECTS_DIR, SHARD_PATTERN, TMP_DIR
 
@@ -185,6 +187,22 @@ class Submitted(NamedTuple):
     result: PipelineResult | None
     dry_run: bool
     started: float  # time.monotonic() when the graph began to be built
+    progress: progress.Progress | None = None  # local runners: stopped when the job ends
+
+
+def _start_progress(config: JobConfig, options: PipelineOptions,
+                    files: dict[str, int] | None) -> progress.Progress | None:
+    """The start line and progress thread of a job on the local runner (else None)."""
+    if files is None or runner_name(options) not in (None, "directrunner"):
+        return None
+    direct = options.view_as(DirectOptions)
+    mode = direct.direct_running_mode or "in_memory"
+    if mode == "multi_processing":
+        mode += f" x{direct.direct_num_workers or os.cpu_count() or 1}"
+    shards = config.num_shards or max(1, math.ceil(sum(files.values()) / TARGET_SHARD_INPUT_BYTES))
+    tok = config.tokenizer_path.rsplit("/", 1)[-1] if config.tokenizer_path else "bytes"
+    return progress.start(files=files, shards=shards, tokenizer=tok,
+                          runner=f"local runner ({mode})")
 
 
 def submit(argv: Sequence[str] | None = None) -> Submitted:
@@ -217,7 +235,16 @@ def submit(argv: Sequence[str] | None = None) -> Submitted:
     if dry_run and not _is_dataflow(options):
         p.to_runner_api()  # the graph translates; nothing runs
         return Submitted(config, None, dry_run, started)
-    return Submitted(config, p.run(), dry_run, started)
+    reporter = _start_progress(config, options, expected_files)
+    try:
+        result = p.run()
+    except BaseException:
+        if reporter is not None:
+            reporter.stop()
+        raise
+    if reporter is not None and PipelineState.is_terminal(result.state):
+        reporter.stop()  # the FnApiRunner ran the whole job inside run()
+    return Submitted(config, result, dry_run, started, reporter)
 
 
 def run(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
@@ -232,7 +259,11 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         done = "translated for Dataflow (nothing submitted)" if job.result else "nothing ran"
         print(f"dry run: the job was built and {done}")
         return None
-    job.result.wait_until_finish()
+    try:
+        job.result.wait_until_finish()
+    finally:
+        if job.progress is not None:
+            job.progress.stop()
     output = job.config.output
     manifest = parse_manifest(fs.read_bytes(fs.join(output, MANIFEST_NAME)), where=output)
     _summary(manifest, output, time.monotonic() - job.started)
@@ -240,13 +271,31 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
 
 
 def _summary(manifest: dict[str, Any], output: str, seconds: float) -> None:
+    """The job's last line: what the corpus holds and what the windows hold, apart.
+
+    Corpus pairs (Σ P over documents) are the corpus size in targets; window tokens
+    (Σ (length + 1)) count every overlap again. Their ratio, the overlap factor, is window
+    pairs per covered corpus pair.
+    """
     c = manifest["counts"]
-    skipped = ", ".join(f"{k} {v}" for k, v in c["skipped"].items()) or "none"
+    skipped = sum(c["skipped"].values())
+    reasons = ", ".join(f"{k} {v:,}" for k, v in c["skipped"].items())
+    window_pairs = c["tokens"] - c["windows"]
+    covered = c["pairs"] - c["uncovered_pairs"]
+    corpus_tokens = c["pairs"] + c["documents"]  # Σ M
+    repaired = sum(c.get("repaired", {}).values())
+    n = manifest["num_shards"]
+    shards = f"{n} shard" if n == 1 else f"{n} shards"
+    rejects = (f"rejects in {fs.join(output, REJECTS_DIR)}/ ({reasons})" if skipped
+               else "no rejects")
     print(
-        f"wrote {output}: {c['documents']} documents, skipped {sum(c['skipped'].values())} "
-        f"({skipped}), {c['windows']} windows, {c['tokens']} tokens, {c['scored_targets']} "
-        f"scored targets, {manifest['num_shards']} shards in {seconds:.1f} s "
-        f"({c['tokens'] / max(seconds, 1e-9):,.0f} tokens/s)"
+        f"wrote {output}: {c['records']:,} records -> {c['documents']:,} documents "
+        f"({skipped:,} skipped, {repaired:,} repaired); corpus {c['pairs']:,} pairs; "
+        f"{c['windows']:,} windows hold {c['tokens']:,} tokens, overlap factor "
+        f"{window_pairs / covered if covered else 0:.2f}; {c['scored_targets']:,} scored "
+        f"targets, {c['uncovered_pairs']:,} uncovered pairs; {shards} "
+        f"in {seconds:.1f} s ({corpus_tokens / max(seconds, 1e-9):,.0f} corpus tokens/s); "
+        f"{rejects}"
     )
 
 
