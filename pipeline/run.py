@@ -167,15 +167,36 @@ def _runner(options: PipelineOptions) -> Any:
     return fn_runner.FnApiRunner()
 
 
+def _prog() -> str:
+    """How the user started us: the console script, or ``python -m pipeline``."""
+    return ("token-windows" if os.path.basename(sys.argv[0]).startswith("token-windows")
+            else "python -m pipeline")
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        ours = metadata.version("token-windows")
+    except metadata.PackageNotFoundError:
+        ours = "(not installed)"
+    return f"token-windows {ours} (apache-beam {beam.__version__}, Python {sys.version.split()[0]})"
+
+
 def _parser() -> argparse.ArgumentParser:
+    # None of our flags is required=True (see pipeline.options), so argparse would show them
+    # all as optional: the usage line says which are required.
     parser = argparse.ArgumentParser(
-        prog="python -m pipeline",
+        prog=_prog(),
+        usage="%(prog)s --input PATTERN [--input PATTERN ...] --tokenizer "
+        "{bytes,MODEL.model,tokenizer.json} --output DIR [options] [beam options]",
         description="Turn text corpora into document-bounded token windows in seeded Parquet "
         "shards plus a manifest.",
         epilog="Beam's own options pass through unchanged, e.g. --runner DataflowRunner, "
         "--direct_running_mode multi_processing --direct_num_workers 2. The default runner is "
         "Beam's FnApiRunner (in-process).",
     )
+    parser.add_argument("--version", action="version", version=_version())
     TokenWindowsOptions._add_argparse_args(parser)
     return parser
 

@@ -502,8 +502,9 @@ def plot(ds: Dataset, summary: dict[str, Any], path: str) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    named = os.path.basename(sys.argv[0]).startswith("token-windows-inspect")
     p = argparse.ArgumentParser(
-        prog="python -m reader.inspect",
+        prog="token-windows-inspect" if named else "python -m reader.inspect",
         description="Summarise, check, decode and plot a finished token-windows dataset.")
     p.add_argument("output", metavar="OUT", help="the dataset directory (local or a URI)")
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH,
