@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -176,3 +177,10 @@ def test_the_job_refuses_a_tokenizer_json_without_eos_in_one_line(capsys, corpus
                    "--eos-token '<|endoftext|>'; one token may be both), or put a "
                    "tokenizer_config.json naming eos_token beside it\n")
     assert not (tmp_path / "o").exists()
+
+
+def test_hf_without_the_library_is_a_one_line_refusal(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # import tokenizers → ImportError
+    with pytest.raises(ValueError, match=r"^--tokenizer t.json needs the Hugging Face "
+                                         r"tokenizers library: pip install 'token-windows\[hf\]'"):
+        tokenizer_from_bytes(b"{}", where="t.json", bos_token="a", eos_token="b")

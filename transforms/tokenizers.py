@@ -218,7 +218,14 @@ class HFTokenizer:
 
     def __init__(self, data: bytes, *, where: str, bos_token: str | None,
                  eos_token: str | None, num_threads: int = 1) -> None:
-        import tokenizers
+        try:
+            import tokenizers
+        except ImportError as e:
+            raise ValueError(
+                f"--tokenizer {where} needs the Hugging Face tokenizers library: pip install "
+                "'token-windows[hf]' (on Dataflow or Flink workers too: --requirements_file, "
+                "or an image that has it)"
+            ) from e
 
         try:
             self._tok = tokenizers.Tokenizer.from_str(data.decode("utf-8"))
