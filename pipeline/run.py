@@ -22,6 +22,7 @@ import argparse
 import difflib
 import json
 import logging
+import math
 import os
 import re
 import socket
@@ -41,18 +42,25 @@ from apache_beam.options.pipeline_options import (
     TestOptions,
     WorkerOptions,
 )
-from apache_beam.runners.runner import PipelineResult
+from apache_beam.runners.runner import PipelineResult, PipelineState
 
-from pipeline import fs
+from pipeline import fs, progress
 from pipeline.encode import load_tokenizer
 from pipeline.graph import build_pipeline
 from pipeline.options import JobConfig, TokenWindowsOptions, runner_name
+from pipeline.read import TARGET_SHARD_INPUT_BYTES
 from pipeline.write import remove_job_files
 from transforms.chunks import pattern_base, relative_name, shown_name
-from transforms.manifest import MANIFEST_NAME, job_fingerprint, parse_manifest
+from transforms.manifest import (
+    LEGACY_MANIFEST_NAME,
+    MANIFEST_NAME,
+    job_fingerprint,
+    parse_manifest,
+)
 from transforms.schema import (
     CLAIM_NAME,
     FINGERPRINT_KEY,
+    LEGACY_REJECTS_DIR,
     REJECT_REASONS,
     REJECTS_DIR,
     SHARD_PATTERN,
@@ -152,8 +160,11 @@ def _accounted_for(config: JobConfig, entries: list[str], stale: dict[str, Any] 
     out = config.output
     ours: set[str] = {fs.join(out, CLAIM_NAME)}
     prefixes = [fs.join(out, TMP_DIR, attempt) + "/"]
-    manifest_path = fs.join(out, MANIFEST_NAME)
-    if manifest_path in entries:
+    for name, rejects_dir in ((MANIFEST_NAME, REJECTS_DIR),
+                              (LEGACY_MANIFEST_NAME, LEGACY_REJECTS_DIR)):
+        manifest_path = fs.join(out, name)
+        if manifest_path not in entries:
+            continue
         try:
             old = parse_manifest(fs.read_bytes(manifest_path), where=manifest_path)
         except ValueError as e:
@@ -163,7 +174,7 @@ def _accounted_for(config: JobConfig, entries: list[str], stale: dict[str, Any] 
             ) from None
         ours.add(manifest_path)
         ours.update(fs.join(out, s["file"]) for s in old["shards"])
-        ours.update(fs.join(out, REJECTS_DIR, f"{r}.jsonl") for r in old["counts"]["skipped"])
+        ours.update(fs.join(out, rejects_dir, f"{r}.jsonl") for r in old["counts"]["skipped"])
     if stale is not None and stale.get("attempt"):
         prefixes.append(fs.join(out, TMP_DIR, str(stale["attempt"])) + "/")
         fingerprint = stale.get("fingerprint")
@@ -206,10 +217,9 @@ def _check_output(config: JobConfig, attempt: str, fingerprint: str) -> None:
                 "directory"
             )
         # The manifest goes first: if the job dies now, the directory no longer looks finished.
-        manifest = fs.join(config.output, MANIFEST_NAME)
-        if manifest in entries:
-            fs.delete([manifest])
-        fs.delete([e for e in entries if e != manifest])
+        manifests = [fs.join(config.output, n) for n in (MANIFEST_NAME, LEGACY_MANIFEST_NAME)]
+        fs.delete([m for m in manifests if m in entries])
+        fs.delete([e for e in entries if e not in manifests])
         _LOG.info("--overwrite: deleted the %d files of the dataset in %s", len(entries),
                   config.output)
     except BaseException:
@@ -298,7 +308,7 @@ def preflight(config: JobConfig, options: PipelineOptions) -> Plan:
             if path not in files:
                 names.append((index, relative_name(path, base), size))
             files.setdefault(path, (size, mtime))
-    tokenizer = load_tokenizer(config.tokenizer_path).info()
+    tokenizer = load_tokenizer(config.tokenizer_spec).info()
     fingerprint = job_fingerprint(tokenizer=tokenizer, windows=config.windows.to_json(),
                                   reading=config.read.to_json(), num_shards=config.num_shards,
                                   files=names)
@@ -346,15 +356,36 @@ def _runner(options: PipelineOptions) -> Any:
     return fn_runner.FnApiRunner()
 
 
+def _prog() -> str:
+    """How the user started us: the console script, or ``python -m pipeline``."""
+    return ("token-windows" if os.path.basename(sys.argv[0]).startswith("token-windows")
+            else "python -m pipeline")
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        ours = metadata.version("token-windows")
+    except metadata.PackageNotFoundError:
+        ours = "(not installed)"
+    return f"token-windows {ours} (apache-beam {beam.__version__}, Python {sys.version.split()[0]})"
+
+
 def _parser() -> argparse.ArgumentParser:
+    # None of our flags is required=True (see pipeline.options), so argparse would show them
+    # all as optional: the usage line says which are required.
     parser = argparse.ArgumentParser(
-        prog="python -m pipeline",
+        prog=_prog(),
+        usage="%(prog)s --input PATTERN [--input PATTERN ...] --tokenizer "
+        "{bytes,MODEL.model,tokenizer.json} --output DIR [options] [beam options]",
         description="Turn text corpora into document-bounded token windows in seeded Parquet "
         "shards plus a manifest.",
         epilog="Beam's own options pass through unchanged, e.g. --runner DataflowRunner, "
         "--direct_running_mode multi_processing --direct_num_workers 2. The default runner is "
         "Beam's FnApiRunner (in-process).",
     )
+    parser.add_argument("--version", action="version", version=_version())
     TokenWindowsOptions._add_argparse_args(parser)
     return parser
 
@@ -424,6 +455,7 @@ class Submitted(NamedTuple):
     dry_run: bool
     started: float  # time.monotonic() when the graph began to be built
     plan: Plan | None = None
+    progress: progress.Progress | None = None  # local runners: stopped when the job ends
 
 
 class _Prepared(NamedTuple):
@@ -460,10 +492,37 @@ def _start(job: _Prepared) -> Submitted:
         if dry_run and not _is_dataflow(options):
             p.to_runner_api()  # the graph translates; nothing runs
             return Submitted(config, None, dry_run, started, plan)
-        return Submitted(config, p.run(), dry_run, started, plan)
+        reporter = _start_progress(config, options, plan.files)
+        try:
+            result = p.run()
+        except BaseException:
+            if reporter is not None:
+                reporter.stop()
+            raise
+        if reporter is not None and PipelineState.is_terminal(result.state):
+            reporter.stop()  # the FnApiRunner ran the whole job inside run()
+        return Submitted(config, result, dry_run, started, plan, reporter)
     except BaseException:
         _release(config, plan)
         raise
+
+
+def _start_progress(config: JobConfig, options: PipelineOptions,
+                    files: dict[str, tuple[int, float | None]] | None
+                    ) -> progress.Progress | None:
+    """The start line and progress thread of a job on the local runner (else None)."""
+    if files is None or runner_name(options) not in (None, "directrunner"):
+        return None
+    direct = options.view_as(DirectOptions)
+    mode = direct.direct_running_mode or "in_memory"
+    if mode == "multi_processing":
+        mode += f" x{direct.direct_num_workers or os.cpu_count() or 1}"
+    sizes = {path: size for path, (size, _) in files.items()}
+    shards = config.num_shards or max(1, math.ceil(sum(sizes.values())
+                                                   / TARGET_SHARD_INPUT_BYTES))
+    tok = config.tokenizer_path.rsplit("/", 1)[-1] if config.tokenizer_path else "bytes"
+    return progress.start(files=sizes, shards=shards, tokenizer=tok,
+                          runner=f"local runner ({mode})")
 
 
 def submit(argv: Sequence[str] | None = None) -> Submitted:
@@ -530,29 +589,41 @@ def _finish(job: Submitted) -> dict[str, Any] | None:
     except BaseException:
         _release(job.config, job.plan)
         raise
+    finally:
+        if job.progress is not None:
+            job.progress.stop()
     output = job.config.output
     manifest = parse_manifest(fs.read_bytes(fs.join(output, MANIFEST_NAME)), where=output)
     _summary(manifest, output, time.monotonic() - job.started)
     return manifest
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def _summary(manifest: dict[str, Any], output: str, seconds: float) -> None:
+    """The job's last line: what the corpus holds and what the windows hold, apart.
+
+    Corpus pairs (Σ P over documents) are the corpus size in targets; window tokens
+    (Σ (length + 1)) count every overlap again. Their ratio, the overlap factor, is window
+    pairs per covered corpus pair.
+    """
     c = manifest["counts"]
-    total = sum(c["skipped"].values())
-    skipped = ", ".join(f"{k} {v}" for k, v in c["skipped"].items())
-    skipped = f"skipped {total} ({skipped}; in {fs.join(output, REJECTS_DIR)})" if total else (
-        "skipped none")
-    repaired = c.get("repaired", {}).get("invalid_utf8", 0)
-    repaired = f" ({repaired} repaired: invalid UTF-8 replaced by U+FFFD)" if repaired else ""
+    skipped = sum(c["skipped"].values())
+    reasons = ", ".join(f"{k} {v:,}" for k, v in c["skipped"].items())
+    window_pairs = c["tokens"] - c["windows"]
+    covered = c["pairs"] - c["uncovered_pairs"]
+    corpus_tokens = c["pairs"] + c["documents"]  # Σ M
+    repaired = sum(c.get("repaired", {}).values())
+    n = manifest["num_shards"]
+    shards = f"{n} shard" if n == 1 else f"{n} shards"
+    rejects = (f"rejects in {fs.join(output, REJECTS_DIR)}/ ({reasons})" if skipped
+               else "no rejects")
     print(
-        f"wrote {output}: {_plural(c['documents'], 'document')}{repaired}, {skipped}, "
-        f"{_plural(c['windows'], 'window')}, {_plural(c['tokens'], 'token')}, "
-        f"{c['scored_targets']} scored targets, {_plural(manifest['num_shards'], 'shard')} in "
-        f"{seconds:.1f} s ({c['tokens'] / max(seconds, 1e-9):,.0f} tokens/s)"
+        f"wrote {output}: {c['records']:,} records -> {c['documents']:,} documents "
+        f"({skipped:,} skipped, {repaired:,} repaired); corpus {c['pairs']:,} pairs; "
+        f"{c['windows']:,} windows hold {c['tokens']:,} tokens, overlap factor "
+        f"{window_pairs / covered if covered else 0:.2f}; {c['scored_targets']:,} scored "
+        f"targets, {c['uncovered_pairs']:,} uncovered pairs; {shards} "
+        f"in {seconds:.1f} s ({corpus_tokens / max(seconds, 1e-9):,.0f} corpus tokens/s); "
+        f"{rejects}"
     )
 
 

@@ -2,9 +2,9 @@
 
 `ShuffleDocuments` is the job's one shuffle: blocks grouped by shard. `WriteShards` turns
 each shard's blocks into rows (`transforms.rows.ShardRows`) and Parquet
-(`transforms.parquet.write_rows`). `WriteRejects` writes ``rejects/<reason>.jsonl`` in input
+(`transforms.parquet.write_rows`). `WriteRejects` writes ``_rejects/<reason>.jsonl`` in input
 order. `FinalizeDataset` checks that every input was read exactly once, writes
-``manifest.json`` last (`transforms.manifest.build_manifest`) and removes this job's temporary
+``_manifest.json`` last (`transforms.manifest.build_manifest`) and removes this job's temporary
 directory and its claim on the output. Every file is written to a temporary name under the
 job's own ``tmp_dir`` (``OUTPUT/.tmp/<attempt>``, chosen once by the launcher) and renamed.
 """
@@ -240,7 +240,7 @@ def _write_rejects(item: tuple[str, Iterable[Reject | RejectRun]], output: str,
 
 
 class WriteRejects(beam.PTransform):
-    """Rejects → ``OUTPUT/rejects/<reason>.jsonl`` (in input order, `source_order`); emits
+    """Rejects → ``OUTPUT/_rejects/<reason>.jsonl`` (in input order, `source_order`); emits
     (reason, `RejectCount`)."""
 
     def __init__(self, output: str, tmp_dir: str) -> None:
@@ -398,7 +398,7 @@ def _versions() -> dict[str, str]:
 
 
 class FinalizeDataset(beam.PTransform):
-    """Writes ``manifest.json`` once every shard and reject file is written, then cleans up.
+    """Writes ``_manifest.json`` once every shard and reject file is written, then cleans up.
 
     The shards, reject counts and input receipts arrive as side inputs, so the runner cannot
     start this step before they are complete. It fails the job, writing no manifest, if any

@@ -16,7 +16,9 @@ from pipeline.run import main
 from tests.conftest import read_rows, run_job, write_jsonl
 from transforms.chunks import Chunk, open_local, plan_chunks, read_chunk, relative_name
 from transforms.documents import Reject, parse_lines
+from transforms.manifest import MANIFEST_NAME
 from transforms.params import ReadSpec
+from transforms.schema import REJECTS_DIR
 
 SPEC = ReadSpec()
 
@@ -106,8 +108,8 @@ def test_two_jobs_into_one_output_at_once_the_second_stops_early(corpus, tmp_pat
     assert "if it was killed, pass --overwrite to take its claim over" in err
     assert sorted(os.listdir(out)) == [".claim"]
     manifest = run_job(out, "--input", str(corpus), "--tokenizer", "bytes", "--overwrite")
-    assert sorted(os.listdir(out)) == ["manifest.json", "part-00000-of-00001.parquet",
-                                       "rejects"]  # the claim and .tmp are gone
+    assert sorted(os.listdir(out)) == [MANIFEST_NAME, REJECTS_DIR,
+                                       "part-00000-of-00001.parquet"]  # no claim, no .tmp
     assert len(manifest["fingerprint"]) == 64
 
 
@@ -121,7 +123,7 @@ def test_a_shard_of_another_job_never_sits_under_the_manifest(corpus, tmp_path):
         _check_shard_footer(str(shard), b["fingerprint"])
 
 
-@pytest.mark.parametrize("stray", ["rejects/my_analysis.csv", ".tmp/keep.txt",
+@pytest.mark.parametrize("stray", [f"{REJECTS_DIR}/my_analysis.csv", ".tmp/keep.txt",
                                    "part-00007-of-00009.parquet"])
 def test_overwrite_refuses_files_the_old_manifest_does_not_list(corpus, tmp_path, capsys, stray):
     out = tmp_path / "out"
@@ -279,7 +281,7 @@ def test_every_record_rejected_fails_the_job(tmp_path, capsys):
     assert code == 1
     assert (f"all 40 records skipped as missing_text; the first record ({src}:1) has keys "
             "uid, body, meta: pass --text-field") in err
-    assert not (tmp_path / "o" / "manifest.json").exists()
+    assert not (tmp_path / "o" / MANIFEST_NAME).exists()
 
 
 def test_max_skipped_share_fails_a_mostly_rejected_job(tmp_path):
@@ -319,9 +321,9 @@ def test_summary_names_repaired_records_where_rejects_are_and_says_1_shard(tmp_p
     src.write_bytes(b'{"text": "a"}\n{"text": "\\ud800"}\n{"t": 1}\n')
     run_job(tmp_path / "o", "--input", str(src), "--tokenizer", "bytes")
     out = capsys.readouterr().out
-    assert "2 documents (1 repaired: invalid UTF-8 replaced by U+FFFD)" in out
-    assert f"skipped 1 (missing_text 1; in {tmp_path / 'o' / 'rejects'})" in out
-    assert " 1 shard in " in out
+    assert "3 records -> 2 documents (1 skipped, 1 repaired)" in out
+    assert f"rejects in {tmp_path / 'o' / REJECTS_DIR}/ (missing_text 1)" in out
+    assert "; 1 shard in " in out
 
 
 def test_a_failure_while_running_is_one_line_exit_1(tmp_path, capsys):

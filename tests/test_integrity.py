@@ -10,6 +10,7 @@ import pytest
 
 from reader import WindowDataset
 from tests.conftest import run_job, write_jsonl
+from transforms.manifest import MANIFEST_NAME
 
 TEXTS = [f"document {i} " * (5 + i) for i in range(30)]
 
@@ -65,10 +66,10 @@ def test_a_foreign_shard_is_detected_without_verify(dataset, tmp_path):
     shutil.copytree(dataset / "out", tmp_path / "c")
     name = "part-00001-of-00002.parquet"
     shutil.copy(dataset / "other" / name, tmp_path / "c" / name)
-    manifest = json.loads((tmp_path / "c" / "manifest.json").read_text())
-    other = json.loads((dataset / "other" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "c" / MANIFEST_NAME).read_text())
+    other = json.loads((dataset / "other" / MANIFEST_NAME).read_text())
     manifest["shards"][1] = other["shards"][1]  # even with the rows and SHA-256 edited in
-    (tmp_path / "c" / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "c" / MANIFEST_NAME).write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match=f"shard .*{name} was written by another job"):
         WindowDataset(tmp_path / "c")
 
@@ -78,7 +79,7 @@ def test_a_foreign_shard_is_detected_without_verify(dataset, tmp_path):
     ("scored_targets", "counts.scored_targets is 999")])
 def test_edited_manifest_counts_are_refused(dataset, tmp_path, key, message):
     shutil.copytree(dataset / "out", tmp_path / "c")
-    path = tmp_path / "c" / "manifest.json"
+    path = tmp_path / "c" / MANIFEST_NAME
     manifest = json.loads(path.read_text())
     manifest["counts"][key] = 999
     path.write_text(json.dumps(manifest))
@@ -88,7 +89,7 @@ def test_edited_manifest_counts_are_refused(dataset, tmp_path, key, message):
 
 def test_edited_shard_order_is_refused(dataset, tmp_path):
     shutil.copytree(dataset / "out", tmp_path / "c")
-    path = tmp_path / "c" / "manifest.json"
+    path = tmp_path / "c" / MANIFEST_NAME
     manifest = json.loads(path.read_text())
     manifest["shards"].reverse()
     path.write_text(json.dumps(manifest))

@@ -66,7 +66,7 @@ class Reject(typing.NamedTuple):
     truncated: bool = False  # ``record`` already holds only the start of the record
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON object written to ``rejects/<reason>.jsonl``."""
+        """The JSON object written to ``_rejects/<reason>.jsonl``."""
         truncated = self.truncated or len(self.record) > MAX_REJECT_RECORD_CHARS
         return {
             "reason": self.reason,

@@ -1,6 +1,6 @@
 """The manifest: one definition of what it holds, used by the writer and the reader (SPEC §5).
 
-``manifest.json`` is written last, once every shard and reject file is complete: a directory
+``_manifest.json`` is written last, once every shard and reject file is complete: a directory
 without it is not a dataset. It holds the job's parameters and exact counts computed from the
 rows themselves::
 
@@ -39,6 +39,7 @@ from transforms.rows import ShardCounts
 from transforms.schema import COUNTS_KEY, FINGERPRINT_KEY, FORMAT, FORMAT_VERSION, SHARD_KEY
 
 __all__ = [
+    "LEGACY_MANIFEST_NAME",
     "MANIFEST_NAME",
     "WrittenShard",
     "build_manifest",
@@ -49,7 +50,9 @@ __all__ = [
     "shard_metadata",
 ]
 
-MANIFEST_NAME = "manifest.json"
+MANIFEST_NAME = "_manifest.json"
+# Its name in datasets written by token-windows 0.1.0; readers refuse it with the fix.
+LEGACY_MANIFEST_NAME = "manifest.json"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

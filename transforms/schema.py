@@ -5,8 +5,8 @@ A finished dataset is a directory::
     OUTPUT/part-00000-of-00004.parquet   one row per window (columns below)
     ...
     OUTPUT/part-00003-of-00004.parquet
-    OUTPUT/rejects/<reason>.jsonl        skipped records, for inspection (only if any)
-    OUTPUT/manifest.json                 written last (`transforms.manifest`)
+    OUTPUT/_rejects/<reason>.jsonl       skipped records, for inspection (only if any)
+    OUTPUT/_manifest.json                written last (`transforms.manifest`)
     OUTPUT/.claim                        the running job's claim on the directory; removed
                                          at its end (`CLAIM_NAME`)
     OUTPUT/.tmp/<attempt>/               the running job's temporary files; removed at its end
@@ -14,6 +14,10 @@ A finished dataset is a directory::
 Each shard's Parquet footer carries key-value metadata (`SHARD_METADATA_KEYS`): the job's
 fingerprint (also in the manifest), ``index/num_shards``, and its counts as JSON, so a reader
 can tell from footers alone that the shards belong to the manifest and add up to its counts.
+
+Every name but the shards' starts with ``_`` or ``.``, which pyarrow's dataset discovery (and
+so pandas, polars, DuckDB's globs of ``*.parquet``, Hugging Face ``datasets``) skips: a Parquet
+reader pointed at OUTPUT reads exactly the shards.
 
 Row columns (SPEC §5):
 
@@ -52,6 +56,7 @@ __all__ = [
     "FINGERPRINT_KEY",
     "FORMAT",
     "FORMAT_VERSION",
+    "LEGACY_REJECTS_DIR",
     "REJECTS_DIR",
     "REJECT_REASONS",
     "SHARD_KEY",
@@ -63,7 +68,10 @@ __all__ = [
 
 FORMAT = "token-windows"
 FORMAT_VERSION = 1
-REJECTS_DIR = "rejects"
+# A leading "_" (as Spark's _SUCCESS) makes Parquet readers pointed at OUTPUT skip them.
+REJECTS_DIR = "_rejects"
+# What format version 1 called them before (token-windows 0.1.0).
+LEGACY_REJECTS_DIR = "rejects"
 TMP_DIR = ".tmp"
 CLAIM_NAME = ".claim"
 FINGERPRINT_KEY = "token_windows.fingerprint"
