@@ -86,7 +86,7 @@ def build_pipeline(
     reject_counts = (
         (encoded[REJECTS], written[REJECTS])
         | "AllRejects" >> beam.Flatten()
-        | "WriteRejects" >> WriteRejects(config.output, tmp_dir)
+        | "WriteRejects" >> WriteRejects(config.output, tmp_dir=tmp_dir, spec=config.read)
     )
     return p | "FinalizeDataset" >> FinalizeDataset(
         output=config.output,

@@ -29,6 +29,7 @@ from pipeline.encode import REJECTS, load_tokenizer
 from transforms.chunks import Receipt, account_inputs, shown_name
 from transforms.documents import Reject, source_order
 from transforms.keys import ShardPlan
+from transforms.lookup import read_records
 from transforms.manifest import (
     MANIFEST_NAME,
     WrittenShard,
@@ -37,7 +38,7 @@ from transforms.manifest import (
     dumps_manifest,
     shard_metadata,
 )
-from transforms.params import WindowSpec
+from transforms.params import ReadSpec, WindowSpec
 from transforms.parquet import row_group_rows, write_rows
 from transforms.rows import ShardCounts, ShardRows
 from transforms.schema import CLAIM_NAME, FINGERPRINT_KEY, REJECTS_DIR, shard_file_name
@@ -215,7 +216,7 @@ class RejectCount(typing.NamedTuple):
 
 
 def _write_rejects(item: tuple[str, Iterable[Reject | RejectRun]], output: str,
-                   tmp_dir: str) -> tuple[str, RejectCount]:
+                   tmp_dir: str, spec: ReadSpec) -> tuple[str, RejectCount]:
     reason, rejects = item
     rejects = list(rejects)
     if rejects and isinstance(rejects[0], RejectRun):
@@ -230,6 +231,10 @@ def _write_rejects(item: tuple[str, Iterable[Reject | RejectRun]], output: str,
         first = runs[0].first  # type: ignore[union-attr]
     else:
         rows = sorted(rejects, key=lambda r: (source_order(r.source), r.detail))
+        if reason == "duplicate_id":
+            # Found after the shuffle, where documents are tokens: read the records back.
+            found = read_records([r.source for r in rows], spec=spec, open_file=fs.open_raw)
+            rows = [r._replace(record=found.get(r.source, r.record)) for r in rows]
 
         def write(f: Any) -> None:
             f.write(b"".join(r.to_line() for r in rows))
@@ -243,17 +248,19 @@ class WriteRejects(beam.PTransform):
     """Rejects → ``OUTPUT/_rejects/<reason>.jsonl`` (in input order, `source_order`); emits
     (reason, `RejectCount`)."""
 
-    def __init__(self, output: str, tmp_dir: str) -> None:
+    def __init__(self, output: str, *, tmp_dir: str, spec: ReadSpec) -> None:
         super().__init__()
         self._output = output
         self._tmp_dir = tmp_dir
+        self._spec = spec
 
     def expand(self, rejects: beam.PCollection) -> beam.PCollection:
         return (
             rejects
             | "KeyByReason" >> beam.Map(_key_by_reason)
             | "GroupByReason" >> beam.GroupByKey()
-            | "WriteReasonFile" >> beam.Map(_write_rejects, self._output, self._tmp_dir)
+            | "WriteReasonFile" >> beam.Map(_write_rejects, self._output, self._tmp_dir,
+                                            self._spec)
         )
 
 

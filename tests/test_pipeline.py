@@ -297,6 +297,9 @@ def test_duplicate_ids_are_rejected_not_reordered(tmp_path):
     (reject,) = [json.loads(x) for x in
                  (tmp_path / "out" / REJECTS_DIR / "duplicate_id.jsonl").read_text().splitlines()]
     assert reject["source"] == f"{src}:2"
+    # The dropped record is kept for inspection, as every other reject's is.
+    assert json.loads(reject["record"]) == {"id": "x", "text": "two"}
+    assert reject["truncated"] is False
     assert {r["doc_id"] for r in read_rows(tmp_path / "out")} == {"x", "y"}
 
 
