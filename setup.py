@@ -29,6 +29,10 @@ setuptools.setup(
     extras_require={
         # torch is a range the CPU wheel 2.13.0 satisfies; install that wheel first.
         "reader": ["torch>=2.1,<3"],
+        # --tokenizer path/to/tokenizer.json (Hugging Face tokenizers).
+        "hf": ["tokenizers>=0.19"],
+        # python -m reader.inspect OUT --plot FILE.png
+        "plot": ["matplotlib>=3.7"],
         "gcp": ["apache-beam[gcp]>=2.77,<3"],
         "test": [
             "torch>=2.1,<3",
@@ -37,10 +41,17 @@ setuptools.setup(
             "ruff>=0.5",
             "duckdb>=1.0",
             "pandas>=2",
+            "polars>=1.0",
+            "tokenizers>=0.19",
+            "matplotlib>=3.7",
         ],
         # megatron-core only for bench_reader's IndexedDataset baseline; install it
         # `pip install --no-deps megatron-core` (its own requirements are torch, numpy, packaging).
         "bench": ["datasets>=2.19", "psutil>=5.9", "megatron-core>=0.16"],
     },
-    entry_points={"console_scripts": ["token-windows=pipeline.run:cli"]},
+    entry_points={"console_scripts": [
+        "token-windows=pipeline.run:cli",
+        # Never imports Beam: works in a trainer's environment.
+        "token-windows-inspect=reader.inspect:main",
+    ]},
 )

@@ -35,14 +35,14 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.utils import shared
 
-from pipeline import fs
+from pipeline import fs, progress
 from transforms.chunks import Chunk, read_chunk
 from transforms.documents import Document, Reject
 from transforms.encoding import BATCH_CHARS, Encoded, PartBuffer, batch_documents
 from transforms.keys import ShardPlan
 from transforms.params import ReadSpec, WindowSpec
 from transforms.spill import SpillWriter, spill_rejects
-from transforms.tokenizers import Tokenizer, tokenizer_from_bytes
+from transforms.tokenizers import Tokenizer, TokenizerSpec, hf_config_path, tokenizer_from_bytes
 
 __all__ = ["ENCODING_AHEAD", "RECORDS", "REJECTS", "SHUFFLES", "EncodeChunks", "load_tokenizer"]
 
@@ -57,22 +57,35 @@ RECORDS = "records"
 SHUFFLES = ("runner", "files")
 
 
-def load_tokenizer(path: str | None, num_threads: int = 1) -> Tokenizer:
+def load_tokenizer(spec: str | TokenizerSpec | None, num_threads: int = 1) -> Tokenizer:
     """The tokenizer named by ``--tokenizer`` (None: bytes), read through FileSystems.
 
+    ``spec`` is the path of a SentencePiece ``.model`` or a Hugging Face ``tokenizer.json``,
+    or a `TokenizerSpec` (the path and ``--bos-token``/``--eos-token``). A ``tokenizer.json``
+    takes the BOS/EOS tokens it is not given from the ``tokenizer_config.json`` beside it.
+
     Raises:
-        ValueError: the model cannot be read or is not a usable SentencePiece model.
+        ValueError: the model cannot be read or is not a usable tokenizer.
     """
+    if not isinstance(spec, TokenizerSpec):
+        spec = TokenizerSpec(spec)
+    path = spec.path
     if path is None:
-        return tokenizer_from_bytes(None, where="bytes")
+        return tokenizer_from_bytes(None, where="bytes", bos_token=spec.bos_token,
+                                    eos_token=spec.eos_token)
     try:
         model = fs.read_bytes(path)
     except Exception as e:  # FileSystems raises BeamIOError, OSError, or a cloud error
         raise ValueError(
             f"--tokenizer {path} cannot be read ({e}); pass the path of a SentencePiece "
-            ".model file or --tokenizer bytes"
+            ".model file, a Hugging Face tokenizer.json, or --tokenizer bytes"
         ) from e
-    return tokenizer_from_bytes(model, where=path, num_threads=num_threads)
+    beside, config = hf_config_path(path), None
+    if beside and (spec.bos_token is None or spec.eos_token is None) and fs.exists(beside):
+        config = fs.read_bytes(beside)
+    return tokenizer_from_bytes(model, where=path, num_threads=num_threads,
+                                bos_token=spec.bos_token, eos_token=spec.eos_token,
+                                config=config)
 
 
 class _EncodeChunkFn(beam.DoFn):
@@ -153,13 +166,19 @@ class _EncodeChunkFn(beam.DoFn):
             pending.append((batch, self._pool.submit(self._tokenizer.encode_batch, texts)))
             if len(pending) > ENCODING_AHEAD:
                 docs, encoding = pending.popleft()
-                yield from self._emit(held.add(docs, encoding.result()), spill)
+                yield from self._add(held, docs, encoding.result(), spill, chunk)
         while pending:
             docs, encoding = pending.popleft()
-            yield from self._emit(held.add(docs, encoding.result()), spill)
+            yield from self._add(held, docs, encoding.result(), spill, chunk)
         yield from self._emit(held.flush(), spill)
+        progress.chunk_done(chunk)
         self._records.inc(records)
         yield beam.pvalue.TaggedOutput(RECORDS, chunk.receipt(records))
+
+    def _add(self, held: PartBuffer, docs: list[Document], tokens: list[Any],
+             spill: SpillWriter | None, chunk: Chunk) -> list[tuple[int, bytes]]:
+        progress.encoded(chunk, docs, sum(map(len, tokens)))
+        return self._emit(held.add(docs, tokens), spill)
 
     def _emit(self, encoded: Encoded, spill: SpillWriter | None) -> list[tuple[int, bytes]]:
         """The (shard, block) pairs to emit; with a spill file, none: they are written."""

@@ -6,16 +6,23 @@ The pure code in `transforms` never opens a file; it takes `open_raw` (an
 
 from __future__ import annotations
 
+import glob
+import os
 import uuid
 from collections.abc import Callable, Sequence
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 __all__ = [
+    "Matched",
+    "broken_links",
+    "claim",
     "create",
     "delete",
+    "is_file",
+    "match_files",
     "exists",
     "join",
     "list_dir",
@@ -40,6 +47,71 @@ def scheme(path: str) -> str | None:
 def match(pattern: str) -> list[tuple[str, int]]:
     """(path, size in bytes) of every file the pattern matches; [] if none."""
     return [(m.path, m.size_in_bytes) for m in FileSystems.match([pattern])[0].metadata_list]
+
+
+class Matched(NamedTuple):
+    """A matched file: path, size in bytes, and modification time in seconds (or None)."""
+
+    path: str
+    size: int
+    mtime: float | None
+
+
+def match_files(pattern: str) -> list[Matched]:
+    """`match`, with each file's modification time (``last_updated_in_seconds``)."""
+    return [Matched(m.path, m.size_in_bytes, getattr(m, "last_updated_in_seconds", None))
+            for m in FileSystems.match([pattern])[0].metadata_list]
+
+
+def is_file(path: str) -> bool:
+    """Whether ``path`` itself is a file (not a directory, not merely a prefix)."""
+    if scheme(path) in (None, "file"):
+        return os.path.isfile(path.removeprefix("file://"))
+    try:
+        found = FileSystems.match([path])[0].metadata_list
+    except Exception:  # nothing there
+        return False
+    return any(m.path == path for m in found)
+
+
+def broken_links(pattern: str) -> list[str]:
+    """Symbolic links a local pattern matches that lead nowhere (dangling, or a loop).
+
+    Beam's LocalFileSystem skips them without a word; object stores have no links.
+    """
+    if scheme(pattern) not in (None, "file"):
+        return []
+    local = pattern.removeprefix("file://")
+    return sorted(p for p in glob.glob(local, recursive=True)
+                  if os.path.islink(p) and not os.path.exists(p))
+
+
+def claim(path: str, content: bytes) -> None:
+    """Create ``path`` holding ``content`` only if it does not exist yet.
+
+    Locally this is ``O_CREAT | O_EXCL``: of two jobs, exactly one creates the file. Beam's
+    FileSystems offers no create-if-absent precondition on object stores (its GCS ``create``
+    takes no generation precondition), so there the best it gives is check, create, read
+    back: a second job that starts within the same second may not be stopped here, and the
+    last step's check that the claim still holds this job's id catches it instead.
+
+    Raises:
+        FileExistsError: the file exists (another job holds the claim, or a killed one left
+            it).
+    """
+    if scheme(path) in (None, "file"):
+        local = path.removeprefix("file://")
+        os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
+        fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(content)
+        return
+    if FileSystems.exists(path):
+        raise FileExistsError(path)
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.write(content)
+    if read_bytes(path) != content:
+        raise FileExistsError(path)
 
 
 def open_raw(path: str) -> BinaryIO:

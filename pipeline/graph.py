@@ -5,7 +5,7 @@
                     │ └── PlanShards (from the chunks)       │
                     ├── rejects ─────────▶ WriteRejects ◀────┤ duplicate ids
                     └── input receipts ─▶ FinalizeDataset ◀──┘ written shards
-                                          (manifest.json, written last)
+                                          (_manifest.json, written last)
 
 `pipeline.read` holds the first two steps, `pipeline.encode` the third, `pipeline.write` the
 rest; each wraps pure functions of `transforms`.
@@ -41,46 +41,66 @@ PART_TEXT_BYTES = 16 << 20
 
 
 def build_pipeline(
-    p: beam.Pipeline, config: JobConfig, expected_files: dict[str, int] | None = None
+    p: beam.Pipeline,
+    config: JobConfig,
+    expected_files: dict[str, int] | dict[str, tuple[int, float | None]] | None = None,
+    *,
+    fingerprint: str = "",
+    tmp_dir: str | None = None,
+    attempt: str | None = None,
 ) -> beam.PCollection:
     """Wire the job into ``p``; returns the PCollection holding the manifest.
 
-    ``expected_files`` ({path: size}, as the launcher matched them) lets the last step check
-    that exactly these files were read, each exactly once.
+    Args:
+        expected_files: {path: (size, mtime)} (or {path: size}) as the launcher matched
+            them: the last step checks that exactly these files were read, each exactly
+            once, and that none changed.
+        fingerprint: the job's fingerprint (`transforms.manifest.job_fingerprint`), written
+            into the manifest and every shard's footer.
+        tmp_dir: the job's temporary directory: every step that writes a temporary file
+            writes it there, and the last step removes it. Default ``OUTPUT/.tmp/job``.
+        attempt: the id in the job's claim on the output (`pipeline.run`), or None.
     """
+    if tmp_dir is None:
+        tmp_dir = fs.join(config.output, TMP_DIR, "job")
     files = config.shuffle == "files"
     chunks = p | "SplitInputs" >> SplitInputs(config.inputs, spec=config.read,
                                               chunk_bytes=CHUNK_BYTES)
     plan = chunks | "PlanShards" >> PlanShards(
         config.num_shards, part_bytes=PART_TEXT_BYTES if files else None)
     encoded = chunks | "EncodeChunks" >> EncodeChunks(
-        spec=config.read, windows=config.windows, tokenizer_path=config.tokenizer_path,
+        spec=config.read, windows=config.windows, tokenizer_path=config.tokenizer_spec,
         plan=plan, threads=config.encode_threads,
-        spill_dir=fs.join(config.output, TMP_DIR, "shuffle") if files else None,
+        spill_dir=fs.join(tmp_dir, "shuffle") if files else None,
     )
     if files:
         # Only the spill files' paths go on; the shard writers read their parts from them.
         written = plan | "WriteShards" >> WriteShards(
             output=config.output, window=config.windows.window, plan=plan,
-            spills=encoded.blocks)
+            fingerprint=fingerprint, tmp_dir=tmp_dir, spills=encoded.blocks)
     else:
         groups = encoded.blocks | "ShuffleDocuments" >> ShuffleDocuments()
         written = groups | "WriteShards" >> WriteShards(
-            output=config.output, window=config.windows.window, plan=plan)
+            output=config.output, window=config.windows.window, plan=plan,
+            fingerprint=fingerprint, tmp_dir=tmp_dir)
     reject_counts = (
         (encoded[REJECTS], written[REJECTS])
         | "AllRejects" >> beam.Flatten()
-        | "WriteRejects" >> WriteRejects(config.output)
+        | "WriteRejects" >> WriteRejects(config.output, tmp_dir=tmp_dir, spec=config.read)
     )
     return p | "FinalizeDataset" >> FinalizeDataset(
         output=config.output,
         windows=config.windows,
         inputs=list(config.inputs),
         reading=config.read.to_json(),
-        tokenizer_path=config.tokenizer_path,
+        tokenizer_path=config.tokenizer_spec,
         expected_files=expected_files,
         shards=written.shards,
         reject_counts=reject_counts,
         receipts=encoded[RECORDS],
         plan=plan,
+        fingerprint=fingerprint,
+        tmp_dir=tmp_dir,
+        attempt=attempt,
+        max_skipped_share=config.max_skipped_share,
     )

@@ -28,7 +28,7 @@ from transforms.params import (
     check_positive_int,
     default_of,
 )
-from transforms.tokenizers import BYTES
+from transforms.tokenizers import BYTES, TokenizerSpec
 
 __all__ = [
     "JobConfig",
@@ -114,9 +114,21 @@ class TokenWindowsOptions(PipelineOptions):
             dest="tokenizer",
             type=str,
             default=None,
-            help="'bytes' (UTF-8 bytes, BOS 256, EOS 257) or the path of a SentencePiece "
-            ".model on any Beam file system. Required.",
+            help="'bytes' (UTF-8 bytes, BOS 256, EOS 257), the path of a SentencePiece "
+            ".model, or of a Hugging Face tokenizer.json (needs the 'hf' extra), on any Beam "
+            "file system. Required.",
         )
+        for name, example in (("bos", "<s>"), ("eos", "</s>")):
+            g.add_argument(
+                f"--{name}-token",
+                dest=f"{name}_token",
+                type=str,
+                default=None,
+                metavar="TOKEN",
+                help=f"With a tokenizer.json: the {name.upper()} token string (e.g. "
+                f"'{example}'; one token may be both BOS and EOS). Default: the {name}_token "
+                "of the tokenizer_config.json beside it.",
+            )
         g.add_argument(
             "--encode-threads",
             dest="encode_threads",
@@ -214,8 +226,26 @@ class TokenWindowsOptions(PipelineOptions):
             dest="overwrite",
             action="store_true",
             default=False,
-            help="Replace a dataset already in --output (its files are deleted first). "
+            help="Replace a dataset already in --output: delete the files its manifest lists "
+            "(and take over the claim a killed job left). Any other file there is refused. "
             "Default: refuse a non-empty output directory.",
+        )
+        g.add_argument(
+            "--max-skipped-share",
+            dest="max_skipped_share",
+            type=float,
+            default=1.0,
+            help="Fail the job if more than this share of the records are skipped (0 to 1). A "
+            "job in which every record is skipped always fails. Default: %(default)s (only "
+            "that).",
+        )
+        g.add_argument(
+            "--traceback",
+            dest="traceback",
+            action="store_true",
+            default=False,
+            help="On an error, print the whole traceback instead of one line (also: "
+            "TOKEN_WINDOWS_TRACEBACK=1).",
         )
 
 
@@ -236,11 +266,19 @@ class JobConfig:
     overwrite: bool = False
     encode_threads: int = 1
     shuffle: str = "runner"
+    max_skipped_share: float = 1.0
+    bos_token: str | None = None
+    eos_token: str | None = None
 
     @property
     def tokenizer_path(self) -> str | None:
-        """The SentencePiece model's path, or None for the bytes tokenizer."""
+        """The tokenizer file's path, or None for the bytes tokenizer."""
         return None if self.tokenizer == BYTES else self.tokenizer
+
+    @property
+    def tokenizer_spec(self) -> TokenizerSpec:
+        """The tokenizer file and the BOS/EOS tokens named for it (`pipeline.encode`)."""
+        return TokenizerSpec(self.tokenizer_path, self.bos_token, self.eos_token)
 
     @classmethod
     def from_options(cls, options: PipelineOptions) -> JobConfig:
@@ -251,8 +289,12 @@ class JobConfig:
             raise ValueError("--output is required: pass the directory for the shards")
         if not o.tokenizer:
             raise ValueError(
-                "--tokenizer is required: pass 'bytes' or the path of a SentencePiece .model"
+                "--tokenizer is required: pass 'bytes', the path of a SentencePiece .model or "
+                "of a Hugging Face tokenizer.json"
             )
+        share = o.max_skipped_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+            raise ValueError(f"`max_skipped_share` must be in [0, 1], but got {share!r}")
         for name in ("num_shards", "encode_threads"):
             value = getattr(o, name)
             if value is not None:
@@ -284,6 +326,9 @@ class JobConfig:
             overwrite=o.overwrite,
             encode_threads=o.encode_threads or default_encode_threads(options),
             shuffle=o.shuffle or default_shuffle(options),
+            max_skipped_share=float(share),
+            bos_token=o.bos_token,
+            eos_token=o.eos_token,
         )
 
 

@@ -17,6 +17,7 @@ from transforms.chunks import (
     CHUNK_BYTES,
     Chunk,
     count_lines,
+    disambiguated_name,
     number_chunks,
     pattern_base,
     plan_chunks,
@@ -31,16 +32,33 @@ __all__ = ["COMPRESSED_TEXT_RATIO", "TARGET_SHARD_INPUT_BYTES", "PlanShards", "S
 TARGET_SHARD_INPUT_BYTES = 64 << 20
 
 
-class _MatchPatternFn(beam.DoFn):
-    """(pattern index, pattern) → (path, (pattern index, relative name, size)) per file."""
+_Match = tuple[int, str, int, float | None]  # pattern index, relative name, size, mtime
 
-    def process(self, item: tuple[int, str]) -> Iterator[tuple[str, tuple[int, str, int]]]:
+
+class _MatchPatternFn(beam.DoFn):
+    """(pattern index, pattern) → (relative name, (path, (pattern index, relative name, size,
+    mtime))) per file."""
+
+    def process(self, item: tuple[int, str]) -> Iterator[tuple[str, tuple[str, _Match]]]:
         index, pattern = item
-        found = fs.match(pattern)
+        found = fs.match_files(pattern)
         if not found:
             raise ValueError(f"--input {pattern} matches no file; check the path and quoting")
-        for path, size in found:
-            yield path, (index, relative_name(path, pattern_base(pattern)), size)
+        for path, size, mtime in found:
+            rel = relative_name(path, pattern_base(pattern))
+            yield rel, (path, (index, rel, size, mtime))
+
+
+def _distinct_names(item: tuple[str, Iterable[tuple[str, _Match]]],
+                    bases: list[str]) -> Iterator[tuple[str, _Match]]:
+    """Files of several patterns that share a relative name (``en/part-0.jsonl`` and
+    ``zh/part-0.jsonl`` under ``en/*`` and ``zh/*``) get names relative to the patterns'
+    common base instead; every other file keeps its name (and its documents' ids)."""
+    rel, matches = item
+    matches = list(matches)
+    clash = len({path for path, _ in matches}) > 1
+    for path, (index, name, size, mtime) in matches:
+        yield path, (index, disambiguated_name(path, bases) if clash else name, size, mtime)
 
 
 class _PlanChunksFn(beam.DoFn):
@@ -51,11 +69,11 @@ class _PlanChunksFn(beam.DoFn):
         self._spec = spec
         self._chunk_bytes = chunk_bytes
 
-    def process(self, item: tuple[str, Iterable[tuple[int, str, int]]]) -> Iterator[Chunk]:
+    def process(self, item: tuple[str, Iterable[_Match]]) -> Iterator[Chunk]:
         path, matches = item
-        _, rel, size = min(matches)  # the size the match found: no second look-up
+        _, rel, size, mtime = min(matches, key=lambda m: m[:3])  # no second look-up
         yield from plan_chunks(path, rel=rel, size=size, spec=self._spec, open_file=fs.open_raw,
-                               chunk_bytes=self._chunk_bytes)
+                               chunk_bytes=self._chunk_bytes, mtime=mtime)
 
 
 def _count_lines(chunk: Chunk) -> tuple[str, tuple[Chunk, int]]:
@@ -87,6 +105,9 @@ class SplitInputs(beam.PTransform):
             pbegin
             | "Patterns" >> beam.Create(list(enumerate(self._patterns)))
             | "MatchFiles" >> beam.ParDo(_MatchPatternFn())
+            | "GroupByName" >> beam.GroupByKey()
+            | "DistinctNames" >> beam.FlatMap(
+                _distinct_names, [pattern_base(p) for p in self._patterns])
             | "ReadEachFileOnce" >> beam.GroupByKey()
             | "PlanChunks" >> beam.ParDo(_PlanChunksFn(spec=self._spec,
                                                        chunk_bytes=self._chunk_bytes))

@@ -19,10 +19,17 @@ runs. Runners without a dry run of their own (the local ones) only build the gra
 from __future__ import annotations
 
 import argparse
+import difflib
+import json
 import logging
+import math
 import os
+import re
+import socket
 import sys
 import time
+import traceback
+import uuid
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -35,16 +42,32 @@ from apache_beam.options.pipeline_options import (
     TestOptions,
     WorkerOptions,
 )
-from apache_beam.runners.runner import PipelineResult
+from apache_beam.runners.runner import PipelineResult, PipelineState
 
-from pipeline import fs
+from pipeline import fs, progress
 from pipeline.encode import load_tokenizer
 from pipeline.graph import build_pipeline
 from pipeline.options import JobConfig, TokenWindowsOptions, runner_name
-from transforms.manifest import MANIFEST_NAME, parse_manifest
-from transforms.schema import REJECTS_DIR, SHARD_PATTERN, TMP_DIR
+from pipeline.read import TARGET_SHARD_INPUT_BYTES
+from pipeline.write import remove_job_files
+from transforms.chunks import pattern_base, relative_name, shown_name
+from transforms.manifest import (
+    LEGACY_MANIFEST_NAME,
+    MANIFEST_NAME,
+    job_fingerprint,
+    parse_manifest,
+)
+from transforms.schema import (
+    CLAIM_NAME,
+    FINGERPRINT_KEY,
+    LEGACY_REJECTS_DIR,
+    REJECT_REASONS,
+    REJECTS_DIR,
+    SHARD_PATTERN,
+    TMP_DIR,
+)
 
-__all__ = ["Submitted", "cli", "main", "preflight", "run", "submit"]
+__all__ = ["Plan", "Submitted", "check_flags", "cli", "main", "preflight", "run", "submit"]
 
 _LOG = logging.getLogger("token_windows")
 
@@ -68,42 +91,180 @@ def _is_dataflow(options: PipelineOptions) -> bool:
     return runner_name(options) in ("dataflowrunner", "testdataflowrunner")
 
 
-def _is_ours(rel: str) -> bool:
-    return (
-        rel == MANIFEST_NAME
-        or SHARD_PATTERN.match(rel) is not None
-        or rel.startswith((REJECTS_DIR + "/", TMP_DIR + "/"))
-    )
+class Plan(NamedTuple):
+    """What the launcher settled before the job starts (`preflight`)."""
+
+    files: dict[str, tuple[int, float | None]] | None  # {path: (size, mtime)}; None: dry run
+    fingerprint: str
+    attempt: str | None  # the id in the claim on the output; None: no claim (dry run)
+    tmp_dir: str  # OUTPUT/.tmp/<attempt>: every temporary file of this job
 
 
-def _check_output(config: JobConfig) -> None:
-    entries = fs.list_dir(config.output)
-    if not entries:
-        return
-    rel = [e[len(config.output) :].lstrip("/") for e in entries]
-    if not config.overwrite:
+def _claim_text(attempt: str, fingerprint: str) -> bytes:
+    return json.dumps({"attempt": attempt, "fingerprint": fingerprint,
+                       "host": socket.gethostname(), "pid": os.getpid(),
+                       "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, sort_keys=True).encode()
+
+
+def _read_claim(output: str) -> dict[str, Any] | None:
+    path = fs.join(output, CLAIM_NAME)
+    if not fs.exists(path):
+        return None
+    try:
+        found = json.loads(fs.read_bytes(path))
+    except Exception:  # unreadable: still a claim, of an unknown job
+        found = None
+    return found if isinstance(found, dict) else {}
+
+
+def _take_claim(config: JobConfig, attempt: str, fingerprint: str) -> dict[str, Any] | None:
+    """Claim the output for this job; returns the stale claim taken over (--overwrite)."""
+    path = fs.join(config.output, CLAIM_NAME)
+    stale = _read_claim(config.output)
+    if stale is not None:
+        who = (f"attempt {stale.get('attempt', '?')}, pid {stale.get('pid', '?')} on "
+               f"{stale.get('host', '?')}, since {stale.get('started', '?')}")
+        if not config.overwrite:
+            raise ValueError(
+                f"--output {config.output} is claimed by another job ({who}; {path}): wait for "
+                "it to finish; if it was killed, pass --overwrite to take its claim over"
+            )
+        fs.delete([path])
+        _LOG.warning("--overwrite: took over the claim %s left by %s", path, who)
+    try:
+        fs.claim(path, _claim_text(attempt, fingerprint))
+    except FileExistsError:
         raise ValueError(
-            f"--output {config.output} already holds {len(entries)} files (e.g. {rel[0]}); "
-            "pass --overwrite to replace that dataset, or choose another directory"
-        )
-    foreign = [r for r in rel if not _is_ours(r)]
-    if foreign:
+            f"--output {config.output} was claimed by another job a moment ago ({path}): two "
+            "jobs cannot write one output; wait for it or choose another directory"
+        ) from None
+    return stale
+
+
+def _shard_fingerprint(path: str) -> str | None:
+    import pyarrow.parquet as pq
+
+    try:
+        with fs.open_raw(path) as f:
+            meta = pq.ParquetFile(f).metadata.metadata or {}
+    except Exception:  # not a readable Parquet file: accounted for by nothing
+        return None
+    return meta.get(FINGERPRINT_KEY.encode(), b"").decode() or None
+
+
+def _accounted_for(config: JobConfig, entries: list[str], stale: dict[str, Any] | None,
+                   attempt: str) -> set[str]:
+    """The files of ``entries`` that --overwrite may delete: what the old manifest lists, the
+    claim and temporary files of the killed job whose claim was taken over (and the shards
+    that carry its fingerprint), and this job's own temporary directory."""
+    out = config.output
+    ours: set[str] = {fs.join(out, CLAIM_NAME)}
+    prefixes = [fs.join(out, TMP_DIR, attempt) + "/"]
+    for name, rejects_dir in ((MANIFEST_NAME, REJECTS_DIR),
+                              (LEGACY_MANIFEST_NAME, LEGACY_REJECTS_DIR)):
+        manifest_path = fs.join(out, name)
+        if manifest_path not in entries:
+            continue
+        try:
+            old = parse_manifest(fs.read_bytes(manifest_path), where=manifest_path)
+        except ValueError as e:
+            raise ValueError(
+                f"--overwrite: {e}; the old dataset's files cannot be told apart, so nothing "
+                "was deleted: clear the directory yourself or choose another"
+            ) from None
+        ours.add(manifest_path)
+        ours.update(fs.join(out, s["file"]) for s in old["shards"])
+        ours.update(fs.join(out, rejects_dir, f"{r}.jsonl") for r in old["counts"]["skipped"])
+    if stale is not None and stale.get("attempt"):
+        prefixes.append(fs.join(out, TMP_DIR, str(stale["attempt"])) + "/")
+        fingerprint = stale.get("fingerprint")
+        for e in entries:
+            rel = e[len(out):].lstrip("/")
+            if SHARD_PATTERN.match(rel) and fingerprint and _shard_fingerprint(e) == fingerprint:
+                ours.add(e)
+            if rel in {f"{REJECTS_DIR}/{r}.jsonl" for r in REJECT_REASONS}:
+                ours.add(e)
+    return {e for e in entries if e in ours or e.startswith(tuple(prefixes))}
+
+
+def _check_output(config: JobConfig, attempt: str, fingerprint: str) -> None:
+    """Claim the output, then make sure it is empty or (--overwrite) holds only what the old
+    dataset accounts for, and delete that. Raises ValueError (and releases the claim)."""
+    if fs.is_file(config.output):
         raise ValueError(
-            f"--output {config.output} holds files this job did not write (e.g. "
-            f"{foreign[0]}); --overwrite deletes only datasets, so choose another directory"
+            f"--output {config.output} is a file, not a directory: choose a directory"
         )
-    # The manifest goes first: if the job dies now, the directory no longer looks finished.
-    manifest = fs.join(config.output, MANIFEST_NAME)
-    if manifest in entries:
-        fs.delete([manifest])
-    fs.delete([e for e in entries if e != manifest])
-    _LOG.info("--overwrite: deleted the %d files of the dataset in %s", len(entries), config.output)
+    stale = _take_claim(config, attempt, fingerprint)
+    try:
+        claim = fs.join(config.output, CLAIM_NAME)
+        entries = [e for e in fs.list_dir(config.output) if e != claim]
+        if not entries:
+            return
+        rel = [e[len(config.output) :].lstrip("/") for e in entries]
+        if not config.overwrite:
+            raise ValueError(
+                f"--output {config.output} already holds {len(entries)} files (e.g. "
+                f"{shown_name(rel[0])}); pass --overwrite to replace that dataset, or choose "
+                "another directory"
+            )
+        accounted = _accounted_for(config, entries, stale, attempt)
+        foreign = [r for e, r in zip(entries, rel, strict=True) if e not in accounted]
+        if foreign:
+            raise ValueError(
+                f"--output {config.output} holds {len(foreign)} files that no manifest (nor a "
+                f"killed job's claim) accounts for, e.g. {shown_name(foreign[0])}; --overwrite "
+                "deletes only the old dataset's own files: move them away, or choose another "
+                "directory"
+            )
+        # The manifest goes first: if the job dies now, the directory no longer looks finished.
+        manifests = [fs.join(config.output, n) for n in (MANIFEST_NAME, LEGACY_MANIFEST_NAME)]
+        fs.delete([m for m in manifests if m in entries])
+        fs.delete([e for e in entries if e not in manifests])
+        _LOG.info("--overwrite: deleted the %d files of the dataset in %s", len(entries),
+                  config.output)
+    except BaseException:
+        remove_job_files(config.output, fs.join(config.output, TMP_DIR, attempt), attempt)
+        raise
 
 
-def preflight(config: JobConfig, options: PipelineOptions) -> dict[str, int] | None:
+_GLOB = re.compile(r"\*\*|\*|\?|\[[^\]]*\]")
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """Beam's glob as a regex: ``**`` crosses directories, ``*`` and ``?`` do not."""
+    out, last = [], 0
+    for m in _GLOB.finditer(pattern):
+        out.append(re.escape(pattern[last : m.start()]))
+        tok = m.group()
+        out.append(".*" if tok == "**" else "[^/]*" if tok == "*" else "[^/]" if tok == "?"
+                   else tok)
+        last = m.end()
+    out.append(re.escape(pattern[last:]))
+    return re.compile("".join(out) + r"\Z")
+
+
+def _absolute(path: str) -> str:
+    return os.path.abspath(path) if fs.scheme(path) is None else path
+
+
+def _check_output_outside_inputs(config: JobConfig) -> None:
+    out = _absolute(config.output).rstrip("/")
+    probes = [f"{out}/{name}" for name in (MANIFEST_NAME, "part-00000-of-00001.parquet",
+                                          f"{REJECTS_DIR}/empty.jsonl", CLAIM_NAME,
+                                          f"{TMP_DIR}/a/b")]
+    for pattern in config.inputs:
+        regex = _glob_regex(_absolute(pattern))
+        if any(regex.match(p) for p in probes):
+            raise ValueError(
+                f"--output {config.output} lies where --input {pattern} matches: the job would "
+                "read its own output; choose an output outside the input pattern"
+            )
+
+
+def preflight(config: JobConfig, options: PipelineOptions) -> Plan:
     """The checks that need no pipeline; raises ValueError naming the option and the fix.
 
-    Returns the input files and their sizes ({path: size}), or None in a dry run.
+    On success the output is claimed for this job (`Plan.attempt`) and empty.
     """
     direct = options.view_as(DirectOptions)
     if direct.direct_running_mode == "multi_threading":
@@ -114,17 +275,46 @@ def preflight(config: JobConfig, options: PipelineOptions) -> dict[str, int] | N
         )
     if _is_dataflow(options):
         _check_dataflow(config, options)
+    _check_output_outside_inputs(config)
     if _is_dry_run(options):
-        return None
-    files: dict[str, int] = {}
-    for pattern in config.inputs:
-        found = fs.match(pattern)
+        return Plan(None, "", None, fs.join(config.output, TMP_DIR, "dry-run"))
+    files: dict[str, tuple[int, float | None]] = {}
+    names: list[tuple[int, str, int]] = []
+    out = _absolute(config.output).rstrip("/") + "/"
+    for index, pattern in enumerate(config.inputs):
+        found = fs.match_files(pattern)
+        broken = fs.broken_links(pattern)
+        if broken:
+            raise ValueError(
+                f"--input {pattern} matches {len(broken)} broken symbolic links (e.g. "
+                f"{shown_name(broken[0])}: dangling, or a loop), which would be skipped "
+                "silently; remove them or narrow the pattern"
+            )
         if not found:
             raise ValueError(f"--input {pattern} matches no file; check the path and quoting")
-        files.update(found)
-    load_tokenizer(config.tokenizer_path)
-    _check_output(config)
-    return files
+        base = pattern_base(pattern)
+        for path, size, mtime in found:
+            if shown_name(path) != path:
+                raise ValueError(
+                    f"--input {pattern} matches {shown_name(path)}, whose name is not UTF-8: "
+                    "Beam cannot carry it between steps; rename the file (e.g. with convmv)"
+                )
+            if _absolute(path).startswith(out):
+                raise ValueError(
+                    f"--input {pattern} matches {shown_name(path)} inside --output "
+                    f"{config.output}: the job would read its own output; choose an output "
+                    "outside the input pattern"
+                )
+            if path not in files:
+                names.append((index, relative_name(path, base), size))
+            files.setdefault(path, (size, mtime))
+    tokenizer = load_tokenizer(config.tokenizer_spec).info()
+    fingerprint = job_fingerprint(tokenizer=tokenizer, windows=config.windows.to_json(),
+                                  reading=config.read.to_json(), num_shards=config.num_shards,
+                                  files=names)
+    attempt = uuid.uuid4().hex[:16]  # temporary names only: it never reaches the output
+    _check_output(config, attempt, fingerprint)
+    return Plan(files, fingerprint, attempt, fs.join(config.output, TMP_DIR, attempt))
 
 
 def _check_dataflow(config: JobConfig, options: PipelineOptions) -> None:
@@ -166,17 +356,95 @@ def _runner(options: PipelineOptions) -> Any:
     return fn_runner.FnApiRunner()
 
 
+def _prog() -> str:
+    """How the user started us: the console script, or ``python -m pipeline``."""
+    return ("token-windows" if os.path.basename(sys.argv[0]).startswith("token-windows")
+            else "python -m pipeline")
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        ours = metadata.version("token-windows")
+    except metadata.PackageNotFoundError:
+        ours = "(not installed)"
+    return f"token-windows {ours} (apache-beam {beam.__version__}, Python {sys.version.split()[0]})"
+
+
 def _parser() -> argparse.ArgumentParser:
+    # None of our flags is required=True (see pipeline.options), so argparse would show them
+    # all as optional: the usage line says which are required.
     parser = argparse.ArgumentParser(
-        prog="python -m pipeline",
+        prog=_prog(),
+        usage="%(prog)s --input PATTERN [--input PATTERN ...] --tokenizer "
+        "{bytes,MODEL.model,tokenizer.json} --output DIR [options] [beam options]",
         description="Turn text corpora into document-bounded token windows in seeded Parquet "
         "shards plus a manifest.",
         epilog="Beam's own options pass through unchanged, e.g. --runner DataflowRunner, "
         "--direct_running_mode multi_processing --direct_num_workers 2. The default runner is "
         "Beam's FnApiRunner (in-process).",
     )
+    parser.add_argument("--version", action="version", version=_version())
     TokenWindowsOptions._add_argparse_args(parser)
     return parser
+
+
+_PASS_THROUGH_RUNNERS = ("flinkrunner", "sparkrunner", "portablerunner", "prismrunner")
+
+
+def _option_strings() -> tuple[set[str], set[str]]:
+    """(our flags, every flag Beam's options classes know)."""
+    ours = argparse.ArgumentParser(add_help=False)
+    TokenWindowsOptions._add_argparse_args(ours)
+    beam_all = argparse.ArgumentParser(add_help=False, allow_abbrev=False,
+                                       conflict_handler="resolve")
+    seen, stack = set(), list(PipelineOptions.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        stack.extend(cls.__subclasses__())
+        try:
+            cls._add_argparse_args(beam_all)
+        except Exception:  # a third-party options class that cannot add its flags here
+            continue
+    def flags(parser: argparse.ArgumentParser) -> set[str]:
+        return {o for o in parser._option_string_actions if o.startswith("--")}
+
+    return flags(ours), flags(beam_all)
+
+
+def check_flags(argv: Sequence[str], options: PipelineOptions) -> None:
+    """Refuse flags that no options class knows, with the flag meant (``--widow`` →
+    ``--window``, ``--text_field`` → ``--text-field``).
+
+    Beam itself only warns ("Discarding unparseable args") and runs on defaults. Runners
+    that forward unknown flags to a Java job server (Flink, Spark, portable) still get the
+    flags that resemble none of ours.
+
+    Raises:
+        ValueError: naming the flag and the suggestion.
+    """
+    ours, known = _option_strings()
+    forward = runner_name(options) in _PASS_THROUGH_RUNNERS
+    for arg in argv:
+        if not arg.startswith("--") or arg == "--":
+            continue
+        flag = arg.split("=", 1)[0]
+        if flag in known or flag in ours:
+            continue
+        dashed = "--" + flag[2:].replace("_", "-")
+        if dashed in ours:
+            raise ValueError(f"{flag} is not an option; did you mean {dashed}? (this job's "
+                             "own flags are spelled with dashes, Beam's with underscores)")
+        close = difflib.get_close_matches(flag, sorted(ours), n=1, cutoff=0.75)
+        if forward and not close:
+            continue
+        close = close or difflib.get_close_matches(flag, sorted(known), n=1, cutoff=0.75)
+        hint = f"; did you mean {close[0]}?" if close else "; see --help"
+        raise ValueError(f"{flag} is not an option{hint}")
 
 
 class Submitted(NamedTuple):
@@ -186,6 +454,75 @@ class Submitted(NamedTuple):
     result: PipelineResult | None
     dry_run: bool
     started: float  # time.monotonic() when the graph began to be built
+    plan: Plan | None = None
+    progress: progress.Progress | None = None  # local runners: stopped when the job ends
+
+
+class _Prepared(NamedTuple):
+    config: JobConfig
+    options: PipelineOptions
+    dry_run: bool
+    plan: Plan
+
+
+def _prepare(argv: Sequence[str] | None) -> _Prepared:
+    """Every check before any work; raises ValueError (the job is refused)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _parser().parse_known_args(argv)  # --help, and argparse's own type/choice errors
+    options = PipelineOptions(argv)
+    check_flags(argv, options)
+    config = JobConfig.from_options(options)
+    dry_run = _settle_dry_run(options)
+    return _Prepared(config, options, dry_run, preflight(config, options))
+
+
+def _start(job: _Prepared) -> Submitted:
+    config, options, dry_run, plan = job
+    try:
+        setup = options.view_as(SetupOptions)
+        if setup.save_main_session is None:
+            # Every DoFn lives in an installed module. Beam would otherwise pickle __main__
+            # for the DataflowRunner (its default with cloudpickle), which no worker needs.
+            setup.save_main_session = False
+
+        started = time.monotonic()
+        p = beam.Pipeline(runner=_runner(options), options=options)
+        build_pipeline(p, config, plan.files, fingerprint=plan.fingerprint,
+                       tmp_dir=plan.tmp_dir, attempt=plan.attempt)
+        if dry_run and not _is_dataflow(options):
+            p.to_runner_api()  # the graph translates; nothing runs
+            return Submitted(config, None, dry_run, started, plan)
+        reporter = _start_progress(config, options, plan.files)
+        try:
+            result = p.run()
+        except BaseException:
+            if reporter is not None:
+                reporter.stop()
+            raise
+        if reporter is not None and PipelineState.is_terminal(result.state):
+            reporter.stop()  # the FnApiRunner ran the whole job inside run()
+        return Submitted(config, result, dry_run, started, plan, reporter)
+    except BaseException:
+        _release(config, plan)
+        raise
+
+
+def _start_progress(config: JobConfig, options: PipelineOptions,
+                    files: dict[str, tuple[int, float | None]] | None
+                    ) -> progress.Progress | None:
+    """The start line and progress thread of a job on the local runner (else None)."""
+    if files is None or runner_name(options) not in (None, "directrunner"):
+        return None
+    direct = options.view_as(DirectOptions)
+    mode = direct.direct_running_mode or "in_memory"
+    if mode == "multi_processing":
+        mode += f" x{direct.direct_num_workers or os.cpu_count() or 1}"
+    sizes = {path: size for path, (size, _) in files.items()}
+    shards = config.num_shards or max(1, math.ceil(sum(sizes.values())
+                                                   / TARGET_SHARD_INPUT_BYTES))
+    tok = config.tokenizer_path.rsplit("/", 1)[-1] if config.tokenizer_path else "bytes"
+    return progress.start(files=sizes, shards=shards, tokenizer=tok,
+                          runner=f"local runner ({mode})")
 
 
 def submit(argv: Sequence[str] | None = None) -> Submitted:
@@ -194,31 +531,41 @@ def submit(argv: Sequence[str] | None = None) -> Submitted:
     In a dry run ``result`` is the runner's translation where it has one (for the
     DataflowRunner, ``result.job.proto_pipeline`` is the portable pipeline Dataflow would
     receive) and None where it has not: the local runners would ignore ``--dry_run`` and run
-    the job, so its graph is only built.
+    the job, so its graph is only built. (The in-process runner runs the whole job inside
+    ``p.run()``, so its errors while running surface here too.)
 
     Raises:
         ValueError: a flag, an input pattern, the tokenizer or the output directory is
             unusable (nothing has run).
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    _parser().parse_known_args(argv)  # --help, and argparse's own type/choice errors
-    options = PipelineOptions(argv)
-    config = JobConfig.from_options(options)
-    dry_run = _settle_dry_run(options)
-    expected_files = preflight(config, options)
-    setup = options.view_as(SetupOptions)
-    if setup.save_main_session is None:
-        # Every DoFn lives in an installed module. Beam would otherwise pickle __main__ for
-        # the DataflowRunner (its default with cloudpickle), which no worker needs.
-        setup.save_main_session = False
+    return _start(_prepare(argv))
 
-    started = time.monotonic()
-    p = beam.Pipeline(runner=_runner(options), options=options)
-    build_pipeline(p, config, expected_files)
-    if dry_run and not _is_dataflow(options):
-        p.to_runner_api()  # the graph translates; nothing runs
-        return Submitted(config, None, dry_run, started)
-    return Submitted(config, p.run(), dry_run, started)
+
+def _release(config: JobConfig, plan: Plan | None) -> None:
+    """After a failure: remove what this job wrote (its shards, which carry its fingerprint,
+    and its reject files: the output was empty when it took the claim), its temporary files
+    and its claim, so that the same command can simply be run again. A job that is killed
+    cannot, and leaves a stale claim that --overwrite takes over."""
+    if plan is None or plan.attempt is None:
+        return
+    try:
+        claim = _read_claim(config.output)
+        if claim is not None and claim.get("attempt") == plan.attempt:
+            rejects = {fs.join(config.output, REJECTS_DIR, f"{r}.jsonl") for r in REJECT_REASONS}
+            written = [
+                e for e in fs.list_dir(config.output)
+                if e in rejects or (
+                    SHARD_PATTERN.match(e[len(config.output):].lstrip("/"))
+                    and _shard_fingerprint(e) == plan.fingerprint)
+            ]
+            fs.delete(written)
+            directory = fs.join(config.output, REJECTS_DIR)
+            if fs.scheme(directory) is None and os.path.isdir(directory) and not os.listdir(
+                    directory):
+                os.rmdir(directory)
+        remove_job_files(config.output, plan.tmp_dir, plan.attempt)
+    except Exception as e:  # the job's own error matters more
+        _LOG.warning("could not remove this job's temporary files and claim: %s", e)
 
 
 def run(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
@@ -227,13 +574,24 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     Raises:
         ValueError: a flag, an input pattern, the tokenizer or the output directory is
             unusable (nothing has run).
+        Exception: whatever failed the job while it ran (its message names the file).
     """
-    job = submit(argv)
+    return _finish(submit(argv))
+
+
+def _finish(job: Submitted) -> dict[str, Any] | None:
     if job.result is None or job.dry_run:
         done = "translated for Dataflow (nothing submitted)" if job.result else "nothing ran"
         print(f"dry run: the job was built and {done}")
         return None
-    job.result.wait_until_finish()
+    try:
+        job.result.wait_until_finish()
+    except BaseException:
+        _release(job.config, job.plan)
+        raise
+    finally:
+        if job.progress is not None:
+            job.progress.stop()
     output = job.config.output
     manifest = parse_manifest(fs.read_bytes(fs.join(output, MANIFEST_NAME)), where=output)
     _summary(manifest, output, time.monotonic() - job.started)
@@ -241,13 +599,31 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
 
 
 def _summary(manifest: dict[str, Any], output: str, seconds: float) -> None:
+    """The job's last line: what the corpus holds and what the windows hold, apart.
+
+    Corpus pairs (Σ P over documents) are the corpus size in targets; window tokens
+    (Σ (length + 1)) count every overlap again. Their ratio, the overlap factor, is window
+    pairs per covered corpus pair.
+    """
     c = manifest["counts"]
-    skipped = ", ".join(f"{k} {v}" for k, v in c["skipped"].items()) or "none"
+    skipped = sum(c["skipped"].values())
+    reasons = ", ".join(f"{k} {v:,}" for k, v in c["skipped"].items())
+    window_pairs = c["tokens"] - c["windows"]
+    covered = c["pairs"] - c["uncovered_pairs"]
+    corpus_tokens = c["pairs"] + c["documents"]  # Σ M
+    repaired = sum(c.get("repaired", {}).values())
+    n = manifest["num_shards"]
+    shards = f"{n} shard" if n == 1 else f"{n} shards"
+    rejects = (f"rejects in {fs.join(output, REJECTS_DIR)}/ ({reasons})" if skipped
+               else "no rejects")
     print(
-        f"wrote {output}: {c['documents']} documents, skipped {sum(c['skipped'].values())} "
-        f"({skipped}), {c['windows']} windows, {c['tokens']} tokens, {c['scored_targets']} "
-        f"scored targets, {manifest['num_shards']} shards in {seconds:.1f} s "
-        f"({c['tokens'] / max(seconds, 1e-9):,.0f} tokens/s)"
+        f"wrote {output}: {c['records']:,} records -> {c['documents']:,} documents "
+        f"({skipped:,} skipped, {repaired:,} repaired); corpus {c['pairs']:,} pairs; "
+        f"{c['windows']:,} windows hold {c['tokens']:,} tokens, overlap factor "
+        f"{window_pairs / covered if covered else 0:.2f}; {c['scored_targets']:,} scored "
+        f"targets, {c['uncovered_pairs']:,} uncovered pairs; {shards} "
+        f"in {seconds:.1f} s ({corpus_tokens / max(seconds, 1e-9):,.0f} corpus tokens/s); "
+        f"{rejects}"
     )
 
 
@@ -264,12 +640,45 @@ def cli() -> None:
     os._exit(0)
 
 
+_WHILE_RUNNING = re.compile(r" \[while running '[^']*'\]")
+_ERROR_LINE = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception|Exit)): (.+)$")
+
+
+def one_line(error: BaseException) -> str:
+    """The message of an error as one line: the innermost error a Beam runner reports (its
+    worker tracebacks and step names left out)."""
+    text = str(error) or type(error).__name__
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if len(lines) > 1:
+        found = [m.group(2) for ln in lines if (m := _ERROR_LINE.match(ln))]
+        text = found[-1] if found else lines[0]
+    return _WHILE_RUNNING.sub("", text).strip()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """The console entry point: one-line errors, exit status 2, no traceback."""
+    """The console entry point: one-line errors and exit status 2 for a job refused before any
+    work, 1 for a job that failed while it ran (``--traceback`` or TOKEN_WINDOWS_TRACEBACK=1
+    print the whole traceback)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     _LOG.setLevel(logging.INFO)
+    args = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--traceback" in args or os.environ.get("TOKEN_WINDOWS_TRACEBACK") == "1"
     try:
-        run(argv)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
+        prepared = _prepare(args)
+    except (ValueError, OSError) as e:
+        if verbose:
+            traceback.print_exc()
+        print(f"error: {one_line(e)}", file=sys.stderr)
         raise SystemExit(2) from None
+    if not verbose:
+        # Beam logs a failed bundle with its traceback; the one line below says it.
+        for name in ("apache_beam.runners.common", "apache_beam.runners.worker",
+                     "apache_beam.runners.portability"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        _finish(_start(prepared))
+    except Exception as e:
+        if verbose:
+            traceback.print_exc()
+        print(f"error: the job failed: {one_line(e)}", file=sys.stderr)
+        raise SystemExit(1) from None

@@ -2,14 +2,16 @@
 
 `ShuffleDocuments` is the job's one shuffle: blocks grouped by shard. `WriteShards` turns
 each shard's blocks into rows (`transforms.rows.ShardRows`) and Parquet
-(`transforms.parquet.write_rows`). `WriteRejects` writes ``rejects/<reason>.jsonl`` in input
+(`transforms.parquet.write_rows`). `WriteRejects` writes ``_rejects/<reason>.jsonl`` in input
 order. `FinalizeDataset` checks that every input was read exactly once, writes
-``manifest.json`` last (`transforms.manifest.build_manifest`) and removes temporary files.
-Every file is written to a temporary name under ``OUTPUT/.tmp`` and renamed.
+``_manifest.json`` last (`transforms.manifest.build_manifest`) and removes this job's temporary
+directory and its claim on the output. Every file is written to a temporary name under the
+job's own ``tmp_dir`` (``OUTPUT/.tmp/<attempt>``, chosen once by the launcher) and renamed.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import typing
@@ -24,22 +26,33 @@ from apache_beam.utils import shared
 
 from pipeline import fs
 from pipeline.encode import REJECTS, load_tokenizer
-from transforms.chunks import Receipt, account_inputs
+from transforms.chunks import Receipt, account_inputs, shown_name
 from transforms.documents import Reject, source_order
 from transforms.keys import ShardPlan
-from transforms.manifest import MANIFEST_NAME, WrittenShard, build_manifest, dumps_manifest
-from transforms.params import WindowSpec
+from transforms.lookup import read_records
+from transforms.manifest import (
+    MANIFEST_NAME,
+    WrittenShard,
+    build_manifest,
+    check_skipped_share,
+    dumps_manifest,
+    shard_metadata,
+)
+from transforms.params import ReadSpec, WindowSpec
 from transforms.parquet import row_group_rows, write_rows
 from transforms.rows import ShardCounts, ShardRows
-from transforms.schema import REJECTS_DIR, TMP_DIR, shard_file_name
+from transforms.schema import CLAIM_NAME, FINGERPRINT_KEY, REJECTS_DIR, shard_file_name
 from transforms.spill import RejectRun, ShardParts, read_run
 
 __all__ = [
     "SHARDS_AT_ONCE",
     "FinalizeDataset",
+    "RejectCount",
     "ShuffleDocuments",
     "WriteRejects",
     "WriteShards",
+    "check_claim",
+    "remove_job_files",
 ]
 
 _LOG = logging.getLogger("token_windows")
@@ -63,17 +76,23 @@ class ShuffleDocuments(beam.PTransform):
 
 
 def _write_shard_file(*, output: str, index: int, num_shards: int,
-                      rows: ShardRows | ShardParts, window: int) -> WrittenShard:
+                      rows: ShardRows | ShardParts, window: int, fingerprint: str,
+                      tmp_dir: str) -> WrittenShard:
     name = shard_file_name(index, num_shards)
+
+    def metadata() -> dict[str, str]:  # a ShardParts' counts are complete once it is written
+        return shard_metadata(fingerprint=fingerprint, index=index, num_shards=num_shards,
+                              counts=rows.counts)
+
     sha, size = typing.cast(
         tuple[str, int],
         fs.write_atomically(
             fs.join(output, name),
-            lambda f: write_rows(rows, f, window=window),
-            fs.join(output, TMP_DIR),
+            lambda f: write_rows(rows, f, window=window, metadata=metadata),
+            tmp_dir,
         ),
     )
-    counts: ShardCounts = rows.counts  # a ShardParts' counts are complete once written
+    counts: ShardCounts = rows.counts
     # Progress: one line per shard (the launcher prints the summary at the end).
     _LOG.info("wrote %s: %d documents, %d windows, %.1f MB", name, counts.documents,
               counts.rows, size / 1e6)
@@ -90,9 +109,11 @@ class _WriteShardFn(beam.DoFn):
     its parts then read from every spill file one part at a time (`transforms.spill`).
     """
 
-    def __init__(self, *, output: str, window: int) -> None:
+    def __init__(self, *, output: str, window: int, fingerprint: str, tmp_dir: str) -> None:
         self._output = output
         self._window = window
+        self._fingerprint = fingerprint
+        self._tmp_dir = tmp_dir
         self._handle = shared.Shared()
 
     def setup(self) -> None:
@@ -128,7 +149,8 @@ class _WriteShardFn(beam.DoFn):
     def _write(self, index: int, rows: ShardRows | ShardParts,
                num_shards: int) -> tuple[list[Reject], WrittenShard]:
         shard = _write_shard_file(output=self._output, index=index, num_shards=num_shards,
-                                  rows=rows, window=self._window)
+                                  rows=rows, window=self._window,
+                                  fingerprint=self._fingerprint, tmp_dir=self._tmp_dir)
         return rows.rejects, shard
 
     def _finished(self, future: Future) -> Iterator[Any]:
@@ -149,15 +171,20 @@ class WriteShards(beam.PTransform):
         output: the output directory.
         window: W, which sets the row-group size.
         plan: the `transforms.keys.ShardPlan`, a singleton PCollection.
+        fingerprint: the job's fingerprint, written into each shard's footer.
+        tmp_dir: the job's temporary directory.
         spills: the spill files' paths (the file shuffle), or None.
     """
 
     def __init__(self, *, output: str, window: int, plan: beam.PCollection,
+                 fingerprint: str, tmp_dir: str,
                  spills: beam.PCollection | None = None) -> None:
         super().__init__()
         self._output = output
         self._window = window
         self._plan = plan
+        self._fingerprint = fingerprint
+        self._tmp_dir = tmp_dir
         self._spills = spills
 
     def expand(self, groups: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
@@ -168,7 +195,8 @@ class WriteShards(beam.PTransform):
                       | "SpreadShards" >> beam.Reshuffle())
             side["spills"] = beam.pvalue.AsList(self._spills)
         return groups | "WriteShard" >> beam.ParDo(
-            _WriteShardFn(output=self._output, window=self._window), **side
+            _WriteShardFn(output=self._output, window=self._window,
+                          fingerprint=self._fingerprint, tmp_dir=self._tmp_dir), **side
         ).with_outputs(REJECTS, main="shards")
 
 
@@ -180,8 +208,15 @@ def _key_by_reason(reject: Reject | RejectRun) -> tuple[str, Reject | RejectRun]
     return reject.reason, reject
 
 
-def _write_rejects(item: tuple[str, Iterable[Reject | RejectRun]],
-                   output: str) -> tuple[str, int]:
+class RejectCount(typing.NamedTuple):
+    """How many records were skipped for one reason, and the first of them (input order)."""
+
+    count: int
+    first: Reject
+
+
+def _write_rejects(item: tuple[str, Iterable[Reject | RejectRun]], output: str,
+                   tmp_dir: str, spec: ReadSpec) -> tuple[str, RejectCount]:
     reason, rejects = item
     rejects = list(rejects)
     if rejects and isinstance(rejects[0], RejectRun):
@@ -193,50 +228,69 @@ def _write_rejects(item: tuple[str, Iterable[Reject | RejectRun]],
                 f.write(read_run(run, fs.open_raw))
 
         count = sum(r.count for r in runs)  # type: ignore[union-attr]
+        first = runs[0].first  # type: ignore[union-attr]
     else:
         rows = sorted(rejects, key=lambda r: (source_order(r.source), r.detail))
+        if reason == "duplicate_id":
+            # Found after the shuffle, where documents are tokens: read the records back.
+            found = read_records([r.source for r in rows], spec=spec, open_file=fs.open_raw)
+            rows = [r._replace(record=found.get(r.source, r.record)) for r in rows]
 
         def write(f: Any) -> None:
             f.write(b"".join(r.to_line() for r in rows))
 
-        count = len(rows)
-    fs.write_atomically(fs.join(output, REJECTS_DIR, f"{reason}.jsonl"), write,
-                        fs.join(output, TMP_DIR))
-    return reason, count
+        count, first = len(rows), rows[0]
+    fs.write_atomically(fs.join(output, REJECTS_DIR, f"{reason}.jsonl"), write, tmp_dir)
+    return reason, RejectCount(count, first._replace(record=first.record[:4096]))
 
 
 class WriteRejects(beam.PTransform):
-    """Rejects → ``OUTPUT/rejects/<reason>.jsonl`` (in input order, `source_order`); emits
-    (reason, count)."""
+    """Rejects → ``OUTPUT/_rejects/<reason>.jsonl`` (in input order, `source_order`); emits
+    (reason, `RejectCount`)."""
 
-    def __init__(self, output: str) -> None:
+    def __init__(self, output: str, *, tmp_dir: str, spec: ReadSpec) -> None:
         super().__init__()
         self._output = output
+        self._tmp_dir = tmp_dir
+        self._spec = spec
 
     def expand(self, rejects: beam.PCollection) -> beam.PCollection:
         return (
             rejects
             | "KeyByReason" >> beam.Map(_key_by_reason)
             | "GroupByReason" >> beam.GroupByKey()
-            | "WriteReasonFile" >> beam.Map(_write_rejects, self._output)
+            | "WriteReasonFile" >> beam.Map(_write_rejects, self._output, self._tmp_dir,
+                                            self._spec)
         )
 
 
 class _FinalizeFn(beam.DoFn):
     def __init__(self, *, output: str, windows: WindowSpec, inputs: list[str],
                  reading: dict[str, Any], tokenizer_path: str | None,
-                 expected_files: dict[str, int] | None) -> None:
+                 expected_files: dict[str, tuple[int, float | None]] | None, fingerprint: str,
+                 tmp_dir: str, attempt: str | None, max_skipped_share: float) -> None:
         self._output = output
         self._windows = windows
         self._inputs = inputs
         self._reading = reading
         self._tokenizer_path = tokenizer_path
         self._expected_files = expected_files
+        self._fingerprint = fingerprint
+        self._tmp_dir = tmp_dir
+        self._attempt = attempt
+        self._max_skipped_share = max_skipped_share
 
-    def process(self, _: Any, shards: list[WrittenShard], rejects: dict[str, int],
+    def process(self, _: Any, shards: list[WrittenShard], rejects: dict[str, RejectCount],
                 receipts: list[Receipt], plan: ShardPlan) -> Iterator[dict]:
-        # Before anything is written: every input was read exactly once.
+        # Before anything is written: every input was read exactly once, as matched at launch,
+        # and none has changed since.
         records = account_inputs(receipts, self._expected_files)
+        if self._expected_files is not None:
+            _check_inputs_unchanged(self._inputs, self._expected_files)
+        skipped = {reason: c.count for reason, c in rejects.items()}
+        check_skipped_share(records=records, skipped=skipped,
+                            first={reason: c.first for reason, c in rejects.items()},
+                            max_share=self._max_skipped_share)
         shards = list(shards)
         num_shards = plan.num_shards
         done = {s.index for s in shards}
@@ -247,24 +301,95 @@ class _FinalizeFn(beam.DoFn):
             # A key range that no document fell in still gets its (empty) file.
             shards.append(_write_shard_file(output=self._output, index=index,
                                             num_shards=num_shards, rows=ShardRows([]),
-                                            window=window))
+                                            window=window, fingerprint=self._fingerprint,
+                                            tmp_dir=self._tmp_dir))
+        check_claim(self._output, self._attempt)
+        for shard in shards:  # a concurrent job's shard must never sit under our manifest
+            _check_shard_footer(fs.join(self._output, shard.file), self._fingerprint)
         manifest = build_manifest(
             tokenizer=load_tokenizer(self._tokenizer_path).info(),
             windows=self._windows.to_json(),
             inputs=self._inputs,
             reading=self._reading,
             shards=shards,
-            skipped=dict(rejects),
+            skipped=skipped,
             records=records,
             row_group_rows=row_group_rows(window),
             versions=_versions(),
+            fingerprint=self._fingerprint,
         )
-        tmp = fs.join(self._output, TMP_DIR)
         fs.write_atomically(fs.join(self._output, MANIFEST_NAME),
-                            lambda f: f.write(dumps_manifest(manifest)), tmp)
-        # Temporary files of failed attempts (and, on local disks, their directory).
-        fs.delete(fs.list_dir(tmp) + ([tmp] if fs.exists(tmp) else []))
+                            lambda f: f.write(dumps_manifest(manifest)), self._tmp_dir)
+        remove_job_files(self._output, self._tmp_dir, self._attempt)
         yield manifest
+
+
+def _check_inputs_unchanged(patterns: list[str],
+                            expected: dict[str, tuple[int, float | None]]) -> None:
+    """The inputs as they are now must be the inputs matched at launch (size and mtime)."""
+    now: dict[str, tuple[int, float | None]] = {}
+    for pattern in patterns:
+        for path, size, mtime in fs.match_files(pattern):
+            now[path] = (size, mtime)
+    for path, (size, mtime) in sorted(expected.items()):
+        seen = now.get(path)
+        if seen is None or seen[0] != size or (
+                mtime is not None and seen[1] is not None and seen[1] != mtime):
+            state = "is gone" if seen is None else f"has {seen[0]} bytes (mtime {seen[1]})"
+            raise RuntimeError(
+                f"input file {shown_name(path)} changed while the job ran: {size} bytes (mtime "
+                f"{mtime}) when the job started, now it {state}; no manifest was written: "
+                "rerun once the input stops changing"
+            )
+
+
+def _check_shard_footer(path: str, fingerprint: str) -> None:
+    import pyarrow.parquet as pq
+
+    with fs.open_raw(path) as f:
+        meta = pq.ParquetFile(f).metadata.metadata or {}
+    found = meta.get(FINGERPRINT_KEY.encode(), b"").decode()
+    if found != fingerprint:
+        raise RuntimeError(
+            f"{shown_name(path)} was written by another job (fingerprint {found or 'none'}, "
+            f"this job's is {fingerprint}): two jobs wrote this output at once; no manifest "
+            "was written: rerun one job alone"
+        )
+
+
+def check_claim(output: str, attempt: str | None) -> None:
+    """Fail unless ``OUTPUT/.claim`` still holds this job's attempt id (None: not claimed)."""
+    if attempt is None:
+        return
+    path = fs.join(output, CLAIM_NAME)
+    try:
+        holder = json.loads(fs.read_bytes(path)).get("attempt")
+    except Exception:  # gone, or not ours
+        holder = None
+    if holder != attempt:
+        raise RuntimeError(
+            f"{output} is no longer claimed by this job (attempt {attempt}; the claim "
+            f"{path} now holds {holder or 'nothing'}): another job took it over; no manifest "
+            "was written"
+        )
+
+
+def remove_job_files(output: str, tmp_dir: str, attempt: str | None) -> None:
+    """Remove this job's temporary directory and, if it holds it, its claim on ``output``."""
+    found = fs.list_dir(tmp_dir)
+    fs.delete(found + ([tmp_dir] if fs.exists(tmp_dir) else []))
+    parent = tmp_dir.rstrip("/").rsplit("/", 1)[0]
+    if fs.scheme(parent) in (None, "file") and os.path.isdir(parent) and not os.listdir(parent):
+        os.rmdir(parent)  # OUTPUT/.tmp, when no other attempt's files are left in it
+    if attempt is None:
+        return
+    claim = fs.join(output, CLAIM_NAME)
+    try:
+        holder = json.loads(fs.read_bytes(claim)).get("attempt")
+    except Exception:
+        return
+    if holder == attempt:
+        fs.delete([claim])
 
 
 def _versions() -> dict[str, str]:
@@ -280,7 +405,7 @@ def _versions() -> dict[str, str]:
 
 
 class FinalizeDataset(beam.PTransform):
-    """Writes ``manifest.json`` once every shard and reject file is written, then cleans up.
+    """Writes ``_manifest.json`` once every shard and reject file is written, then cleans up.
 
     The shards, reject counts and input receipts arrive as side inputs, so the runner cannot
     start this step before they are complete. It fails the job, writing no manifest, if any
@@ -294,18 +419,27 @@ class FinalizeDataset(beam.PTransform):
         inputs: the ``--input`` patterns; reading: the manifest's ``reading`` object.
         tokenizer_path: the SentencePiece model, or None for bytes (the manifest's
             ``tokenizer``).
-        expected_files: {path: size} as matched at launch, or None (a dry run).
+        expected_files: {path: (size, mtime)} as matched at launch, or None (a dry run).
+        fingerprint: the job's fingerprint (the manifest's, and every shard footer's).
+        tmp_dir: the job's temporary directory, removed at the end.
+        attempt: the id in this job's claim on the output (None: no claim was taken).
+        max_skipped_share: the job fails if more records than this share are skipped, and
+            always if all are.
         shards, reject_counts, receipts, plan: what the other steps emit.
     """
 
     def __init__(self, *, output: str, windows: WindowSpec, inputs: list[str],
                  reading: dict[str, Any], tokenizer_path: str | None,
-                 expected_files: dict[str, int] | None, shards: beam.PCollection,
-                 reject_counts: beam.PCollection, receipts: beam.PCollection,
-                 plan: beam.PCollection) -> None:
+                 expected_files: dict[str, tuple[int, float | None]] | None,
+                 shards: beam.PCollection, reject_counts: beam.PCollection,
+                 receipts: beam.PCollection, plan: beam.PCollection, fingerprint: str,
+                 tmp_dir: str, attempt: str | None = None,
+                 max_skipped_share: float = 1.0) -> None:
         super().__init__()
         self._fn = _FinalizeFn(output=output, windows=windows, inputs=inputs, reading=reading,
-                               tokenizer_path=tokenizer_path, expected_files=expected_files)
+                               tokenizer_path=tokenizer_path, expected_files=expected_files,
+                               fingerprint=fingerprint, tmp_dir=tmp_dir, attempt=attempt,
+                               max_skipped_share=max_skipped_share)
         self._side_inputs = {
             "shards": beam.pvalue.AsList(shards),
             "rejects": beam.pvalue.AsDict(reject_counts),

@@ -4,7 +4,7 @@ Contract:
 
 * ``WindowDataset(path)`` opens a directory written by the pipeline, on the local disk or
   anywhere ``pyarrow.fs`` reaches (``gs://``, ``s3://``, ``hdfs://``, ``file://``). It reads
-  ``manifest.json`` first (no manifest, no dataset), checks its format and version, and
+  ``_manifest.json`` first (no manifest, no dataset), checks its format and version, and
   checks every shard the manifest lists: it exists, its Parquet footer holds the manifest's
   row count and the columns of :data:`transforms.schema.ARROW_SCHEMA`, and, with
   ``verify=True``, its bytes hash to the manifest's SHA-256.
@@ -55,6 +55,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from reader import integrity
 from reader.layout import COLUMNS as LAYOUT_COLUMNS
 from reader.layout import RECORD, LayoutCache, ShardLayout, ShardSource, default_cache_dir
 from transforms.manifest import MANIFEST_NAME, parse_manifest
@@ -75,6 +76,7 @@ class _Shard:
     rows: int
     row_group_starts: tuple[int, ...]  # first row of each row group, in the shard
     sha256: str
+    stamp: tuple[int, int]  # (size, mtime in ns) of the file when the dataset was opened
 
 
 def _open_root(path: str | os.PathLike[str],
@@ -158,7 +160,10 @@ class WindowDataset:
         self.bos_id: int = int(tokenizer["bos_id"])
         self.eos_id: int = int(tokenizer["eos_id"])
         self.window: int = int(self.manifest["windows"]["window"])
+        self._footer_counts: list[dict[str, int] | None] = []
         self._shards = tuple(self._check_shard(i, s, verify) for i, s in enumerate(self._entries))
+        integrity.check_totals(self._footer_counts, self.manifest,
+                               where=self._where(MANIFEST_NAME))
         self._shard_starts: list[int] = []
         total = 0
         for shard in self._shards:
@@ -211,9 +216,14 @@ class WindowDataset:
         if info.type != pafs.FileType.File:
             raise FileNotFoundError(f"shard {where}, listed in the manifest, does not exist")
         with self._fs.open_input_file(path) as f:
-            pf = pq.ParquetFile(f)
+            try:
+                pf = pq.ParquetFile(f, **integrity.READ_OPTIONS)
+            except (OSError, ValueError) as e:
+                raise integrity.footer_error(e, where=where) from e
             metadata = pf.metadata
             schema = pf.schema_arrow
+        self._footer_counts.append(integrity.check_footer(
+            metadata, entry, index=i, manifest=self.manifest, where=where))
         for field in ARROW_SCHEMA:
             index = schema.get_field_index(field.name)
             if index < 0:
@@ -243,8 +253,9 @@ class WindowDataset:
         for g in range(metadata.num_row_groups):
             starts.append(total)
             total += metadata.row_group(g).num_rows
+        mtime = info.mtime_ns if info.mtime_ns is not None else -1
         return _Shard(file=file, path=path, rows=rows, row_group_starts=tuple(starts),
-                      sha256=sha256)
+                      sha256=sha256, stamp=(int(info.size or 0), int(mtime)))
 
     def _sha256(self, path: str) -> str:
         h = hashlib.sha256()
@@ -279,7 +290,7 @@ class WindowDataset:
     def _source(self, s: int) -> ShardSource:
         shard = self._shards[s]
         return ShardSource(fs=self._fs, path=shard.path, where=self._where(shard.file),
-                           sha256=shard.sha256, rows=shard.rows,
+                           sha256=shard.sha256, stamp=shard.stamp, rows=shard.rows,
                            first_index=self._shard_starts[s], vocab_size=self.vocab_size,
                            window=self.window)
 

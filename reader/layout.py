@@ -60,6 +60,8 @@ import numpy.typing as npt
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from reader import integrity
+
 __all__ = [
     "COLUMNS",
     "LAYOUT_VERSION",
@@ -100,6 +102,9 @@ class ShardSource:
         path: its path in ``fs``.
         where: its name in messages (the dataset's path or URI and the file).
         sha256: the manifest's SHA-256 of the file.
+        stamp: the file's (size, mtime in ns) now: a layout built from a file with another
+            stamp (the file was rewritten, or this is a copy) is rebuilt, which re-reads and
+            re-verifies the file.
         rows: the manifest's row count.
         first_index: the dataset index of its first row (for messages).
         vocab_size: ids must be in ``[0, vocab_size)``.
@@ -110,6 +115,7 @@ class ShardSource:
     path: str
     where: str
     sha256: str
+    stamp: tuple[int, int]
     rows: int
     first_index: int
     vocab_size: int
@@ -198,7 +204,8 @@ class LayoutCache:
         except (OSError, ValueError):
             return None
         expected = {"version": LAYOUT_VERSION, "sha256": source.sha256, "rows": source.rows,
-                    "vocab_size": source.vocab_size, "window": source.window}
+                    "vocab_size": source.vocab_size, "window": source.window,
+                    "source": list(source.stamp)}
         if not isinstance(meta, dict) or any(meta.get(k) != v for k, v in expected.items()):
             return None
         files = meta.get("files")
@@ -337,12 +344,14 @@ class LayoutCache:
             else:  # download once, hashing on the way; read the local copy
                 local = os.path.join(tmp, "shard.parquet")
                 digest = _download(source.fs, source.path, local)
+            # Converting first verifies Parquet's page checksums, whose error names the row
+            # group; the hash then covers every byte.
+            _write_layout(source, local, tmp)
             if digest != source.sha256:
                 raise ValueError(
                     f"shard {source.where} has SHA-256 {digest}, but the manifest says "
                     f"{source.sha256}; the file is damaged or was replaced"
                 )
-            _write_layout(source, local, tmp)
             if local != source.path:
                 os.remove(local)
             os.rename(tmp, self.path(source.sha256))
@@ -441,10 +450,16 @@ def _write_layout(source: ShardSource, local: str, out: str) -> None:
     doc_ids: list[bytes] = []
     last_id: str | None = None
     total = rows = 0
-    pf = pq.ParquetFile(local)
+    try:
+        pf = pq.ParquetFile(local, **integrity.READ_OPTIONS)
+    except (OSError, ValueError) as e:
+        raise integrity.footer_error(e, where=source.where) from e
     with open(os.path.join(out, "tokens.bin"), "wb") as tokens_file:
         for g in range(pf.metadata.num_row_groups):
-            table = pf.read_row_group(g, columns=["doc_id", "tokens", *COLUMNS])
+            try:  # page checksums are verified on the way (pyarrow's errors name no file)
+                table = pf.read_row_group(g, columns=["doc_id", "tokens", *COLUMNS])
+            except (OSError, ValueError) as e:
+                raise integrity.read_error(e, where=source.where, row_group=g) from e
             tokens = table.column("tokens").combine_chunks()
             if tokens.null_count:
                 raise ValueError(f"shard {source.where}: null tokens in row group {g}")
@@ -484,6 +499,7 @@ def _write_layout(source: ShardSource, local: str, out: str) -> None:
              if name != "shard.parquet"}
     meta = {"version": LAYOUT_VERSION, "sha256": source.sha256, "rows": rows,
             "vocab_size": source.vocab_size, "window": source.window,
+            "source": list(source.stamp),
             "token_dtype": dtype.name, "files": files, "built": time.time()}
     with open(os.path.join(out, _META), "w") as f:
         json.dump(meta, f, sort_keys=True)

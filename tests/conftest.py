@@ -25,7 +25,9 @@ def run_job(output: pathlib.Path, *args: str) -> dict[str, Any]:
 
 def read_rows(output: pathlib.Path) -> list[dict[str, Any]]:
     """Every row of every shard, in shard order."""
-    manifest = json.loads((output / "manifest.json").read_text())
+    from transforms.manifest import MANIFEST_NAME
+
+    manifest = json.loads((output / MANIFEST_NAME).read_text())
     rows: list[dict[str, Any]] = []
     for shard in manifest["shards"]:
         rows.extend(pq.read_table(output / shard["file"]).to_pylist())
@@ -88,3 +90,35 @@ def fn_api_pipeline() -> Any:
     from apache_beam.runners.portability.fn_api_runner import fn_runner
 
     return beam.Pipeline(runner=fn_runner.FnApiRunner())
+
+
+def train_bpe(directory: pathlib.Path, *, config: dict[str, Any] | None = None) -> pathlib.Path:
+    """A small byte-level BPE ``tokenizer.json`` trained on the sample corpus (no download),
+    with ``<s>``, ``</s>`` and ``<|endoftext|>`` as special tokens, and optionally a
+    ``tokenizer_config.json`` beside it."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    texts = [json.loads(line)["text"]
+             for f in sorted((SAMPLES / "corpus").glob("*.jsonl"))
+             for line in f.read_text(encoding="utf-8").splitlines()[:40]]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<s>", "</s>", "<|endoftext|>"], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "tokenizer.json"
+    tok.save(str(path))
+    if config is not None:
+        (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.fixture(scope="session")
+def bpe(tmp_path_factory) -> pathlib.Path:
+    """`train_bpe` once per session, with a tokenizer_config.json naming <s> and </s>."""
+    pytest.importorskip("tokenizers", reason="the hf extra (tokenizers) is not installed")
+    return train_bpe(tmp_path_factory.mktemp("bpe"),
+                     config={"bos_token": {"content": "<s>", "lstrip": False},
+                             "eos_token": "</s>"})

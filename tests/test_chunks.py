@@ -350,7 +350,7 @@ def test_account_inputs_checks_every_file_is_read_exactly_once():
         account_inputs(pieces, {"a": 10, "p": 99, "b": 5})
     with pytest.raises(RuntimeError, match="inputs changed while the job ran"):
         account_inputs(pieces, {"a": 10})
-    with pytest.raises(RuntimeError, match="a changed size"):
+    with pytest.raises(RuntimeError, match="input file a changed while the job ran"):
         account_inputs(pieces, {"a": 11, "p": 99})
-    with pytest.raises(RuntimeError, match="a changed size"):
+    with pytest.raises(RuntimeError, match="input file a changed while the job ran"):
         account_inputs([pieces[0], dataclasses.replace(pieces[1], size=11, extent=11)], None)

@@ -263,3 +263,20 @@ def test_prepare_from_the_command_line(small: tuple[Path, list], tmp_path: Path,
     assert report["built"] == 3 and report["windows"] == len(rows) and report["bytes"] > 0
     assert report["cache_dir"] == str(tmp_path / "c")
     assert prepare_main([str(root), "--cache-dir", str(tmp_path / "c"), "--verify"])["built"] == 0
+
+
+def test_a_shard_changed_after_its_layout_was_built_is_read_again(small: tuple[Path, list],
+                                                                  tmp_path: Path) -> None:
+    root, rows = small
+    WindowDataset(root).prepare()
+    shard = root / "part-00001-of-00003.parquet"
+    os.utime(shard, ns=(1, 1))  # same bytes, another stamp: rebuilt, not trusted
+    ds = WindowDataset(root)
+    assert ds.prepare()["built"] == 1
+    for i, row in enumerate(rows):
+        check_window(ds[i], row, i)
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x5A  # damaged after the layout was built: never served
+    shard.write_bytes(bytes(data))
+    with pytest.raises((ValueError, OSError), match=r"part-00001-of-00003\.parquet"):
+        WindowDataset(root).prepare()  # at open (footer) or at the rebuild (pages, hash)

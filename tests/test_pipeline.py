@@ -23,6 +23,8 @@ import sentencepiece as spm
 
 from tests.conftest import DATA, SAMPLES, dir_bytes, read_rows, run_job, write_jsonl
 from transforms.keys import doc_key, shard_of
+from transforms.manifest import MANIFEST_NAME
+from transforms.schema import REJECTS_DIR
 from transforms.tokenizers import ByteTokenizer
 
 TEXTS = ["abcde", "abcd", "a", "The Fox and the Grapes. " * 9, "道可道，非常道。" * 4, "xy" * 40]
@@ -207,7 +209,7 @@ def test_same_bytes_on_both_direct_modes_and_seed_changes_only_order(tmp_path):
     run_job(tmp_path / "b", *args, "--direct_running_mode=multi_processing",
             "--direct_num_workers=2")
     a, b = dir_bytes(tmp_path / "a"), dir_bytes(tmp_path / "b")
-    assert sorted(a) == ["manifest.json"] + [f"part-0000{i}-of-00003.parquet" for i in range(3)]
+    assert sorted(a) == [MANIFEST_NAME] + [f"part-0000{i}-of-00003.parquet" for i in range(3)]
     assert a == b
 
     run_job(tmp_path / "c", *args[:-1], "12")
@@ -262,7 +264,7 @@ def test_bad_records_are_counted_and_kept(tmp_path):
                             "missing_text": 1, "not_an_object": 1, "text_not_string": 1}
     assert (c["records"], c["documents"], c["repaired"]) == (8, 2, {"invalid_utf8": 1})
     rejects = {p.name: [json.loads(x) for x in p.read_text().splitlines()]
-               for p in (out / "rejects").iterdir()}
+               for p in (out / REJECTS_DIR).iterdir()}
     assert rejects["malformed_json.jsonl"][0]["source"] == f"{src}:2"
     assert rejects["malformed_json.jsonl"][0]["record"] == "{oops"
     assert rejects["text_not_string.jsonl"][0]["source"] == f"{src}:4"
@@ -281,7 +283,7 @@ def test_reject_files_list_records_in_input_order(tmp_path):
     src = write_jsonl(tmp_path / "in.jsonl", ["{bad" if i % 2 else {"text": f"ok {i}"}
                                               for i in range(24)])
     run_job(tmp_path / "out", "--input", str(src), "--tokenizer", "bytes")
-    lines = (tmp_path / "out" / "rejects" / "malformed_json.jsonl").read_text().splitlines()
+    lines = (tmp_path / "out" / REJECTS_DIR / "malformed_json.jsonl").read_text().splitlines()
     assert [json.loads(x)["source"] for x in lines] == [f"{src}:{n}" for n in range(2, 25, 2)]
 
 
@@ -293,8 +295,11 @@ def test_duplicate_ids_are_rejected_not_reordered(tmp_path):
                        "--id-field", "id")
     assert manifest["counts"]["skipped"] == {"duplicate_id": 1}
     (reject,) = [json.loads(x) for x in
-                 (tmp_path / "out" / "rejects" / "duplicate_id.jsonl").read_text().splitlines()]
+                 (tmp_path / "out" / REJECTS_DIR / "duplicate_id.jsonl").read_text().splitlines()]
     assert reject["source"] == f"{src}:2"
+    # The dropped record is kept for inspection, as every other reject's is.
+    assert json.loads(reject["record"]) == {"id": "x", "text": "two"}
+    assert reject["truncated"] is False
     assert {r["doc_id"] for r in read_rows(tmp_path / "out")} == {"x", "y"}
 
 
@@ -313,7 +318,7 @@ def test_shards_written_at_once_or_one_by_one_are_the_same_bytes(tmp_path, monke
     assert dir_bytes(tmp_path / "at-once") == dir_bytes(tmp_path / "one-by-one")
     assert manifest["num_shards"] == 7 and len(manifest["shards"]) == 7
     assert manifest["counts"]["skipped"] == {"duplicate_id": 20}
-    rejected = (tmp_path / "at-once" / "rejects" / "duplicate_id.jsonl").read_text().splitlines()
+    rejected = (tmp_path / "at-once" / REJECTS_DIR / "duplicate_id.jsonl").read_text().splitlines()
     assert sorted(json.loads(r)["source"] for r in rejected) == sorted(
         f"{src}:{i + 1}" for i in range(40, 60))
 
@@ -324,7 +329,7 @@ def test_unreadable_file_fails_the_job_naming_it(tmp_path):
     bad.write_bytes(b"this is not gzip")
     with pytest.raises(Exception, match="broken.jsonl.gz"):
         run_job(tmp_path / "out", "--input", str(bad), "--tokenizer", "bytes")
-    assert not (tmp_path / "out" / "manifest.json").exists()
+    assert not (tmp_path / "out" / MANIFEST_NAME).exists()
 
 
 def test_parquet_input_bad_rows_and_huge_documents(tmp_path):
@@ -338,14 +343,16 @@ def test_parquet_input_bad_rows_and_huge_documents(tmp_path):
     manifest = run_job(out, "--input", str(src), "--tokenizer", "bytes", "--max-doc-bytes", "50")
     assert manifest["counts"]["skipped"] == {"empty": 1, "missing_text": 1, "too_large": 1}
     assert {r["doc_id"] for r in read_rows(out)} == {"p.parquet:0", "p.parquet:4"}
-    (big,) = [json.loads(x) for x in (out / "rejects" / "too_large.jsonl").read_text().splitlines()]
+    (big,) = [json.loads(x)
+              for x in (out / REJECTS_DIR / "too_large.jsonl").read_text().splitlines()]
     assert big["source"] == f"{src}#row=3" and "100 bytes" in big["detail"]
 
-    # A text column of another type: every row is unusable, each is counted and kept.
+    # A text column of another type: every row is unusable, and the job fails
+    # (issue 10: an empty dataset is never what was asked for).
     pq.write_table(pa.table({"text": [1, 2]}), src)
-    manifest = run_job(tmp_path / "o2", "--input", str(src), "--tokenizer", "bytes")
-    assert manifest["counts"]["skipped"] == {"text_not_string": 2}
-    assert manifest["counts"]["documents"] == 0 and manifest["counts"]["windows"] == 0
+    with pytest.raises(Exception, match="all 2 records skipped as text_not_string"):
+        run_job(tmp_path / "o2", "--input", str(src), "--tokenizer", "bytes")
+    assert list((tmp_path / "o2").iterdir()) == []  # what the failed job wrote is removed
 
     # A missing text column fails the job naming the file and the columns.
     with pytest.raises(Exception, match="has no column 'body'"):
@@ -388,7 +395,7 @@ def test_lost_input_fails_the_job_and_writes_no_manifest(corpus, tmp_path):
         beam.Pipeline(runner=fn_runner.FnApiRunner(), options=options) as p,
     ):
         build_pipeline(p, config, expected)
-    assert not (out / "manifest.json").exists()
+    assert not (out / MANIFEST_NAME).exists()
 
 
 def test_a_spilled_shuffle_writes_the_bytes_of_the_runner_s(tmp_path, monkeypatch):

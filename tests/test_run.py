@@ -13,6 +13,8 @@ import pytest
 
 from pipeline.run import main
 from tests.conftest import DATA, ROOT, run_job
+from transforms.manifest import MANIFEST_NAME
+from transforms.schema import REJECTS_DIR
 
 FLAGS = ("--input", "--format", "--text-field", "--id-field", "--keep-empty", "--invalid-utf8",
          "--max-doc-bytes", "--tokenizer", "--window", "--stride", "--tail", "--min-tail",
@@ -84,13 +86,12 @@ def test_existing_output_is_refused_then_overwritten_without_stale_shards(capsys
     run_job(out, "--input", str(corpus), "--tokenizer", "bytes", "--num-shards", "2",
             "--overwrite")
     assert sorted(p.name for p in out.iterdir()) == [
-        "manifest.json", "part-00000-of-00002.parquet", "part-00001-of-00002.parquet",
-        "rejects",
+        MANIFEST_NAME, REJECTS_DIR, "part-00000-of-00002.parquet", "part-00001-of-00002.parquet",
     ]
     (out / "notes.txt").write_text("mine")
     err = refused(capsys, "--input", str(corpus), "--tokenizer", "bytes", "--output", str(out),
                   "--overwrite")
-    assert "files this job did not write (e.g. notes.txt)" in err
+    assert "that no manifest (nor a killed job's claim) accounts for, e.g. notes.txt" in err
 
 
 def test_the_real_entry_point_helps_and_refuses(corpus, tmp_path):

@@ -28,6 +28,8 @@ from importlib import metadata
 import pytest
 
 from tests.conftest import ROOT, SAMPLES, dir_bytes, run_job, write_jsonl
+from transforms.manifest import MANIFEST_NAME
+from transforms.schema import REJECTS_DIR
 
 try:  # only with apache-beam[gcp]
     from apache_beam.runners.dataflow.internal import apiclient
@@ -153,11 +155,11 @@ def test_same_bytes_on_fnapi_modes_portable_external_and_direct_runner(tmp_path,
     assert direct.returncode == 0, direct.stderr
 
     expected = dir_bytes(tmp_path / "in_memory")
-    assert sorted(expected) == [
-        "manifest.json", "part-00000-of-00003.parquet", "part-00001-of-00003.parquet",
-        "part-00002-of-00003.parquet", "rejects/duplicate_id.jsonl", "rejects/empty.jsonl",
-        "rejects/malformed_json.jsonl", "rejects/missing_id.jsonl",
-    ]
+    assert sorted(expected) == sorted([
+        MANIFEST_NAME, "part-00000-of-00003.parquet", "part-00001-of-00003.parquet",
+        "part-00002-of-00003.parquet", *(f"{REJECTS_DIR}/{r}.jsonl" for r in (
+            "duplicate_id", "empty", "malformed_json", "missing_id")),
+    ])
     for engine in ("mp2", "portable", "direct"):
         got = dir_bytes(tmp_path / engine)
         assert sorted(got) == sorted(expected), engine
@@ -167,7 +169,7 @@ def test_same_bytes_on_fnapi_modes_portable_external_and_direct_runner(tmp_path,
     assert want["counts"]["skipped"] == {"duplicate_id": 1, "malformed_json": 1,
                                          "missing_id": 1, "empty": 1}
     # What shapes the bytes is recorded (by the worker that wrote the manifest).
-    versions = json.loads((tmp_path / "portable" / "manifest.json").read_text())["versions"]
+    versions = json.loads((tmp_path / "portable" / MANIFEST_NAME).read_text())["versions"]
     for name in ("token-windows", "apache-beam", "pyarrow", "sentencepiece", "numpy"):
         assert versions[name] == metadata.version(name), name
 

@@ -34,7 +34,8 @@ def test_write_dataset_writes_the_job_s_shards(tmp_path):
                   "--seed", "9", "--format", "lines", "--num-shards", "3")
     # With --format lines, line n of c.txt is the document c.txt:n.
     documents = [(f"c.txt:{n}", TOK.encode(line)) for n, line in enumerate(LINES, start=1)]
-    manifest = write_dataset(tmp_path / "ds", documents, windows=windows, num_shards=3)
+    manifest = write_dataset(tmp_path / "ds", documents, windows=windows, num_shards=3,
+                             fingerprint=job["fingerprint"])
     assert [s["file"] for s in manifest["shards"]] == [shard_file_name(i, 3) for i in range(3)]
     for shard in job["shards"]:
         assert (tmp_path / "ds" / shard["file"]).read_bytes() == (

@@ -28,6 +28,8 @@ from __future__ import annotations
 import bz2
 import dataclasses
 import gzip
+import io
+import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
 
@@ -43,14 +45,17 @@ from transforms.documents import (
 from transforms.params import ReadSpec
 
 __all__ = [
+    "BOM",
     "CHUNK_BYTES",
     "COMPRESSIONS",
     "Chunk",
     "Opener",
     "Receipt",
     "account_inputs",
+    "common_base",
     "count_lines",
     "detect_format",
+    "disambiguated_name",
     "line_starts_in",
     "number_chunks",
     "open_local",
@@ -58,6 +63,7 @@ __all__ = [
     "plan_chunks",
     "read_chunk",
     "relative_name",
+    "shown_name",
 ]
 
 # An uncompressed line-oriented file is read in ranges of this many bytes, in parallel.
@@ -73,6 +79,7 @@ _EXTENSIONS = {
     ".parquet": "parquet",
 }
 _READ_BLOCK = 1 << 20
+BOM = b"\xef\xbb\xbf"
 
 Opener = Callable[[str], BinaryIO]
 
@@ -96,6 +103,7 @@ class Receipt:
     start: int
     end: int
     records: int
+    mtime: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -109,6 +117,9 @@ class Chunk:
         first: the first line (1-based) or row (0-based); None while still to be counted.
         size: the file's size in bytes, as matched.
         extent: what start/end range over: the size, or the number of row groups.
+        mtime: the file's modification time as matched (seconds), or None if unknown.
+            `read_chunk` checks that the file it reads still has this size and mtime, so a
+            receipt stands for bytes actually read from the file as matched.
     """
 
     path: str
@@ -120,10 +131,11 @@ class Chunk:
     first: int | None
     size: int
     extent: int
+    mtime: float | None = None
 
     def receipt(self, records: int) -> Receipt:
         return Receipt(path=self.path, size=self.size, extent=self.extent, start=self.start,
-                       end=self.end, records=records)
+                       end=self.end, records=records, mtime=self.mtime)
 
 
 def pattern_base(pattern: str) -> str:
@@ -141,8 +153,41 @@ def pattern_base(pattern: str) -> str:
 
 
 def relative_name(path: str, base: str) -> str:
-    """The path of a matched file relative to its pattern's base (stable across machines)."""
-    return path[len(base) :] if base and path.startswith(base) else path.rsplit("/", 1)[-1]
+    """The path of a matched file relative to its pattern's base (stable across machines).
+
+    A name that is not valid UTF-8 (a local file name Python holds with surrogate escapes)
+    is shown with its undecodable bytes escaped: ``caf\\xe9.jsonl``.
+    """
+    rel = path[len(base) :] if base and path.startswith(base) else path.rsplit("/", 1)[-1]
+    return shown_name(rel)
+
+
+def shown_name(path: str) -> str:
+    """``path`` with bytes that are not UTF-8 (surrogate escapes) shown as ``\\xNN``."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def common_base(bases: Iterable[str]) -> str:
+    """The longest directory prefix (ending in '/') shared by pattern bases, or ''.
+
+    >>> common_base(["c/en/", "c/zh/"])
+    'c/'
+    """
+    bases = list(bases)
+    prefix = os.path.commonprefix(bases) if bases else ""
+    return prefix[: prefix.rfind("/") + 1]
+
+
+def disambiguated_name(path: str, bases: Iterable[str]) -> str:
+    """The id prefix of a file whose `relative_name` is shared by another file of the job:
+    its path relative to the common base of every pattern (the full path if there is none),
+    so ``en/part-0.jsonl`` and ``zh/part-0.jsonl`` stay apart."""
+    base = common_base(bases)
+    return shown_name(path[len(base) :] if base and path.startswith(base) else path)
 
 
 def detect_format(path: str, forced: str | None) -> tuple[str, str | None]:
@@ -170,15 +215,18 @@ def detect_format(path: str, forced: str | None) -> tuple[str, str | None]:
 
 def plan_chunks(
     path: str, *, rel: str, size: int, spec: ReadSpec, open_file: Opener,
-    chunk_bytes: int = CHUNK_BYTES,
+    chunk_bytes: int = CHUNK_BYTES, mtime: float | None = None,
 ) -> Iterator[Chunk]:
-    """The chunks of one matched file of ``size`` bytes.
+    """The chunks of one matched file of ``size`` bytes (modified at ``mtime``, if known).
 
     Raises:
         ValueError: the format cannot be told, or a Parquet file is compressed around.
+        OSError: a Parquet file's footer cannot be read (truncated, not Parquet); the
+            message names the file.
     """
-    fmt, compression = detect_format(path, spec.format)
-    whole = {"path": path, "rel": rel, "fmt": fmt, "compression": compression, "size": size}
+    fmt, compression = detect_format(shown_name(path), spec.format)
+    whole = {"path": path, "rel": rel, "fmt": fmt, "compression": compression, "size": size,
+             "mtime": mtime}
     if fmt == "parquet":
         if compression is not None:
             raise ValueError(
@@ -193,8 +241,15 @@ def plan_chunks(
 
 
 def _parquet_chunks(whole: dict, open_file: Opener, chunk_bytes: int) -> Iterator[Chunk]:
-    with open_file(whole["path"]) as f:
-        meta = pq.ParquetFile(f).metadata
+    try:
+        with open_file(whole["path"]) as f:
+            meta = pq.ParquetFile(f).metadata
+    except Exception as e:  # pyarrow raises ArrowInvalid (a ValueError) for a bad footer
+        raise OSError(
+            f"cannot read input file {shown_name(whole['path'])}: {e}; it is not a complete "
+            "Parquet file (truncated or still being written?): replace it or leave it out of "
+            "--input"
+        ) from e
     groups = meta.num_row_groups
     row, first_group, first_row, size = 0, 0, 0, 0
     for group in range(groups):
@@ -237,15 +292,17 @@ def number_chunks(counted: Iterable[tuple[Chunk, int]]) -> Iterator[Chunk]:
         line += lines
 
 
-def _read_line_range(f: BinaryIO, start: int, end: int) -> bytes:
+def _read_line_range(f: BinaryIO, start: int, end: int) -> tuple[bytes, int]:
     """The whole lines of an uncompressed file that begin at a byte offset in [start, end).
 
     The byte before ``start`` is read to tell whether ``start`` begins a line; the last line
     is read past ``end`` to its newline. Consecutive ranges thus hold every line once.
+    Returns the lines and how many bytes of ``[start, end)`` the file held.
     """
     first = max(start - 1, 0)
     f.seek(first)
     data = f.read(end - first)
+    consumed = max(len(data) - (start - first), 0)  # bytes of [start, end) the file had
     if start > 0:
         newline = data.find(b"\n")
         data = b"" if newline == -1 else data[newline + 1 :]
@@ -258,7 +315,59 @@ def _read_line_range(f: BinaryIO, start: int, end: int) -> bytes:
                 break
             parts.append(block)
         data = b"".join(parts)
-    return data
+    return data, consumed
+
+
+class _CountingReader(io.RawIOBase):
+    """A read-only view of a binary file that counts the bytes read through it (codecs read
+    the compressed file through it, so the receipt knows how much of the file was used)."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self.consumed = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray) -> int:  # type: ignore[override]
+        data = self._f.read(len(b))
+        b[: len(data)] = data
+        self.consumed += len(data)
+        return len(data)
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._f.read() if size is None or size < 0 else self._f.read(size)
+        self.consumed += len(data)
+        return data
+
+
+def _seen(f: BinaryIO) -> tuple[int, float | None]:
+    """(size, mtime) of an open file as it is now; mtime None where the file system gives
+    no descriptor (object stores: their size is still seen)."""
+    position = f.tell()
+    size = f.seek(0, io.SEEK_END)
+    f.seek(position)
+    try:
+        mtime: float | None = os.fstat(f.fileno()).st_mtime
+    except (AttributeError, OSError, io.UnsupportedOperation, ValueError):
+        mtime = None
+    return size, mtime
+
+
+def _check_unchanged(chunk: Chunk, f: BinaryIO, consumed: int | None) -> None:
+    """Fail unless the open file still is the file that was matched (size, mtime) and the
+    read consumed what the chunk planned."""
+    size, mtime = _seen(f)
+    changed = size != chunk.size or (
+        mtime is not None and chunk.mtime is not None and mtime != chunk.mtime)
+    if consumed is not None and consumed != (chunk.end - chunk.start):
+        changed = True
+    if changed:
+        raise OSError(
+            f"input file {shown_name(chunk.path)} changed while the job ran: matched with "
+            f"{chunk.size} bytes (mtime {chunk.mtime}), read with {size} bytes (mtime "
+            f"{mtime}); no manifest was written: rerun once the input stops changing"
+        )
 
 
 def _decompress(f: BinaryIO, compression: str | None) -> bytes:
@@ -294,17 +403,27 @@ def read_chunk(chunk: Chunk, spec: ReadSpec, open_file: Opener) -> Iterator[Docu
             names it.
     """
     first = 1 if chunk.first is None else chunk.first
-    where = {"path": chunk.path, "rel": chunk.rel, "spec": spec}
+    where = {"path": shown_name(chunk.path), "rel": chunk.rel, "spec": spec}
     try:
         with open_file(chunk.path) as f:
+            consumed: int | None = None
             if chunk.fmt == "parquet":
                 table = pq.ParquetFile(f).read_row_groups(range(chunk.start, chunk.end))
             elif chunk.compression is not None or chunk.fmt == "text":
-                data = _decompress(f, chunk.compression)
+                counted = _CountingReader(f)
+                data = _decompress(counted, chunk.compression)
+                consumed = counted.consumed
             else:
-                data = _read_line_range(f, chunk.start, chunk.end)
+                data, consumed = _read_line_range(f, chunk.start, chunk.end)
+            _check_unchanged(chunk, f, consumed)
+    except OSError as e:
+        if "changed while the job ran" in str(e):
+            raise
+        raise OSError(f"cannot read input file {shown_name(chunk.path)}: {e}") from e
     except Exception as e:  # a file that cannot be read fails the job, naming it
-        raise OSError(f"cannot read input file {chunk.path}: {e}") from e
+        raise OSError(f"cannot read input file {shown_name(chunk.path)}: {e}") from e
+    if chunk.start == 0 and chunk.fmt != "parquet" and data.startswith(BOM):
+        data = data[len(BOM) :]  # a UTF-8 byte order mark is not part of the first record
     if chunk.fmt == "parquet":
         return iter(parse_parquet(table, first_row=first, **where))
     if chunk.fmt == "text":
@@ -312,14 +431,18 @@ def read_chunk(chunk: Chunk, spec: ReadSpec, open_file: Opener) -> Iterator[Docu
     return parse_lines(data, fmt=chunk.fmt, first_line=first, **where)
 
 
-def account_inputs(receipts: Iterable[Receipt], expected: dict[str, int] | None) -> int:
+def account_inputs(
+    receipts: Iterable[Receipt],
+    expected: dict[str, int] | dict[str, tuple[int, float | None]] | None,
+) -> int:
     """The number of records read, after checking that every input was read exactly once.
 
     The pieces of each file must tile ``[0, extent)`` with no gap and no overlap, and, when
-    ``expected`` ({path: size} as matched before the job started) is given, every expected
-    file must be there with its size and no other. A runner that lost or repeated work
-    thus fails the job instead of writing a dataset that silently lacks (or doubles) part of
-    its input.
+    ``expected`` ({path: size} or {path: (size, mtime)} as matched before the job started)
+    is given, every expected file must be there with its size (and mtime, where both are
+    known) and no other. A runner that lost or repeated work, or an input that changed
+    after the launcher matched it, thus fails the job instead of writing a dataset that
+    silently lacks (or doubles) part of its input.
 
     Raises:
         RuntimeError: naming the file and what is wrong with it.
@@ -327,41 +450,57 @@ def account_inputs(receipts: Iterable[Receipt], expected: dict[str, int] | None)
     by_path: dict[str, list[Receipt]] = {}
     for r in receipts:
         by_path.setdefault(r.path, []).append(r)
+    launch: dict[str, tuple[int, float | None]] | None = None
     if expected is not None:
-        missing = sorted(set(expected) - set(by_path))
+        launch = {p: (v, None) if isinstance(v, int) else (v[0], v[1])
+                  for p, v in expected.items()}
+        missing = sorted(set(launch) - set(by_path))
         if missing:
             raise RuntimeError(
-                f"{len(missing)} input files were never read (e.g. {missing[0]}): the runner "
-                "lost work; no manifest was written, rerun the job"
+                f"{len(missing)} input files were never read (e.g. {shown_name(missing[0])}): "
+                "the runner lost work, or the file disappeared while the job ran; no manifest "
+                "was written, rerun the job"
             )
-        extra = sorted(set(by_path) - set(expected))
+        extra = sorted(set(by_path) - set(launch))
         if extra:
             raise RuntimeError(
-                f"{extra[0]} was read but did not match when the job started: inputs changed "
-                "while the job ran; no manifest was written"
+                f"{shown_name(extra[0])} was read but did not match when the job started: "
+                "inputs changed while the job ran; no manifest was written"
             )
     total = 0
     for path, pieces in sorted(by_path.items()):
         pieces.sort(key=lambda r: (r.start, r.end))
-        sizes = {(r.size, r.extent) for r in pieces}
-        if len(sizes) != 1 or (expected is not None and pieces[0].size != expected[path]):
+        seen = {(r.size, r.extent, r.mtime) for r in pieces}
+        name = shown_name(path)
+        if len(seen) != 1:
             raise RuntimeError(
-                f"{path} changed size while the job ran ({sorted(sizes)}, expected "
-                f"{expected.get(path) if expected else '?'} bytes); no manifest was written"
+                f"input file {name} changed while the job ran (its chunks saw (size, extent, "
+                f"mtime) {sorted(seen, key=repr)}); no manifest was written: rerun once the "
+                "input stops changing"
             )
+        if launch is not None:
+            size, mtime = launch[path]
+            read = pieces[0]
+            if read.size != size or (
+                    mtime is not None and read.mtime is not None and read.mtime != mtime):
+                raise RuntimeError(
+                    f"input file {name} changed while the job ran: {size} bytes (mtime {mtime}) "
+                    f"when the job started, {read.size} bytes (mtime {read.mtime}) when it was "
+                    "read; no manifest was written: rerun once the input stops changing"
+                )
         position = 0
         for r in pieces:
             if r.start != position:
                 what = "was read twice" if r.start < position else "was never read"
                 raise RuntimeError(
-                    f"{path}: the range [{min(r.start, position)}, {max(r.start, position)}) "
+                    f"{name}: the range [{min(r.start, position)}, {max(r.start, position)}) "
                     f"{what}: the runner lost or repeated work; no manifest was written"
                 )
             position = r.end
             total += r.records
         if position != pieces[0].extent:
             raise RuntimeError(
-                f"{path}: the range [{position}, {pieces[0].extent}) was never read: the "
+                f"{name}: the range [{position}, {pieces[0].extent}) was never read: the "
                 "runner lost work; no manifest was written"
             )
     return total

@@ -63,10 +63,11 @@ class Reject(typing.NamedTuple):
     source: str
     detail: str
     record: str
+    truncated: bool = False  # ``record`` already holds only the start of the record
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON object written to ``rejects/<reason>.jsonl``."""
-        truncated = len(self.record) > MAX_REJECT_RECORD_CHARS
+        """The JSON object written to ``_rejects/<reason>.jsonl``."""
+        truncated = self.truncated or len(self.record) > MAX_REJECT_RECORD_CHARS
         return {
             "reason": self.reason,
             "source": self.source,
@@ -76,8 +77,10 @@ class Reject(typing.NamedTuple):
         }
 
     def to_line(self) -> bytes:
-        """Its line of ``rejects/<reason>.jsonl``: `to_json`, sorted keys, UTF-8."""
-        return (json.dumps(self.to_json(), ensure_ascii=False, sort_keys=True) + "\n").encode()
+        """Its line of ``rejects/<reason>.jsonl``: `to_json`, sorted keys, UTF-8 (a lone
+        surrogate in the record, which UTF-8 cannot hold, as its backslash escape)."""
+        return (json.dumps(self.to_json(), ensure_ascii=False, sort_keys=True) + "\n").encode(
+            "utf-8", "backslashreplace")
 
 
 def source_order(source: str) -> tuple[str, int]:
@@ -100,6 +103,35 @@ def _decode(raw: bytes, spec: ReadSpec, source: str) -> tuple[str | None, bool, 
             reject = Reject(reason="invalid_utf8", source=source, detail=str(e), record=text)
             return None, False, reject
         return text, True, None
+
+
+def _without_surrogates(text: str, spec: ReadSpec, source: str,
+                        record: str) -> tuple[str | None, bool, Reject | None]:
+    """JSON's ``\\ud800`` escapes can give a string with lone surrogates, which no UTF-8
+    tokenizer can take. Like undecodable bytes (the same policy, ``--invalid-utf8``), each
+    becomes U+FFFD and the document is counted as repaired, or the record is rejected."""
+    try:
+        text.encode("utf-8")
+        return text, False, None
+    except UnicodeEncodeError as e:
+        if spec.invalid_utf8 == "reject":
+            detail = f"lone surrogate in {spec.text_field!r}: {e}"
+            return None, False, Reject(reason="invalid_utf8", source=source, detail=detail,
+                                       record=_printable(record))
+        return _one_replacement_per_surrogate(text), True, None
+
+
+def _one_replacement_per_surrogate(text: str) -> str:
+    return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in text)
+
+
+def _printable(record: str) -> str:
+    """A record as it can be written to a UTF-8 reject file (lone surrogates escaped)."""
+    try:
+        record.encode("utf-8")
+        return record
+    except UnicodeEncodeError:
+        return record.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _document(
@@ -125,6 +157,7 @@ def _document(
             source=source,
             detail=f"{size} bytes of text, more than --max-doc-bytes={spec.max_doc_bytes}",
             record=text[:4096],
+            truncated=len(text) > 4096,
         )
     return Document(doc_id=doc_id, text=text, source=source, repaired=repaired)
 
@@ -140,6 +173,10 @@ def _record_id(record: dict[str, Any], spec: ReadSpec, source: str, raw: str) ->
     if value == "":
         return Reject(reason="invalid_id", source=source, detail=f"{spec.id_field!r} is empty",
                       record=raw)
+    if isinstance(value, str) and _printable(value) != value:
+        return Reject(reason="invalid_id", source=source,
+                      detail=f"{spec.id_field!r} holds a lone surrogate, not UTF-8 text",
+                      record=_printable(raw))
     return str(value)
 
 
@@ -204,33 +241,47 @@ def parse_lines(
                 yield doc
                 continue
         source = f"{path}:{number}"
-        text, repaired, reject = _decode(raw, spec, source)
-        if text is None:
-            yield reject  # type: ignore[misc]
-            continue
-        if fmt == "lines":
-            yield _document(f"{rel}:{number}", text, source, spec, repaired, text)
-            continue
-        if not text.strip():
-            yield Reject(reason="blank_line", source=source,
-                         detail="a blank line in a JSONL file", record=text)
-            continue
         try:
-            record = json.loads(text)
-        except json.JSONDecodeError as e:
-            yield Reject(reason="malformed_json", source=source, detail=str(e), record=text)
-            continue
-        if not isinstance(record, dict):
-            yield Reject(reason="not_an_object", source=source,
-                         detail=f"a JSON {type(record).__name__}, not an object", record=text)
-            continue
-        doc_id: str | Reject = f"{rel}:{number}"
-        if spec.id_field is not None:
-            doc_id = _record_id(record, spec, source, text)
-            if isinstance(doc_id, Reject):
-                yield doc_id
-                continue
-        yield _document(doc_id, record.get(spec.text_field), source, spec, repaired, text)
+            yield _line_item(raw, fmt=fmt, doc_id=f"{rel}:{number}", source=source, spec=spec)
+        except Exception as e:  # one record's failure is its reject, never the job's
+            yield Reject(reason="unreadable_record", source=source,
+                         detail=f"{type(e).__name__}: {e}",
+                         record=_printable(raw.decode("utf-8", errors="replace")))
+
+
+def _line_item(raw: bytes, *, fmt: str, doc_id: str, source: str,
+               spec: ReadSpec) -> Document | Reject:
+    """The document or reject of one line (``lines`` or ``jsonl``)."""
+    text, repaired, reject = _decode(raw, spec, source)
+    if text is None:
+        return reject  # type: ignore[return-value]
+    if fmt == "lines":
+        return _document(doc_id, text, source, spec, repaired, text)
+    if not text.strip():
+        return Reject(reason="blank_line", source=source,
+                      detail="a blank line in a JSONL file", record=text)
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as e:
+        return Reject(reason="malformed_json", source=source, detail=str(e), record=text)
+    except RecursionError:
+        return Reject(reason="malformed_json", source=source,
+                      detail="JSON nested too deeply to parse", record=text)
+    if not isinstance(record, dict):
+        return Reject(reason="not_an_object", source=source,
+                      detail=f"a JSON {type(record).__name__}, not an object", record=text)
+    if spec.id_field is not None:
+        doc_id_or_reject = _record_id(record, spec, source, text)
+        if isinstance(doc_id_or_reject, Reject):
+            return doc_id_or_reject
+        doc_id = doc_id_or_reject
+    value = record.get(spec.text_field)
+    if isinstance(value, str):
+        value, fixed, reject = _without_surrogates(value, spec, source, text)
+        if reject is not None:
+            return reject
+        repaired = repaired or fixed
+    return _document(doc_id, value, source, spec, repaired, _printable(text))
 
 
 def parse_text_file(data: bytes, *, path: str, rel: str, spec: ReadSpec) -> Document | Reject:
@@ -262,19 +313,27 @@ def parse_parquet(
     for i, text in enumerate(texts):
         row = first_row + i
         source = f"{path}#row={row}"
-        raw = text if isinstance(text, str) else repr(text)
-        if isinstance(text, bytes):
-            decoded, repaired, reject = _decode(text, spec, source)
-            if reject is not None:
-                yield reject
-                continue
-            text = decoded
-        else:
-            repaired = False
-        doc_id: str | Reject = f"{rel}:{row}"
-        if ids is not None:
-            doc_id = _record_id({spec.id_field: ids[i]}, spec, source, raw)
-            if isinstance(doc_id, Reject):
-                yield doc_id
-                continue
-        yield _document(doc_id, text, source, spec, repaired, raw)
+        try:
+            yield _parquet_item(text, None if ids is None else ids[i], doc_id=f"{rel}:{row}",
+                                source=source, spec=spec)
+        except Exception as e:  # one record's failure is its reject, never the job's
+            yield Reject(reason="unreadable_record", source=source,
+                         detail=f"{type(e).__name__}: {e}", record=_printable(repr(text)))
+
+
+def _parquet_item(text: Any, row_id: Any, *, doc_id: str, source: str,
+                  spec: ReadSpec) -> Document | Reject:
+    raw = text if isinstance(text, str) else repr(text)
+    if isinstance(text, bytes):
+        decoded, repaired, reject = _decode(text, spec, source)
+        if reject is not None:
+            return reject
+        text = decoded
+    else:
+        repaired = False
+    if spec.id_field is not None:
+        found = _record_id({spec.id_field: row_id}, spec, source, raw)
+        if isinstance(found, Reject):
+            return found
+        doc_id = found
+    return _document(doc_id, text, source, spec, repaired, raw)

@@ -1,6 +1,6 @@
 """The manifest: one definition of what it holds, used by the writer and the reader (SPEC §5).
 
-``manifest.json`` is written last, once every shard and reject file is complete: a directory
+``_manifest.json`` is written last, once every shard and reject file is complete: a directory
 without it is not a dataset. It holds the job's parameters and exact counts computed from the
 rows themselves::
 
@@ -15,6 +15,7 @@ rows themselves::
     shards                            [{file, rows, documents, tokens, scored_targets, bytes,
                                         sha256}] in file order
     versions                          the packages that shape the bytes
+    fingerprint                       `job_fingerprint`, also in every shard's footer
 
 Example: a job that read 3 records, skipped 2 as ``empty`` and kept one document "abc"
 (window 4) has ``counts.records == 3``, ``counts.skipped == {"empty": 2}``,
@@ -29,16 +30,29 @@ value the reader relies on.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Sequence
 from typing import Any
 
 from transforms.rows import ShardCounts
-from transforms.schema import FORMAT, FORMAT_VERSION
+from transforms.schema import COUNTS_KEY, FINGERPRINT_KEY, FORMAT, FORMAT_VERSION, SHARD_KEY
 
-__all__ = ["MANIFEST_NAME", "WrittenShard", "build_manifest", "dumps_manifest", "parse_manifest"]
+__all__ = [
+    "LEGACY_MANIFEST_NAME",
+    "MANIFEST_NAME",
+    "WrittenShard",
+    "build_manifest",
+    "check_skipped_share",
+    "dumps_manifest",
+    "job_fingerprint",
+    "parse_manifest",
+    "shard_metadata",
+]
 
-MANIFEST_NAME = "manifest.json"
+MANIFEST_NAME = "_manifest.json"
+# Its name in datasets written by token-windows 0.1.0; readers refuse it with the fix.
+LEGACY_MANIFEST_NAME = "manifest.json"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -58,6 +72,103 @@ class WrittenShard:
                 "scored_targets": c.scored_targets, "bytes": self.bytes, "sha256": self.sha256}
 
 
+def job_fingerprint(
+    *,
+    tokenizer: dict[str, Any],
+    windows: dict[str, Any],
+    reading: dict[str, Any],
+    num_shards: int | None,
+    files: Sequence[tuple[int, str, int]],
+) -> str:
+    """A SHA-256 hex digest that names the job: its parameters, its tokenizer (with the
+    model's SHA-256) and its matched inputs (pattern index, relative name, size).
+
+    Derived from the job alone, so the same job gives the same fingerprint (and the same
+    bytes) on any machine: no clock, no random part, no absolute paths, no mtimes (a copied
+    corpus has other mtimes but the same content; changes while a job runs are caught by
+    comparing mtimes, not through the fingerprint).
+    """
+    job = {"format": FORMAT, "format_version": FORMAT_VERSION, "tokenizer": tokenizer,
+           "windows": windows, "reading": reading, "num_shards": num_shards,
+           "files": sorted([int(i), str(rel), int(size)] for i, rel, size in files)}
+    text = json.dumps(job, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def shard_metadata(*, fingerprint: str, index: int, num_shards: int,
+                   counts: ShardCounts) -> dict[str, str]:
+    """The key-value metadata of a shard's Parquet footer (`transforms.schema`)."""
+    return {
+        FINGERPRINT_KEY: fingerprint,
+        SHARD_KEY: f"{index}/{num_shards}",
+        COUNTS_KEY: json.dumps({"rows": counts.rows, "documents": counts.documents,
+                                "tokens": counts.tokens,
+                                "scored_targets": counts.scored_targets}, sort_keys=True),
+    }
+
+
+_FIXES = {
+    "missing_text": "pass --text-field naming the field that holds the text",
+    "text_not_string": "pass --text-field naming a field that holds a string",
+    "not_an_object": "the input must hold one JSON object per line (JSONL), not a "
+                     "pretty-printed array or other values",
+    "malformed_json": "is the input JSONL? pass --format text or lines for plain text",
+    "missing_id": "pass --id-field naming a field every record has, or drop --id-field",
+    "invalid_id": "pass --id-field naming a string or integer field, or drop --id-field",
+    "duplicate_id": "pass --id-field naming a field whose values are unique, or drop it",
+    "empty": "pass --text-field naming the field with the text, or --keep-empty",
+    "blank_line": "the input holds no records",
+    "invalid_utf8": "the input is not UTF-8; convert it, or pass --invalid-utf8 replace",
+    "too_large": "raise --max-doc-bytes",
+}
+
+
+def _keys_of(record: str) -> str | None:
+    try:
+        value = json.loads(record)
+    except (ValueError, RecursionError):
+        return None
+    return ", ".join(map(str, value)) if isinstance(value, dict) else None
+
+
+def check_skipped_share(*, records: int, skipped: dict[str, int], first: dict[str, Any],
+                        max_share: float) -> None:
+    """Fail a job whose records were (almost) all skipped: a wrong flag, not dirty data.
+
+    Args:
+        records: the records read; skipped: {reason: count}.
+        first: {reason: the first `transforms.documents.Reject` of that reason}.
+        max_share: the largest share of skipped records tolerated; every record skipped
+            always fails (an empty dataset is never what was asked for).
+
+    Raises:
+        RuntimeError: naming the reasons, the first record (where it is, its keys) and the
+            fix.
+    """
+    total = sum(skipped.values())
+    if records == 0 or (total < records and total <= max_share * records):
+        return
+    reasons = {k: v for k, v in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])) if v}
+    top = next(iter(reasons))
+    if len(reasons) == 1:
+        why = f"as {top}"
+    else:
+        why = "(" + ", ".join(f"{k} {v}" for k, v in reasons.items()) + ")"
+    if total == records:
+        head = f"all {records} records skipped {why}"
+    else:
+        head = (f"{total} of {records} records ({100 * total / records:.1f} %) skipped {why}, "
+                f"more than --max-skipped-share {max_share}")
+    reject = first.get(top)
+    where = ""
+    if reject is not None:
+        keys = _keys_of(reject.record)
+        where = f"; the first record ({reject.source})"
+        where += f" has keys {keys}" if keys is not None else f": {reject.detail}"
+    fix = _FIXES.get(top, "see rejects/" + top + ".jsonl")
+    raise RuntimeError(f"{head}{where}: {fix}; no manifest was written")
+
+
 def build_manifest(
     *,
     tokenizer: dict[str, Any],
@@ -69,6 +180,7 @@ def build_manifest(
     records: int,
     row_group_rows: int,
     versions: dict[str, str],
+    fingerprint: str | None = None,
 ) -> dict[str, Any]:
     """The manifest, with counts summed from the shards' own counts.
 
@@ -85,7 +197,7 @@ def build_manifest(
             f"documents were written and {sum(skipped.values())} skipped ({skipped}); "
             "no manifest was written"
         )
-    return {
+    manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "tokenizer": tokenizer,
@@ -109,6 +221,9 @@ def build_manifest(
         "shards": [s.to_json() for s in shards],
         "versions": versions,
     }
+    if fingerprint is not None:
+        manifest["fingerprint"] = fingerprint
+    return manifest
 
 
 def dumps_manifest(manifest: dict[str, Any]) -> bytes:

@@ -1,7 +1,8 @@
 """Shard rows → Parquet bytes, hashed as they are written (SPEC §5).
 
-The bytes depend only on the rows, the row-group size and the pyarrow version: zstd level 3,
-a dictionary for ``doc_id`` only, statistics for the sort columns, no timestamps. Row groups
+The bytes depend only on the rows, the row-group size, the footer metadata and the pyarrow
+version: zstd level 3, a dictionary for ``doc_id`` only, statistics for the sort columns,
+CRC-32 page checksums, no timestamps. Row groups
 hold about `ROW_GROUP_BYTES` of tokens (`row_group_rows`): small enough that a reader
 fetching one window reads little, large enough that Parquet's per-group cost stays
 negligible.
@@ -16,7 +17,7 @@ builds the next piece (pyarrow releases the GIL while it encodes and compresses)
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
@@ -29,6 +30,7 @@ from transforms.schema import ARROW_SCHEMA
 __all__ = ["PIECE_ROW_GROUPS", "ROW_GROUP_BYTES", "row_group_rows", "write_rows", "write_shard"]
 
 ROW_GROUP_BYTES = 1 << 20
+Metadata = dict[str, str] | Callable[[], dict[str, str]]
 # Row groups a piece of a shard holds when `write_rows` hands a shard to the writer piece by
 # piece: big enough to keep the writer busy, small enough to bound memory.
 PIECE_ROW_GROUPS = 8
@@ -75,7 +77,8 @@ class _HashingWriter:
 
 
 def write_shard(table: pa.Table | Iterable[pa.Table], sink: BinaryIO, *,
-                rows_per_group: int) -> tuple[str, int]:
+                rows_per_group: int,
+                metadata: Metadata | None = None) -> tuple[str, int]:
     """Write rows as Parquet to ``sink``; returns (SHA-256 hex, bytes written).
 
     Args:
@@ -83,6 +86,9 @@ def write_shard(table: pa.Table | Iterable[pa.Table], sink: BinaryIO, *,
             ``rows_per_group`` (but the last) give the very bytes of the whole table.
         sink: a writable binary file; it is not closed.
         rows_per_group: rows per row group (`row_group_rows` of the window in the job).
+        metadata: key-value pairs for the footer (`transforms.manifest.shard_metadata`), or
+            a function giving them once every row is written (a shard written part by part
+            knows its counts only then).
     """
     out = _HashingWriter(sink)
     pieces = [table] if isinstance(table, pa.Table) else table
@@ -95,6 +101,9 @@ def write_shard(table: pa.Table | Iterable[pa.Table], sink: BinaryIO, *,
             use_dictionary=["doc_id"],
             write_statistics=["doc_id", "doc_key", "window_index", "start"],
             store_schema=True,
+            # A CRC-32 in every page header: the reader verifies it, so a flipped byte is an
+            # error naming the shard and row group, never wrong tokens.
+            write_page_checksum=True,
         ) as writer,
         ThreadPoolExecutor(1, thread_name_prefix="write-shard") as pool,
     ):
@@ -105,17 +114,22 @@ def write_shard(table: pa.Table | Iterable[pa.Table], sink: BinaryIO, *,
             writing = pool.submit(writer.write_table, piece, row_group_size=rows_per_group)
         if writing is not None:
             writing.result()
+        if callable(metadata):
+            metadata = metadata()
+        if metadata:
+            writer.add_key_value_metadata(dict(sorted(metadata.items())))
     return out.sha256.hexdigest(), out.bytes
 
 
 def write_rows(rows: ShardRows | Iterable[ShardRows], sink: BinaryIO, *, window: int,
-               rows_per_group: int | None = None) -> tuple[str, int]:
+               rows_per_group: int | None = None,
+               metadata: Metadata | None = None) -> tuple[str, int]:
     """`write_shard` of a shard's rows, built a piece at a time while the last one is written.
 
     Args:
         rows: the shard's rows, or its parts' rows in part order (`transforms.spill`), taken
             one part at a time.
-        sink, window: as `write_shard`; ``rows_per_group`` defaults to
+        sink, window, metadata: as `write_shard`; ``rows_per_group`` defaults to
             ``row_group_rows(window)`` (tests make it small).
 
     The same bytes as writing all the rows as one table, with a fraction of the memory:
@@ -123,7 +137,8 @@ def write_rows(rows: ShardRows | Iterable[ShardRows], sink: BinaryIO, *, window:
     """
     group = row_group_rows(window) if rows_per_group is None else rows_per_group
     parts = [rows] if isinstance(rows, ShardRows) else rows
-    return write_shard(_pieces(parts, PIECE_ROW_GROUPS * group), sink, rows_per_group=group)
+    return write_shard(_pieces(parts, PIECE_ROW_GROUPS * group), sink, rows_per_group=group,
+                       metadata=metadata)
 
 
 def _pieces(parts: Iterable[ShardRows], size: int) -> Iterator[pa.Table]:

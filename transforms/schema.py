@@ -5,9 +5,19 @@ A finished dataset is a directory::
     OUTPUT/part-00000-of-00004.parquet   one row per window (columns below)
     ...
     OUTPUT/part-00003-of-00004.parquet
-    OUTPUT/rejects/<reason>.jsonl        skipped records, for inspection (only if any)
-    OUTPUT/manifest.json                 written last (`transforms.manifest`)
-    OUTPUT/.tmp/                         temporary files while the job runs; removed at its end
+    OUTPUT/_rejects/<reason>.jsonl       skipped records, for inspection (only if any)
+    OUTPUT/_manifest.json                written last (`transforms.manifest`)
+    OUTPUT/.claim                        the running job's claim on the directory; removed
+                                         at its end (`CLAIM_NAME`)
+    OUTPUT/.tmp/<attempt>/               the running job's temporary files; removed at its end
+
+Each shard's Parquet footer carries key-value metadata (`SHARD_METADATA_KEYS`): the job's
+fingerprint (also in the manifest), ``index/num_shards``, and its counts as JSON, so a reader
+can tell from footers alone that the shards belong to the manifest and add up to its counts.
+
+Every name but the shards' starts with ``_`` or ``.``, which pyarrow's dataset discovery (and
+so pandas, polars, DuckDB's globs of ``*.parquet``, Hugging Face ``datasets``) skips: a Parquet
+reader pointed at OUTPUT reads exactly the shards.
 
 Row columns (SPEC §5):
 
@@ -40,10 +50,17 @@ import pyarrow as pa
 
 __all__ = [
     "ARROW_SCHEMA",
+    "CLAIM_NAME",
     "COLUMNS",
+    "COUNTS_KEY",
+    "FINGERPRINT_KEY",
     "FORMAT",
     "FORMAT_VERSION",
+    "LEGACY_REJECTS_DIR",
     "REJECTS_DIR",
+    "REJECT_REASONS",
+    "SHARD_KEY",
+    "SHARD_METADATA_KEYS",
     "SHARD_PATTERN",
     "TMP_DIR",
     "shard_file_name",
@@ -51,8 +68,22 @@ __all__ = [
 
 FORMAT = "token-windows"
 FORMAT_VERSION = 1
-REJECTS_DIR = "rejects"
+# A leading "_" (as Spark's _SUCCESS) makes Parquet readers pointed at OUTPUT skip them.
+REJECTS_DIR = "_rejects"
+# What format version 1 called them before (token-windows 0.1.0).
+LEGACY_REJECTS_DIR = "rejects"
 TMP_DIR = ".tmp"
+CLAIM_NAME = ".claim"
+FINGERPRINT_KEY = "token_windows.fingerprint"
+SHARD_KEY = "token_windows.shard"
+COUNTS_KEY = "token_windows.counts"
+SHARD_METADATA_KEYS = (FINGERPRINT_KEY, SHARD_KEY, COUNTS_KEY)
+# Every reason a record can be skipped for: the names of the files under rejects/.
+REJECT_REASONS = (
+    "blank_line", "duplicate_id", "empty", "invalid_id", "invalid_utf8", "malformed_json",
+    "missing_id", "missing_text", "not_an_object", "text_not_string", "too_large",
+    "unreadable_record",
+)
 SHARD_PATTERN = re.compile(r"^part-(\d{5,})-of-(\d{5,})\.parquet$")
 
 ARROW_SCHEMA = pa.schema(

@@ -170,20 +170,23 @@ class RejectRun:
     length: int
     count: int
     order: tuple[str, int]
+    first: Reject  # the run's first reject (its record cut to 4096 characters)
 
 
 def spill_rejects(rejects: Sequence[Reject], sink: BinaryIO, *, path: str,
                   order: tuple[str, int]) -> list[RejectRun]:
     """Write a chunk's rejects (in input order) to ``sink``, one run per reason; the runs."""
     by_reason: dict[str, list[bytes]] = {}
+    first: dict[str, Reject] = {}
     for reject in rejects:
         by_reason.setdefault(reject.reason, []).append(reject.to_line())
+        first.setdefault(reject.reason, reject._replace(record=reject.record[:4096]))
     runs, at = [], 0
     for reason, lines in sorted(by_reason.items()):
         data = b"".join(lines)
         sink.write(data)
         runs.append(RejectRun(reason=reason, path=path, offset=at, length=len(data),
-                              count=len(lines), order=order))
+                              count=len(lines), order=order, first=first[reason]))
         at += len(data)
     return runs
 

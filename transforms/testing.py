@@ -24,7 +24,13 @@ import numpy.typing as npt
 
 from transforms.blocks import pack_blocks
 from transforms.keys import doc_keys
-from transforms.manifest import MANIFEST_NAME, WrittenShard, build_manifest, dumps_manifest
+from transforms.manifest import (
+    MANIFEST_NAME,
+    WrittenShard,
+    build_manifest,
+    dumps_manifest,
+    shard_metadata,
+)
 from transforms.params import WindowSpec
 from transforms.parquet import row_group_rows, write_rows
 from transforms.rows import ShardRows
@@ -43,6 +49,7 @@ def write_dataset(
     tokenizer: dict[str, Any] | None = None,
     num_shards: int = 1,
     rows_per_group: int | None = None,
+    fingerprint: str | None = None,
 ) -> dict[str, Any]:
     """Write ``documents`` as a finished dataset in ``directory``; returns its manifest.
 
@@ -54,6 +61,8 @@ def write_dataset(
         num_shards: the number of shards.
         rows_per_group: rows per Parquet row group (default: the job's, from the window);
             small values give many row groups.
+        fingerprint: the job fingerprint to record in the manifest and the shards' footers
+            (`transforms.manifest.shard_metadata`); None records none.
     """
     root = os.fspath(directory)
     os.makedirs(root, exist_ok=True)
@@ -72,13 +81,16 @@ def write_dataset(
         rows = ShardRows([blocks[index]] if index in blocks else [])
         name = shard_file_name(index, num_shards)
         with open(os.path.join(root, name), "wb") as f:
-            sha, size = write_rows(rows, f, window=windows.window, rows_per_group=group)
+            metadata = None if fingerprint is None else shard_metadata(
+                fingerprint=fingerprint, index=index, num_shards=num_shards, counts=rows.counts)
+            sha, size = write_rows(rows, f, window=windows.window, rows_per_group=group,
+                                   metadata=metadata)
         shards.append(WrittenShard(file=name, index=index, sha256=sha, bytes=size,
                                    counts=rows.counts))
     manifest = build_manifest(
         tokenizer=tokenizer or ByteTokenizer().info(), windows=windows.to_json(),
         inputs=["(transforms.testing)"], reading={}, shards=shards, skipped={},
-        records=len(ids), row_group_rows=group, versions={},
+        records=len(ids), row_group_rows=group, versions={}, fingerprint=fingerprint,
     )
     with open(os.path.join(root, MANIFEST_NAME), "wb") as f:
         f.write(dumps_manifest(manifest))

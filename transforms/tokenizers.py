@@ -3,16 +3,26 @@
 * ``bytes``: the UTF-8 bytes 0..255, BOS = 256, EOS = 257, vocabulary 258; needs no file.
 * SentencePiece: a ``*.model`` file's bytes; BOS and EOS are the model's own ids, and a
   model without them is refused.
+* Hugging Face ``tokenizers``: a ``tokenizer.json`` file's bytes; BOS and EOS are token
+  strings (``--bos-token``/``--eos-token``, else the ``bos_token``/``eos_token`` of the
+  ``tokenizer_config.json`` beside it), one token may serve as both (GPT-2's
+  ``<|endoftext|>``), and a tokenizer without them is refused. The ids between BOS and EOS
+  are ``Tokenizer.encode(text, add_special_tokens=False).ids``: the file's own post-processor
+  (which may add BOS itself) is not applied, so no document gets two.
 
 Example: ``ByteTokenizer().encode("abcde")`` is ``[256, 97, 98, 99, 100, 101, 257]``.
 
 Models arrive as bytes (the pipeline reads them through Beam's FileSystems, so ``gs://``
-works); nothing here touches a file system.
+works); nothing here touches a file system. `TokenizerSpec` is what a job names: the path and
+the BOS/EOS token strings; `is_hf_tokenizer` tells the two file kinds apart by name.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
+import posixpath
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -21,13 +31,45 @@ import numpy.typing as npt
 
 __all__ = [
     "BYTES",
+    "HF_CONFIG_NAME",
     "ByteTokenizer",
+    "HFTokenizer",
     "SentencePieceTokenizer",
     "Tokenizer",
+    "TokenizerSpec",
+    "hf_config_path",
+    "hf_special_tokens",
+    "is_hf_tokenizer",
     "tokenizer_from_bytes",
 ]
 
 BYTES = "bytes"
+HF = "huggingface"
+# Where Hugging Face keeps a tokenizer's special tokens, beside its tokenizer.json.
+HF_CONFIG_NAME = "tokenizer_config.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerSpec:
+    """The tokenizer a job names: a file (None: bytes) and, for a ``tokenizer.json``, the
+    BOS and EOS token strings (None: from its ``tokenizer_config.json``)."""
+
+    path: str | None
+    bos_token: str | None = None
+    eos_token: str | None = None
+
+
+def is_hf_tokenizer(path: str) -> bool:
+    """Whether ``path`` names a Hugging Face ``tokenizer.json`` (else a SentencePiece model)."""
+    return path.lower().endswith(".json")
+
+
+def hf_config_path(path: str) -> str | None:
+    """The ``tokenizer_config.json`` beside a ``tokenizer.json`` (None for other kinds); any
+    file system's path: ``gs://b/m/tokenizer.json`` → ``gs://b/m/tokenizer_config.json``."""
+    if not is_hf_tokenizer(path):
+        return None
+    return path.rsplit("/", 1)[0] + "/" + HF_CONFIG_NAME if "/" in path else HF_CONFIG_NAME
 
 
 class Tokenizer(Protocol):
@@ -49,6 +91,10 @@ class Tokenizer(Protocol):
 
     def info(self) -> dict[str, Any]:
         """The manifest's ``tokenizer`` object."""
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` (BOS and EOS shown as the tokenizer spells them)."""
         ...
 
 
@@ -73,6 +119,18 @@ class ByteTokenizer:
 
     def info(self) -> dict[str, Any]:
         return _info(self)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        out, body = [], bytearray()
+        for i in ids:
+            if 0 <= i < 256:
+                body.append(i)
+                continue
+            out.append(body.decode("utf-8", errors="replace"))
+            body.clear()
+            out.append({self.bos_id: "<bos>", self.eos_id: "<eos>"}.get(i, f"<{i}>"))
+        out.append(body.decode("utf-8", errors="replace"))
+        return "".join(out)
 
 
 class SentencePieceTokenizer:
@@ -110,6 +168,7 @@ class SentencePieceTokenizer:
                     f"--{name.lower()}_id set (e.g. spm_train --bos_id=1 --eos_id=2)"
                 )
         self.sha256 = hashlib.sha256(model).hexdigest()
+        self.path = where
         self._num_threads = num_threads
 
     def encode(self, text: str) -> npt.NDArray[np.int32]:
@@ -130,19 +189,162 @@ class SentencePieceTokenizer:
     def info(self) -> dict[str, Any]:
         return _info(self)
 
+    def decode(self, ids: Sequence[int]) -> str:
+        # SentencePiece drops BOS and EOS when decoding; show them, as the other kinds do.
+        ids = list(ids)
+        head = "<s>" if ids[:1] == [self.bos_id] else ""
+        tail = "</s>" if len(ids) > len(head) and ids[-1] == self.eos_id else ""
+        body = ids[bool(head) : len(ids) - bool(tail)]
+        return head + self._sp.decode(body) + tail
+
+
+class HFTokenizer:
+    """A Hugging Face ``tokenizers`` tokenizer loaded from the bytes of its ``tokenizer.json``.
+
+    Args:
+        data: the file's bytes.
+        where: its path, for error messages and the manifest.
+        bos_token, eos_token: the BOS and EOS token strings (may be the same token).
+        num_threads: above 1, batches go through ``encode_batch_fast``, which encodes each
+            text on its own on the library's thread pool; 1 encodes them one by one on the
+            calling thread. The ids are the same either way.
+
+    Raises:
+        ValueError: the bytes are not a tokenizer.json, a token is missing, or it is not in
+            the vocabulary.
+    """
+
+    kind = HF
+
+    def __init__(self, data: bytes, *, where: str, bos_token: str | None,
+                 eos_token: str | None, num_threads: int = 1) -> None:
+        try:
+            import tokenizers
+        except ImportError as e:
+            raise ValueError(
+                f"--tokenizer {where} needs the Hugging Face tokenizers library: pip install "
+                "'token-windows[hf]' (on Dataflow or Flink workers too: --requirements_file, "
+                "or an image that has it)"
+            ) from e
+
+        try:
+            self._tok = tokenizers.Tokenizer.from_str(data.decode("utf-8"))
+        except Exception as e:  # the library raises a plain Exception on a bad file
+            raise ValueError(
+                f"--tokenizer {where} is not a Hugging Face tokenizer.json "
+                f"({str(e).splitlines()[0] if str(e) else type(e).__name__}); pass the "
+                "tokenizer.json that tokenizers.Tokenizer.save wrote"
+            ) from e
+        ids = {}
+        for name, token in (("bos", bos_token), ("eos", eos_token)):
+            if token is None:
+                raise ValueError(
+                    f"--tokenizer {where} has no {name.upper()} token: pass --{name}-token "
+                    f"(e.g. --{name}-token '<|endoftext|>'; one token may be both), or put a "
+                    f"{HF_CONFIG_NAME} naming {name}_token beside it"
+                )
+            ids[name] = self._tok.token_to_id(token)
+            if ids[name] is None:
+                raise ValueError(
+                    f"--{name}-token {token!r} is not a token of {where}; pass one of its "
+                    "special tokens (its added_tokens)"
+                )
+        self.bos_id, self.eos_id = int(ids["bos"]), int(ids["eos"])
+        self.bos_token, self.eos_token = bos_token, eos_token
+        self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
+        self.sha256 = hashlib.sha256(data).hexdigest()
+        self.path = where
+        self._num_threads = num_threads
+
+    def encode(self, text: str) -> npt.NDArray[np.int32]:
+        return self._wrap(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[npt.NDArray[np.int32]]:
+        if self._num_threads == 1:
+            return [self.encode(t) for t in texts]
+        texts = texts if isinstance(texts, list) else list(texts)
+        return [self._wrap(e.ids)
+                for e in self._tok.encode_batch_fast(texts, add_special_tokens=False)]
+
+    def _wrap(self, ids: list[int]) -> npt.NDArray[np.int32]:
+        z = np.empty(len(ids) + 2, dtype=np.int32)
+        z[0], z[-1] = self.bos_id, self.eos_id
+        z[1:-1] = ids
+        return z
+
+    def info(self) -> dict[str, Any]:
+        return {**_info(self), "bos_token": self.bos_token, "eos_token": self.eos_token}
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=False)
+
 
 def _info(tok: Tokenizer) -> dict[str, Any]:
-    return {
+    info = {
         "kind": tok.kind,
         "vocab_size": tok.vocab_size,
         "bos_id": tok.bos_id,
         "eos_id": tok.eos_id,
         "sha256": tok.sha256,
     }
+    path = getattr(tok, "path", None)
+    if path is not None:
+        # Which file it was, so that inspect --decode can find it again (and check it).
+        info.update(file=posixpath.basename(path), path=path)
+    return info
 
 
-def tokenizer_from_bytes(model: bytes | None, *, where: str, num_threads: int = 1) -> Tokenizer:
-    """The bytes tokenizer when ``model`` is None, else a SentencePiece model."""
+def hf_special_tokens(config: bytes | None, *, where: str) -> dict[str, str | None]:
+    """``bos_token`` and ``eos_token`` from a ``tokenizer_config.json`` (None where absent).
+
+    Raises:
+        ValueError: the file is not a JSON object.
+    """
+    if config is None:
+        return {"bos_token": None, "eos_token": None}
+    try:
+        data = json.loads(config)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{where} is not valid JSON ({e}); fix it or pass --bos-token and "
+                         "--eos-token") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"{where} must hold a JSON object; pass --bos-token and --eos-token")
+    out: dict[str, str | None] = {}
+    for key in ("bos_token", "eos_token"):
+        value = data.get(key)
+        if isinstance(value, dict):  # an AddedToken: {"content": "<s>", "lstrip": false, ...}
+            value = value.get("content")
+        out[key] = value if isinstance(value, str) and value else None
+    return out
+
+
+def tokenizer_from_bytes(model: bytes | None, *, where: str, num_threads: int = 1,
+                         bos_token: str | None = None, eos_token: str | None = None,
+                         config: bytes | None = None) -> Tokenizer:
+    """The bytes tokenizer when ``model`` is None, a Hugging Face tokenizer when ``where``
+    names a ``.json`` file, else a SentencePiece model.
+
+    For a Hugging Face tokenizer, ``bos_token`` and ``eos_token`` win over those of
+    ``config`` (the bytes of the ``tokenizer_config.json`` beside it, or None).
+
+    Raises:
+        ValueError: the model is unusable, lacks BOS or EOS, or BOS/EOS tokens were given
+            for a tokenizer that takes its own.
+    """
     if model is None:
+        if bos_token is not None or eos_token is not None:
+            raise ValueError("--bos-token and --eos-token apply to a Hugging Face "
+                             "tokenizer.json; --tokenizer bytes has BOS 256 and EOS 257")
         return ByteTokenizer()
+    if is_hf_tokenizer(where):
+        special = hf_special_tokens(config, where=posixpath.join(
+            posixpath.dirname(where), HF_CONFIG_NAME))
+        return HFTokenizer(model, where=where, num_threads=num_threads,
+                           bos_token=bos_token or special["bos_token"],
+                           eos_token=eos_token or special["eos_token"])
+    if bos_token is not None or eos_token is not None:
+        raise ValueError(
+            f"--bos-token and --eos-token apply to a Hugging Face tokenizer.json; {where} is a "
+            "SentencePiece model, which has its own BOS and EOS ids: drop them"
+        )
     return SentencePieceTokenizer(model, where=where, num_threads=num_threads)

@@ -1,0 +1,574 @@
+"""Look at a finished dataset: ``python -m reader.inspect OUT`` (or ``token-windows-inspect``).
+
+Reads ``OUT/_manifest.json`` and the shards it lists with pyarrow alone (never Beam, local or
+any file system pyarrow opens), and prints:
+
+* a summary: documents, windows, corpus pairs (Σ P over documents) and window tokens
+  (Σ (length + 1) over windows) side by side with the **overlap factor** (window pairs per
+  covered corpus pair: 1.00 without overlap, about W/S with it), scored and context targets,
+  uncovered pairs, shards, bytes;
+* distributions (quantiles) of document tokens M and window lengths, and the share of
+  padding a batch of ``--batch-size`` windows in a random order carries (collate pads each
+  batch to its longest window);
+* ``--decode N``: the first N windows decoded with the manifest's tokenizer (the file the
+  manifest names, checked against its SHA-256; ``--tokenizer`` points elsewhere), showing
+  doc_id, start, length and where scoring starts (``▌``);
+* ``--check``: seed 000 §4.3's three checks recomputed from the rows, with the manifest's
+  parameters: **coverage** (every pair of every document is in a window, but for the pairs
+  the parameters leave out: before a random first origin, gaps when S > W, a dropped tail),
+  **overlap** (consecutive full windows of a document are S apart, so overlap by W − S; only
+  a trace_back tail starts earlier), **boundaries** (no window crosses its document:
+  0 ≤ start, start + length ≤ P, 0 ≤ loss_start < length, L + 1 stored ids); plus loss_start
+  as ``--score`` defines it, the ids two windows share agree, and the manifest's counts
+  recomputed. Any failure names the window and exits with status 1;
+* ``--plot FILE.png`` (matplotlib: the ``plot`` extra): the same distributions as a picture;
+* ``--json``: everything above as one JSON object, for scripts.
+
+Exit status: 0 fine, 1 ``--check`` failed, 2 the dataset (or a flag) is unusable.
+
+Example: a dataset of one document ``abcde`` (bytes, W = S = 2) has 3 windows, 6 corpus
+pairs, 9 window tokens, overlap factor 1.00, and ``--check`` passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from transforms.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME, parse_manifest
+from transforms.params import WindowSpec
+from transforms.tokenizers import BYTES, Tokenizer, tokenizer_from_bytes
+from transforms.windows import random_offset
+
+__all__ = ["Dataset", "check", "decode", "main", "open_dataset", "padding_share", "summarize"]
+
+QUANTILES = (0.0, 0.1, 0.5, 0.9, 0.99, 1.0)
+DEFAULT_BATCH = 8
+# Failures printed before "... and N more".
+SHOWN_FAILURES = 20
+_COLUMNS = ("doc_id", "window_index", "start", "length", "loss_start", "doc_tokens")
+
+
+@dataclasses.dataclass
+class Dataset:
+    """A finished dataset: its manifest and, per shard, its rows' small columns."""
+
+    root: str
+    manifest: dict[str, Any]
+    fs: pafs.FileSystem
+    path: str  # root on ``fs``
+    shards: list[pa.Table]  # _COLUMNS of each shard, in manifest order
+
+    @property
+    def windows(self) -> WindowSpec:
+        return WindowSpec(**self.manifest["windows"])
+
+    def shard_path(self, i: int) -> str:
+        return f"{self.path}/{self.manifest['shards'][i]['file']}"
+
+    def column(self, name: str) -> np.ndarray:
+        """One column of every shard, end to end."""
+        parts = [t.column(name).to_numpy() for t in self.shards]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def _filesystem(root: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in root:
+        return pafs.FileSystem.from_uri(root)
+    return pafs.LocalFileSystem(), os.path.abspath(root)
+
+
+def _exists(fs: pafs.FileSystem, path: str) -> bool:
+    return fs.get_file_info(path).type != pafs.FileType.NotFound
+
+
+def open_dataset(root: str) -> Dataset:
+    """Read the manifest and the rows' small columns (not the token ids).
+
+    Raises:
+        ValueError: no manifest (a dataset under the old name is refused with the fix), a
+            damaged manifest, or a missing shard.
+    """
+    fs, path = _filesystem(root.rstrip("/") or root)
+    where = f"{root.rstrip('/')}/{MANIFEST_NAME}"
+    if not _exists(fs, f"{path}/{MANIFEST_NAME}"):
+        if _exists(fs, f"{path}/{LEGACY_MANIFEST_NAME}"):
+            raise ValueError(
+                f"{root} holds {LEGACY_MANIFEST_NAME}, the name token-windows 0.1.0 gave the "
+                f"manifest; this version reads {MANIFEST_NAME} (so that Parquet readers skip "
+                f"it): rename it, and rejects/ to _rejects/; the shards need no change"
+            )
+        raise ValueError(f"{where} does not exist: {root} is not a finished dataset")
+    with fs.open_input_stream(f"{path}/{MANIFEST_NAME}") as f:
+        manifest = parse_manifest(f.read(), where=where)
+    shards = []
+    for entry in manifest["shards"]:
+        file = f"{path}/{entry['file']}"
+        if not _exists(fs, file):
+            raise ValueError(f"{root}/{entry['file']} is listed in {MANIFEST_NAME} but missing")
+        shards.append(pq.read_table(file, columns=list(_COLUMNS), filesystem=fs))
+    return Dataset(root=root, manifest=manifest, fs=fs, path=path, shards=shards)
+
+
+# ------------------------------------------------------------------ summary and distributions
+
+
+def _quantiles(values: np.ndarray) -> dict[str, float]:
+    if len(values) == 0:
+        return {}
+    out = {f"p{round(q * 100)}": float(np.quantile(values, q, method="lower"))
+           for q in QUANTILES}
+    out["mean"] = float(values.mean())
+    return out
+
+
+def padding_share(lengths: np.ndarray, batch_size: int, seed: int = 0) -> float:
+    """The share of a batch's positions that are padding, over an epoch of batches of
+    ``batch_size`` windows in a seeded random order (each padded to its longest window)."""
+    if len(lengths) == 0:
+        return 0.0
+    order = np.random.default_rng(seed).permutation(len(lengths))
+    lengths = lengths[order].astype(np.int64)
+    pad = np.zeros(-len(lengths) % batch_size, np.int64)  # the short last batch: no padding
+    grid = np.concatenate([lengths, pad]).reshape(-1, batch_size)
+    real = (grid > 0).sum(axis=1)
+    positions = (grid.max(axis=1) * real).sum()
+    return float(1 - grid.sum() / positions)
+
+
+def summarize(ds: Dataset, *, batch_size: int = DEFAULT_BATCH) -> dict[str, Any]:
+    """The summary table, the distributions and the padding share (a JSON-able dict)."""
+    c = ds.manifest["counts"]
+    lengths = ds.column("length").astype(np.int64)
+    first = ds.column("window_index") == 0
+    doc_tokens = ds.column("doc_tokens")[first]
+    covered = c["pairs"] - c["uncovered_pairs"]
+    return {
+        "dataset": ds.root,
+        "tokenizer": {k: ds.manifest["tokenizer"].get(k) for k in ("kind", "file", "vocab_size")},
+        "windows": ds.manifest["windows"],
+        "summary": {
+            "documents": c["documents"],
+            "documents_without_windows": c.get("documents_without_windows", 0),
+            "windows": c["windows"],
+            "corpus_pairs": c["pairs"],
+            "window_tokens": c["tokens"],
+            "window_pairs": int(lengths.sum()),
+            "overlap_factor": round(float(lengths.sum()) / covered, 4) if covered else 0.0,
+            "scored_targets": c["scored_targets"],
+            "context_targets": int(lengths.sum()) - c["scored_targets"],
+            "uncovered_pairs": c["uncovered_pairs"],
+            "skipped": c["skipped"],
+            "shards": len(ds.manifest["shards"]),
+            "bytes": sum(s.get("bytes", 0) for s in ds.manifest["shards"]),
+        },
+        "distributions": {
+            "document_tokens": _quantiles(doc_tokens),
+            "window_length": _quantiles(lengths),
+        },
+        "padding": {"batch_size": batch_size,
+                    "share": round(padding_share(lengths, batch_size), 4)},
+    }
+
+
+def _table(summary: dict[str, Any]) -> str:
+    s = summary["summary"]
+    w = summary["windows"]
+    tok = summary["tokenizer"]
+    lines = [
+        f"dataset      {summary['dataset']}",
+        f"tokenizer    {tok['kind']}{' ' + tok['file'] if tok.get('file') else ''} "
+        f"(vocabulary {tok['vocab_size']:,})",
+        f"windows      W {w['window']}, S {w['stride']}, tail {w['tail']} (min {w['min_tail']}), "
+        f"score {w['score']}, offset {w['offset']}, seed {w['seed']}",
+        "",
+    ]
+    rows = [
+        ("documents", s["documents"], f"{s['documents_without_windows']:,} without a window"),
+        ("windows", s["windows"], ""),
+        ("corpus pairs", s["corpus_pairs"], "Σ P over documents: the corpus size in targets"),
+        ("window tokens", s["window_tokens"], "Σ (length + 1): ids stored, overlaps counted"),
+        ("overlap factor", None, f"{s['overlap_factor']:.2f} window pairs per covered pair"),
+        ("scored targets", s["scored_targets"], ""),
+        ("context targets", s["context_targets"], "before loss_start: not scored"),
+        ("uncovered pairs", s["uncovered_pairs"], "in no window"),
+        ("skipped records", sum(s["skipped"].values()),
+         ", ".join(f"{k} {v}" for k, v in s["skipped"].items())),
+        ("shards", s["shards"], f"{s['bytes'] / 1e6:,.1f} MB"),
+    ]
+    for name, value, note in rows:
+        shown = "" if value is None else f"{value:,}"
+        lines.append(f"{name:<16}{shown:>14}  {note}".rstrip())
+    lines.append("")
+    names = [f"p{round(q * 100)}" for q in QUANTILES] + ["mean"]
+    lines.append(f"{'quantiles':<16}" + "".join(f"{n:>9}" for n in names))
+    for key, label in (("document_tokens", "document tokens"), ("window_length", "window length")):
+        d = summary["distributions"][key]
+        lines.append(f"{label:<16}" + "".join(
+            f"{d[n]:>9,.1f}" if n == "mean" else f"{d[n]:>9,.0f}" for n in names if n in d))
+    p = summary["padding"]
+    lines.append(f"\npadding        {p['share']:.1%} of positions at batch size {p['batch_size']} "
+                 "(random order, each batch padded to its longest window)")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ decode
+
+
+def load_tokenizer(ds: Dataset, path: str | None = None) -> Tokenizer:
+    """The manifest's tokenizer: bytes needs no file; a model file is the one ``path`` names,
+    else the manifest's ``path`` (as the job was given it), else its ``file`` beside the
+    dataset; its SHA-256 must be the manifest's.
+
+    Raises:
+        ValueError: no file found, or a file with another SHA-256.
+    """
+    info = ds.manifest["tokenizer"]
+    if info["kind"] == BYTES and path is None:
+        return tokenizer_from_bytes(None, where=BYTES)
+    candidates = [path] if path else [p for p in (
+        info.get("path"), info.get("file") and f"{ds.root.rstrip('/')}/{info['file']}") if p]
+    for candidate in candidates:
+        fs, where = _filesystem(candidate)
+        if not _exists(fs, where):
+            continue
+        with fs.open_input_stream(where) as f:
+            data = f.read()
+        sha = hashlib.sha256(data).hexdigest()
+        if sha != info["sha256"]:
+            raise ValueError(
+                f"{candidate} has SHA-256 {sha}, but {MANIFEST_NAME} says the dataset was "
+                f"tokenized by {info['sha256']}; pass the right file with --tokenizer"
+            )
+        return tokenizer_from_bytes(data, where=candidate, bos_token=info.get("bos_token"),
+                                    eos_token=info.get("eos_token"))
+    tried = ", ".join(candidates) or "none recorded"
+    raise ValueError(f"the {info['kind']} tokenizer file was not found (tried {tried}); "
+                     "pass it with --tokenizer")
+
+
+def _token_rows(ds: Dataset, limit: int) -> Iterator[dict[str, Any]]:
+    left = limit
+    for i in range(len(ds.shards)):
+        if left <= 0:
+            return
+        table = pq.ParquetFile(ds.shard_path(i), filesystem=ds.fs).iter_batches(
+            batch_size=min(left, 1024))
+        for batch in table:
+            for row in batch.to_pylist()[:left]:
+                left -= 1
+                yield row
+            if left <= 0:
+                return
+
+
+def decode(ds: Dataset, n: int, tokenizer: Tokenizer) -> list[dict[str, Any]]:
+    """The first ``n`` windows, their text split where scoring starts."""
+    out = []
+    for row in _token_rows(ds, n):
+        tokens, ls = row["tokens"], row["loss_start"]
+        # tokens[: ls + 1] are the inputs before the first scored target; the rest is scored.
+        out.append({k: row[k] for k in ("doc_id", "window_index", "start", "length",
+                                        "loss_start")} | {
+            "context": tokenizer.decode(tokens[: ls + 1]),
+            "scored": tokenizer.decode(tokens[ls + 1 :]),
+        })
+    return out
+
+
+# ------------------------------------------------------------------ check
+
+
+def _shard_columns(ds: Dataset, i: int) -> dict[str, Any]:
+    table = pq.read_table(ds.shard_path(i), filesystem=ds.fs)
+    tokens = table.column("tokens").combine_chunks()
+    return {
+        **{c: table.column(c).to_pylist() for c in _COLUMNS},
+        "ids": tokens.values.to_numpy(),
+        "offsets": tokens.offsets.to_numpy(),
+    }
+
+
+def _check_document(doc: str, rows: list[int], col: dict[str, Any], spec: WindowSpec,
+                    name: str, fail: Any, bos: int, eos: int) -> int:
+    """The three checks on one document's rows; returns its uncovered pairs."""
+    W, S = spec.window, spec.stride
+    M = col["doc_tokens"][rows[0]]
+    P = M - 1
+    prev_end = None
+    covered = 0
+    misnumbered = False
+    for k, r in enumerate(rows):
+        start, length, ls = col["start"][r], col["length"][r], col["loss_start"][r]
+        at = f"{name} row {r} (doc_id {doc!r}, window {col['window_index'][r]}, start {start})"
+        if col["doc_tokens"][r] != M:
+            fail("boundaries", f"{at}: doc_tokens {col['doc_tokens'][r]}, but its document's "
+                 f"first window says {M}")
+        if col["window_index"][r] != k and not misnumbered:
+            misnumbered = True  # the windows after it are off by as many: say it once
+            fail("coverage", f"{at}: window_index {col['window_index'][r]}, expected {k}: a "
+                 "window of the document is missing or repeated")
+        if start < 0 or length < 1 or start + length > P:
+            fail("boundaries", f"{at}: crosses its document: start + length = "
+                 f"{start + length} > P = {P}" if start + length > P else
+                 f"{at}: start {start} and length {length} must be ≥ 0 and ≥ 1")
+        if length > W or not 0 <= ls < max(length, 1):
+            fail("boundaries", f"{at}: length {length}, loss_start {ls}: need length ≤ W = {W} "
+                 "and 0 ≤ loss_start < length")
+        n_ids = col["offsets"][r + 1] - col["offsets"][r]
+        if n_ids != length + 1:
+            fail("boundaries", f"{at}: {n_ids} ids stored, expected length + 1 = {length + 1}")
+        want_ls = 0 if spec.score == "all" or prev_end is None else max(0, prev_end - start)
+        if ls != want_ls:
+            fail("scoring", f"{at}: loss_start {ls}, but score={spec.score} gives {want_ls}")
+        ids = col["ids"][col["offsets"][r] : col["offsets"][r + 1]]
+        if (start == 0 and ids[:1].tolist() != [bos]) or (
+                start + length == P and ids[-1:].tolist() != [eos]):
+            fail("boundaries", f"{at}: a window at the document's start holds BOS ({bos}) "
+                 f"first and one at its end EOS ({eos}) last, but it holds "
+                 f"{ids[:1].tolist()} … {ids[-1:].tolist()}")
+        if k == 0:
+            r0 = random_offset(P, spec, doc) if spec.offset == "random" else 0
+            if start != r0:
+                fail("coverage", f"{at}: the first window starts at {start}, but offset="
+                     f"{spec.offset} puts it at {r0}: the pairs before it are in no window")
+        else:
+            p = rows[k - 1]
+            pstart, plen = col["start"][p], col["length"][p]
+            traced = (spec.tail == "trace_back" and k == len(rows) - 1
+                      and start == max(0, P - W) and 0 < P - (pstart + S) < W)
+            if plen != W:
+                fail("overlap", f"{at}: follows a window of {plen} pairs; only the last window "
+                     f"of a document may be shorter than W = {W}")
+            elif start - pstart != S and not traced:
+                fail("overlap", f"{at}: starts {start - pstart} after the previous window; "
+                     f"stride {S} means consecutive full windows overlap by W - S = {W - S}")
+            else:
+                shared = pstart + plen + 1 - start  # ids both windows store
+                if shared > 0:
+                    a = col["ids"][col["offsets"][p] + start - pstart : col["offsets"][p + 1]]
+                    b = col["ids"][col["offsets"][r] : col["offsets"][r] + shared]
+                    if not np.array_equal(a, b):
+                        fail("overlap", f"{at}: its first {shared} ids differ from the same "
+                             "positions of the previous window")
+        covered += max(0, start + length - max(start, prev_end or 0))  # new pairs only
+        prev_end = start + length
+    # What the parameters leave out after the last window.
+    last = rows[-1]
+    end = col["start"][last] + col["length"][last]
+    if end < P:
+        remaining = P - (col["start"][last] + S)
+        allowed = {"keep": remaining < spec.min_tail, "drop": remaining < W,
+                   "trace_back": remaining <= 0}[spec.tail]
+        if col["length"][last] != W or not allowed:
+            fail("coverage", f"{name} row {last} (doc_id {doc!r}): the windows end at pair "
+                 f"{end} of P = {P}; with tail={spec.tail} the pairs after it must be covered")
+    return max(P - max(covered, 0), 0)
+
+
+def check(ds: Dataset) -> dict[str, Any]:
+    """Seed 000 §4.3's checks from the rows, and the manifest's counts recomputed.
+
+    Returns ``{"ok": bool, "failures": [{"check", "message"}], "checked": {...}}``.
+    """
+    spec = ds.windows
+    tok = ds.manifest["tokenizer"]
+    failures: list[dict[str, str]] = []
+
+    def fail(kind: str, message: str) -> None:
+        failures.append({"check": kind, "message": message})
+
+    totals = dict(windows=0, tokens=0, scored_targets=0, documents=0, pairs=0, uncovered=0)
+    seen: set[str] = set()
+    for i, entry in enumerate(ds.manifest["shards"]):
+        name = entry["file"]
+        col = _shard_columns(ds, i)
+        n = len(col["doc_id"])
+        tokens = int(sum(col["length"])) + n
+        scored = int(sum(col["length"]) - sum(col["loss_start"]))
+        docs: dict[str, list[int]] = {}
+        for r, doc in enumerate(col["doc_id"]):
+            if doc in docs and docs[doc][-1] != r - 1:
+                fail("coverage", f"{name} row {r} (doc_id {doc!r}): the document's windows are "
+                     "not consecutive")
+            if doc in seen and doc not in docs:
+                fail("coverage", f"{name} row {r} (doc_id {doc!r}): the document is in two shards")
+            docs.setdefault(doc, []).append(r)
+        seen.update(docs)
+        for doc, rows in docs.items():
+            totals["uncovered"] += _check_document(doc, rows, col, spec, name, fail,
+                                                   tok["bos_id"], tok["eos_id"])
+            totals["pairs"] += col["doc_tokens"][rows[0]] - 1
+        for key, got in (("rows", n), ("tokens", tokens), ("scored_targets", scored)):
+            if key in entry and entry[key] != got:
+                fail("counts", f"{name}: the manifest says {key} {entry[key]}, the rows give {got}")
+        totals["windows"] += n
+        totals["tokens"] += tokens
+        totals["scored_targets"] += scored
+        totals["documents"] += len(docs)
+    c = ds.manifest["counts"]
+    for key in ("windows", "tokens", "scored_targets"):
+        if c[key] != totals[key]:
+            fail("counts", f"{MANIFEST_NAME}: counts.{key} is {c[key]}, the rows give "
+                 f"{totals[key]}")
+    without = c.get("documents_without_windows", 0)
+    if c["documents"] - without != totals["documents"]:
+        fail("counts", f"{MANIFEST_NAME}: counts.documents {c['documents']} minus "
+             f"{without} without windows is not the {totals['documents']} documents in the rows")
+    # Documents without a window hold pairs the rows cannot see, none of them covered.
+    if c["pairs"] - totals["pairs"] != c["uncovered_pairs"] - totals["uncovered"] or (
+            without == 0 and c["pairs"] != totals["pairs"]):
+        fail("counts", f"{MANIFEST_NAME}: counts.pairs {c['pairs']} and uncovered_pairs "
+             f"{c['uncovered_pairs']}, but the rows give {totals['pairs']} pairs of which "
+             f"{totals['uncovered']} uncovered")
+    return {"ok": not failures, "failures": failures,
+            "checked": {k: int(v) for k, v in totals.items()}}
+
+
+# ------------------------------------------------------------------ plot
+
+
+def plot(ds: Dataset, summary: dict[str, Any], path: str) -> None:
+    """Four panels: document tokens, window lengths, padding by batch size, scored share by
+    position in the window.
+
+    Raises:
+        ValueError: matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise ValueError("--plot needs matplotlib: pip install 'token-windows[plot]'") from e
+    W = ds.windows.window
+    lengths = ds.column("length").astype(np.int64)
+    loss = ds.column("loss_start").astype(np.int64)
+    doc_tokens = ds.column("doc_tokens")[ds.column("window_index") == 0]
+    s = summary["summary"]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    fig.suptitle(f"{ds.root}: {s['documents']:,} documents, {s['windows']:,} windows, "
+                 f"{s['corpus_pairs']:,} corpus pairs, overlap ×{s['overlap_factor']:.2f}")
+
+    ax = axes[0, 0]
+    if len(doc_tokens):
+        bins = np.geomspace(max(doc_tokens.min(), 1), max(doc_tokens.max(), 2), 40)
+        ax.hist(doc_tokens, bins=bins, color="#4C72B0")
+        ax.set_xscale("log")
+        ax.axvline(W + 1, color="#C44E52", ls="--", label=f"W + 1 = {W + 1}")
+        ax.legend()
+    ax.set(title="document tokens M (per document)", xlabel="tokens (log)", ylabel="documents")
+
+    ax = axes[0, 1]
+    ax.hist(lengths, bins=min(50, W), range=(0.5, W + 0.5), color="#55A868")
+    ax.set_yscale("log")
+    ax.set(title="window length L (pairs)", xlabel="length", ylabel="windows (log)")
+
+    ax = axes[1, 0]
+    sizes = np.array([1, 2, 4, 8, 16, 32, 64, 128])
+    ax.plot(sizes, [100 * padding_share(lengths, int(b)) for b in sizes], marker="o",
+            color="#8172B2")
+    ax.set_xscale("log", base=2)
+    ax.set(title="padding in random batches", xlabel="batch size", ylabel="% of positions",
+           ylim=(0, None))
+
+    ax = axes[1, 1]
+    pos = np.arange(W)
+    present = (lengths[None, :] > pos[:, None]).sum(axis=1) if len(lengths) * W < 5e7 else None
+    if present is not None:
+        scored = ((lengths[None, :] > pos[:, None]) & (loss[None, :] <= pos[:, None])).sum(axis=1)
+        ax.fill_between(pos, present, color="#DD8452", alpha=0.4, label="targets held")
+        ax.fill_between(pos, scored, color="#C44E52", alpha=0.8, label="scored")
+        ax.legend()
+    ax.set(title="targets by position in the window", xlabel="position t", ylabel="windows")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------ command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    named = os.path.basename(sys.argv[0]).startswith("token-windows-inspect")
+    p = argparse.ArgumentParser(
+        prog="token-windows-inspect" if named else "python -m reader.inspect",
+        description="Summarise, check, decode and plot a finished token-windows dataset.")
+    p.add_argument("output", metavar="OUT", help="the dataset directory (local or a URI)")
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH,
+                   help="batch size for the padding share. Default: %(default)s.")
+    p.add_argument("--decode", type=int, default=0, metavar="N",
+                   help="decode the first N windows to text. Default: none.")
+    p.add_argument("--tokenizer", type=str, default=None, metavar="PATH",
+                   help="the tokenizer file for --decode. Default: the one the manifest names.")
+    p.add_argument("--check", action="store_true",
+                   help="recompute coverage, overlap, boundaries and the counts; exit 1 on any "
+                   "failure.")
+    p.add_argument("--plot", type=str, default=None, metavar="FILE.png",
+                   help="draw the distributions into FILE.png (needs matplotlib).")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead.")
+    return p
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """The command: prints the report; returns the exit status."""
+    args = _parser().parse_args(argv)
+    if args.batch_size < 1 or args.decode < 0:
+        print("error: --batch-size must be ≥ 1 and --decode ≥ 0", file=sys.stderr)
+        return 2
+    try:
+        ds = open_dataset(args.output)
+        report = summarize(ds, batch_size=args.batch_size)
+        if args.decode:
+            report["decoded"] = decode(ds, args.decode, load_tokenizer(ds, args.tokenizer))
+        if args.plot:
+            plot(ds, report, args.plot)
+            report["plot"] = args.plot
+        if args.check:
+            report["check"] = check(ds)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report, indent=2, ensure_ascii=False, default=int))
+    else:
+        print(_table(report))
+        for w in report.get("decoded", []):
+            print(f"\n[{w['doc_id']} #{w['window_index']}] start {w['start']}, length "
+                  f"{w['length']}, scored from target {w['loss_start']} (▌)\n"
+                  f"{w['context']}▌{w['scored']}")
+        if args.plot:
+            print(f"\nplot: {args.plot}")
+        if args.check:
+            result = report["check"]
+            if result["ok"]:
+                print(f"\ncheck: ok (coverage, overlap, boundaries, counts of "
+                      f"{result['checked']['windows']:,} windows)")
+            else:
+                print(f"\ncheck: {len(result['failures'])} failures")
+                for f in result["failures"][:SHOWN_FAILURES]:
+                    print(f"  {f['check']}: {f['message']}")
+                if len(result["failures"]) > SHOWN_FAILURES:
+                    print(f"  ... and {len(result['failures']) - SHOWN_FAILURES} more")
+    return 1 if args.check and not report["check"]["ok"] else 0
+
+
+def main() -> None:
+    """The ``token-windows-inspect`` console script."""
+    raise SystemExit(run())
+
+
+if __name__ == "__main__":
+    main()
