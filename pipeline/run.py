@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import logging
 import math
 import os
 import re
-import socket
 import sys
 import time
 import traceback
@@ -48,22 +46,16 @@ from pipeline import fs, progress
 from pipeline.encode import load_tokenizer
 from pipeline.graph import build_pipeline
 from pipeline.options import JobConfig, TokenWindowsOptions, runner_name
+from pipeline.output import absolute, check_outside_inputs, claim_output, release
 from pipeline.read import TARGET_SHARD_INPUT_BYTES
-from pipeline.write import remove_job_files
 from transforms.chunks import pattern_base, relative_name, shown_name
 from transforms.manifest import (
-    LEGACY_MANIFEST_NAME,
     MANIFEST_NAME,
     job_fingerprint,
     parse_manifest,
 )
 from transforms.schema import (
-    CLAIM_NAME,
-    FINGERPRINT_KEY,
-    LEGACY_REJECTS_DIR,
-    REJECT_REASONS,
     REJECTS_DIR,
-    SHARD_PATTERN,
     TMP_DIR,
 )
 
@@ -91,6 +83,11 @@ def _is_dataflow(options: PipelineOptions) -> bool:
     return runner_name(options) in ("dataflowrunner", "testdataflowrunner")
 
 
+def _release(config: JobConfig, plan: Plan | None) -> None:
+    if plan is not None:
+        release(config, attempt=plan.attempt, fingerprint=plan.fingerprint, tmp_dir=plan.tmp_dir)
+
+
 class Plan(NamedTuple):
     """What the launcher settled before the job starts (`preflight`)."""
 
@@ -98,167 +95,6 @@ class Plan(NamedTuple):
     fingerprint: str
     attempt: str | None  # the id in the claim on the output; None: no claim (dry run)
     tmp_dir: str  # OUTPUT/.tmp/<attempt>: every temporary file of this job
-
-
-def _claim_text(attempt: str, fingerprint: str) -> bytes:
-    return json.dumps({"attempt": attempt, "fingerprint": fingerprint,
-                       "host": socket.gethostname(), "pid": os.getpid(),
-                       "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, sort_keys=True).encode()
-
-
-def _read_claim(output: str) -> dict[str, Any] | None:
-    path = fs.join(output, CLAIM_NAME)
-    if not fs.exists(path):
-        return None
-    try:
-        found = json.loads(fs.read_bytes(path))
-    except Exception:  # unreadable: still a claim, of an unknown job
-        found = None
-    return found if isinstance(found, dict) else {}
-
-
-def _take_claim(config: JobConfig, attempt: str, fingerprint: str) -> dict[str, Any] | None:
-    """Claim the output for this job; returns the stale claim taken over (--overwrite)."""
-    path = fs.join(config.output, CLAIM_NAME)
-    stale = _read_claim(config.output)
-    if stale is not None:
-        who = (f"attempt {stale.get('attempt', '?')}, pid {stale.get('pid', '?')} on "
-               f"{stale.get('host', '?')}, since {stale.get('started', '?')}")
-        if not config.overwrite:
-            raise ValueError(
-                f"--output {config.output} is claimed by another job ({who}; {path}): wait for "
-                "it to finish; if it was killed, pass --overwrite to take its claim over"
-            )
-        fs.delete([path])
-        _LOG.warning("--overwrite: took over the claim %s left by %s", path, who)
-    try:
-        fs.claim(path, _claim_text(attempt, fingerprint))
-    except FileExistsError:
-        raise ValueError(
-            f"--output {config.output} was claimed by another job a moment ago ({path}): two "
-            "jobs cannot write one output; wait for it or choose another directory"
-        ) from None
-    return stale
-
-
-def _shard_fingerprint(path: str) -> str | None:
-    import pyarrow.parquet as pq
-
-    try:
-        with fs.open_raw(path) as f:
-            meta = pq.ParquetFile(f).metadata.metadata or {}
-    except Exception:  # not a readable Parquet file: accounted for by nothing
-        return None
-    return meta.get(FINGERPRINT_KEY.encode(), b"").decode() or None
-
-
-def _accounted_for(config: JobConfig, entries: list[str], stale: dict[str, Any] | None,
-                   attempt: str) -> set[str]:
-    """The files of ``entries`` that --overwrite may delete: what the old manifest lists, the
-    claim and temporary files of the killed job whose claim was taken over (and the shards
-    that carry its fingerprint), and this job's own temporary directory."""
-    out = config.output
-    ours: set[str] = {fs.join(out, CLAIM_NAME)}
-    prefixes = [fs.join(out, TMP_DIR, attempt) + "/"]
-    for name, rejects_dir in ((MANIFEST_NAME, REJECTS_DIR),
-                              (LEGACY_MANIFEST_NAME, LEGACY_REJECTS_DIR)):
-        manifest_path = fs.join(out, name)
-        if manifest_path not in entries:
-            continue
-        try:
-            old = parse_manifest(fs.read_bytes(manifest_path), where=manifest_path)
-        except ValueError as e:
-            raise ValueError(
-                f"--overwrite: {e}; the old dataset's files cannot be told apart, so nothing "
-                "was deleted: clear the directory yourself or choose another"
-            ) from None
-        ours.add(manifest_path)
-        ours.update(fs.join(out, s["file"]) for s in old["shards"])
-        ours.update(fs.join(out, rejects_dir, f"{r}.jsonl") for r in old["counts"]["skipped"])
-    if stale is not None and stale.get("attempt"):
-        prefixes.append(fs.join(out, TMP_DIR, str(stale["attempt"])) + "/")
-        fingerprint = stale.get("fingerprint")
-        for e in entries:
-            rel = e[len(out):].lstrip("/")
-            if SHARD_PATTERN.match(rel) and fingerprint and _shard_fingerprint(e) == fingerprint:
-                ours.add(e)
-            if rel in {f"{REJECTS_DIR}/{r}.jsonl" for r in REJECT_REASONS}:
-                ours.add(e)
-    return {e for e in entries if e in ours or e.startswith(tuple(prefixes))}
-
-
-def _check_output(config: JobConfig, attempt: str, fingerprint: str) -> None:
-    """Claim the output, then make sure it is empty or (--overwrite) holds only what the old
-    dataset accounts for, and delete that. Raises ValueError (and releases the claim)."""
-    if fs.is_file(config.output):
-        raise ValueError(
-            f"--output {config.output} is a file, not a directory: choose a directory"
-        )
-    stale = _take_claim(config, attempt, fingerprint)
-    try:
-        claim = fs.join(config.output, CLAIM_NAME)
-        entries = [e for e in fs.list_dir(config.output) if e != claim]
-        if not entries:
-            return
-        rel = [e[len(config.output) :].lstrip("/") for e in entries]
-        if not config.overwrite:
-            raise ValueError(
-                f"--output {config.output} already holds {len(entries)} files (e.g. "
-                f"{shown_name(rel[0])}); pass --overwrite to replace that dataset, or choose "
-                "another directory"
-            )
-        accounted = _accounted_for(config, entries, stale, attempt)
-        foreign = [r for e, r in zip(entries, rel, strict=True) if e not in accounted]
-        if foreign:
-            raise ValueError(
-                f"--output {config.output} holds {len(foreign)} files that no manifest (nor a "
-                f"killed job's claim) accounts for, e.g. {shown_name(foreign[0])}; --overwrite "
-                "deletes only the old dataset's own files: move them away, or choose another "
-                "directory"
-            )
-        # The manifest goes first: if the job dies now, the directory no longer looks finished.
-        manifests = [fs.join(config.output, n) for n in (MANIFEST_NAME, LEGACY_MANIFEST_NAME)]
-        fs.delete([m for m in manifests if m in entries])
-        fs.delete([e for e in entries if e not in manifests])
-        _LOG.info("--overwrite: deleted the %d files of the dataset in %s", len(entries),
-                  config.output)
-    except BaseException:
-        remove_job_files(config.output, fs.join(config.output, TMP_DIR, attempt), attempt)
-        raise
-
-
-_GLOB = re.compile(r"\*\*|\*|\?|\[[^\]]*\]")
-
-
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    """Beam's glob as a regex: ``**`` crosses directories, ``*`` and ``?`` do not."""
-    out, last = [], 0
-    for m in _GLOB.finditer(pattern):
-        out.append(re.escape(pattern[last : m.start()]))
-        tok = m.group()
-        out.append(".*" if tok == "**" else "[^/]*" if tok == "*" else "[^/]" if tok == "?"
-                   else tok)
-        last = m.end()
-    out.append(re.escape(pattern[last:]))
-    return re.compile("".join(out) + r"\Z")
-
-
-def _absolute(path: str) -> str:
-    return os.path.abspath(path) if fs.scheme(path) is None else path
-
-
-def _check_output_outside_inputs(config: JobConfig) -> None:
-    out = _absolute(config.output).rstrip("/")
-    probes = [f"{out}/{name}" for name in (MANIFEST_NAME, "part-00000-of-00001.parquet",
-                                          f"{REJECTS_DIR}/empty.jsonl", CLAIM_NAME,
-                                          f"{TMP_DIR}/a/b")]
-    for pattern in config.inputs:
-        regex = _glob_regex(_absolute(pattern))
-        if any(regex.match(p) for p in probes):
-            raise ValueError(
-                f"--output {config.output} lies where --input {pattern} matches: the job would "
-                "read its own output; choose an output outside the input pattern"
-            )
 
 
 def preflight(config: JobConfig, options: PipelineOptions) -> Plan:
@@ -275,12 +111,12 @@ def preflight(config: JobConfig, options: PipelineOptions) -> Plan:
         )
     if _is_dataflow(options):
         _check_dataflow(config, options)
-    _check_output_outside_inputs(config)
+    check_outside_inputs(config)
     if _is_dry_run(options):
         return Plan(None, "", None, fs.join(config.output, TMP_DIR, "dry-run"))
     files: dict[str, tuple[int, float | None]] = {}
     names: list[tuple[int, str, int]] = []
-    out = _absolute(config.output).rstrip("/") + "/"
+    out = absolute(config.output).rstrip("/") + "/"
     for index, pattern in enumerate(config.inputs):
         found = fs.match_files(pattern)
         broken = fs.broken_links(pattern)
@@ -299,7 +135,7 @@ def preflight(config: JobConfig, options: PipelineOptions) -> Plan:
                     f"--input {pattern} matches {shown_name(path)}, whose name is not UTF-8: "
                     "Beam cannot carry it between steps; rename the file (e.g. with convmv)"
                 )
-            if _absolute(path).startswith(out):
+            if absolute(path).startswith(out):
                 raise ValueError(
                     f"--input {pattern} matches {shown_name(path)} inside --output "
                     f"{config.output}: the job would read its own output; choose an output "
@@ -313,7 +149,7 @@ def preflight(config: JobConfig, options: PipelineOptions) -> Plan:
                                   reading=config.read.to_json(), num_shards=config.num_shards,
                                   files=names)
     attempt = uuid.uuid4().hex[:16]  # temporary names only: it never reaches the output
-    _check_output(config, attempt, fingerprint)
+    claim_output(config, attempt, fingerprint)
     return Plan(files, fingerprint, attempt, fs.join(config.output, TMP_DIR, attempt))
 
 
@@ -539,33 +375,6 @@ def submit(argv: Sequence[str] | None = None) -> Submitted:
             unusable (nothing has run).
     """
     return _start(_prepare(argv))
-
-
-def _release(config: JobConfig, plan: Plan | None) -> None:
-    """After a failure: remove what this job wrote (its shards, which carry its fingerprint,
-    and its reject files: the output was empty when it took the claim), its temporary files
-    and its claim, so that the same command can simply be run again. A job that is killed
-    cannot, and leaves a stale claim that --overwrite takes over."""
-    if plan is None or plan.attempt is None:
-        return
-    try:
-        claim = _read_claim(config.output)
-        if claim is not None and claim.get("attempt") == plan.attempt:
-            rejects = {fs.join(config.output, REJECTS_DIR, f"{r}.jsonl") for r in REJECT_REASONS}
-            written = [
-                e for e in fs.list_dir(config.output)
-                if e in rejects or (
-                    SHARD_PATTERN.match(e[len(config.output):].lstrip("/"))
-                    and _shard_fingerprint(e) == plan.fingerprint)
-            ]
-            fs.delete(written)
-            directory = fs.join(config.output, REJECTS_DIR)
-            if fs.scheme(directory) is None and os.path.isdir(directory) and not os.listdir(
-                    directory):
-                os.rmdir(directory)
-        remove_job_files(config.output, plan.tmp_dir, plan.attempt)
-    except Exception as e:  # the job's own error matters more
-        _LOG.warning("could not remove this job's temporary files and claim: %s", e)
 
 
 def run(argv: Sequence[str] | None = None) -> dict[str, Any] | None:

@@ -11,7 +11,6 @@ job's own ``tmp_dir`` (``OUTPUT/.tmp/<attempt>``, chosen once by the launcher) a
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import typing
@@ -26,6 +25,7 @@ from apache_beam.utils import shared
 
 from pipeline import fs
 from pipeline.encode import REJECTS, load_tokenizer
+from pipeline.output import check_claim, remove_job_files
 from transforms.chunks import Receipt, account_inputs, shown_name
 from transforms.documents import Reject, source_order
 from transforms.keys import ShardPlan
@@ -41,7 +41,7 @@ from transforms.manifest import (
 from transforms.params import ReadSpec, WindowSpec
 from transforms.parquet import row_group_rows, write_rows
 from transforms.rows import ShardCounts, ShardRows
-from transforms.schema import CLAIM_NAME, FINGERPRINT_KEY, REJECTS_DIR, shard_file_name
+from transforms.schema import FINGERPRINT_KEY, REJECTS_DIR, shard_file_name
 from transforms.spill import RejectRun, ShardParts, read_run
 
 __all__ = [
@@ -51,8 +51,6 @@ __all__ = [
     "ShuffleDocuments",
     "WriteRejects",
     "WriteShards",
-    "check_claim",
-    "remove_job_files",
 ]
 
 _LOG = logging.getLogger("token_windows")
@@ -355,41 +353,6 @@ def _check_shard_footer(path: str, fingerprint: str) -> None:
             f"this job's is {fingerprint}): two jobs wrote this output at once; no manifest "
             "was written: rerun one job alone"
         )
-
-
-def check_claim(output: str, attempt: str | None) -> None:
-    """Fail unless ``OUTPUT/.claim`` still holds this job's attempt id (None: not claimed)."""
-    if attempt is None:
-        return
-    path = fs.join(output, CLAIM_NAME)
-    try:
-        holder = json.loads(fs.read_bytes(path)).get("attempt")
-    except Exception:  # gone, or not ours
-        holder = None
-    if holder != attempt:
-        raise RuntimeError(
-            f"{output} is no longer claimed by this job (attempt {attempt}; the claim "
-            f"{path} now holds {holder or 'nothing'}): another job took it over; no manifest "
-            "was written"
-        )
-
-
-def remove_job_files(output: str, tmp_dir: str, attempt: str | None) -> None:
-    """Remove this job's temporary directory and, if it holds it, its claim on ``output``."""
-    found = fs.list_dir(tmp_dir)
-    fs.delete(found + ([tmp_dir] if fs.exists(tmp_dir) else []))
-    parent = tmp_dir.rstrip("/").rsplit("/", 1)[0]
-    if fs.scheme(parent) in (None, "file") and os.path.isdir(parent) and not os.listdir(parent):
-        os.rmdir(parent)  # OUTPUT/.tmp, when no other attempt's files are left in it
-    if attempt is None:
-        return
-    claim = fs.join(output, CLAIM_NAME)
-    try:
-        holder = json.loads(fs.read_bytes(claim)).get("attempt")
-    except Exception:
-        return
-    if holder == attempt:
-        fs.delete([claim])
 
 
 def _versions() -> dict[str, str]:

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import io
-import random
 
 import pyarrow.parquet as pq
 import pytest
 
 from tests.test_blocks import docs_of
-from tests.test_rows import blocks_of, doc, reference
+from tests.test_rows import blocks_of, doc, reference, shuffled_batchings
 from transforms.params import WindowSpec
 from transforms.parquet import row_group_rows, write_rows, write_shard
 from transforms.rows import ShardRows
@@ -51,14 +50,7 @@ def test_any_batching_and_block_order_give_the_bytes_of_one_block(wide_at):
     docs = docs_of([f"{i} " + "abc" * (i % 11) for i in range(80)], spec=SPEC, seed=3,
                    wide_at=wide_at)
     whole = shard_bytes(blocks_of(docs), rows_per_group=16)
-    rng = random.Random(0)
-    for _ in range(5):
-        shuffled = docs[:]
-        rng.shuffle(shuffled)
-        cuts = sorted(rng.sample(range(1, len(docs)), 4))
-        blocks = blocks_of(*(shuffled[a:b] for a, b in zip([0, *cuts], [*cuts, len(docs)],
-                                                            strict=True)))
-        rng.shuffle(blocks)
+    for blocks in shuffled_batchings(docs):
         assert shard_bytes(blocks, rows_per_group=16) == whole
     assert pq.read_table(io.BytesIO(whole)).to_pylist() == reference(docs)[0]
 

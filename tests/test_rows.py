@@ -44,6 +44,19 @@ def blocks_of(*batches):
     return [data for batch in batches for _, data in pack(batch)]
 
 
+def shuffled_batchings(docs, times=5, seed=0):
+    """``times`` ways to cut ``docs``, in a shuffled order, into 5 blocks, themselves shuffled."""
+    rng = random.Random(seed)
+    for _ in range(times):
+        shuffled = docs[:]
+        rng.shuffle(shuffled)
+        cuts = sorted(rng.sample(range(1, len(docs)), 4))
+        blocks = blocks_of(*(shuffled[a:b] for a, b in zip([0, *cuts], [*cuts, len(docs)],
+                                                            strict=True)))
+        rng.shuffle(blocks)
+        yield blocks
+
+
 def reference(docs):
     """(rows, counts, rejected sources) of a shard's documents, straight from SPEC §4–5."""
     first = {}
@@ -219,14 +232,7 @@ def test_rows_are_the_reference_s_whatever_the_batching_and_block_order(wide_at)
     spec = WindowSpec(window=4, stride=3, tail="trace_back", score="new")
     docs = docs_of([f"{i} " + "abc" * (i % 11) for i in range(80)], spec=spec, seed=3,
                    wide_at=wide_at)
-    rng = random.Random(0)
-    for _ in range(5):
-        shuffled = docs[:]
-        rng.shuffle(shuffled)
-        cuts = sorted(rng.sample(range(1, len(docs)), 4))
-        blocks = blocks_of(*(shuffled[a:b] for a, b in zip([0, *cuts], [*cuts, len(docs)],
-                                                            strict=True)))
-        rng.shuffle(blocks)
+    for blocks in shuffled_batchings(docs):
         check(ShardRows(blocks), docs)
 
 

@@ -1,0 +1,274 @@
+"""The output directory: the job's claim on it, what --overwrite may delete, and cleanup.
+
+A job claims ``OUTPUT/.claim`` before any work (create-if-absent where the file system has
+it), so a second job into the same directory stops at once; the claim names the attempt,
+its fingerprint, host, pid and start. ``--overwrite`` deletes only what the old manifest
+lists (its shards, its reject files, the manifest itself) and what a killed job's claim
+accounts for (its temporary directory, the shards carrying its fingerprint); anything else is
+refused, naming it. A job that fails while it runs removes what it wrote, its temporary
+directory and its claim (`release`), so the same command can simply run again.
+
+Every access goes through `pipeline.fs`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import socket
+import time
+from typing import Any
+
+from pipeline import fs
+from pipeline.options import JobConfig
+from transforms.chunks import shown_name
+from transforms.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME, parse_manifest
+from transforms.schema import (
+    CLAIM_NAME,
+    FINGERPRINT_KEY,
+    LEGACY_REJECTS_DIR,
+    REJECT_REASONS,
+    REJECTS_DIR,
+    SHARD_PATTERN,
+    TMP_DIR,
+)
+
+__all__ = [
+    "absolute",
+    "check_claim",
+    "check_outside_inputs",
+    "claim_output",
+    "read_claim",
+    "release",
+    "remove_job_files",
+    "shard_fingerprint",
+]
+
+_LOG = logging.getLogger("token_windows")
+
+
+def _claim_text(attempt: str, fingerprint: str) -> bytes:
+    return json.dumps({"attempt": attempt, "fingerprint": fingerprint,
+                       "host": socket.gethostname(), "pid": os.getpid(),
+                       "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, sort_keys=True).encode()
+
+
+def read_claim(output: str) -> dict[str, Any] | None:
+    path = fs.join(output, CLAIM_NAME)
+    if not fs.exists(path):
+        return None
+    try:
+        found = json.loads(fs.read_bytes(path))
+    except Exception:  # unreadable: still a claim, of an unknown job
+        found = None
+    return found if isinstance(found, dict) else {}
+
+
+def _take_claim(config: JobConfig, attempt: str, fingerprint: str) -> dict[str, Any] | None:
+    """Claim the output for this job; returns the stale claim taken over (--overwrite)."""
+    path = fs.join(config.output, CLAIM_NAME)
+    stale = read_claim(config.output)
+    if stale is not None:
+        who = (f"attempt {stale.get('attempt', '?')}, pid {stale.get('pid', '?')} on "
+               f"{stale.get('host', '?')}, since {stale.get('started', '?')}")
+        if not config.overwrite:
+            raise ValueError(
+                f"--output {config.output} is claimed by another job ({who}; {path}): wait for "
+                "it to finish; if it was killed, pass --overwrite to take its claim over"
+            )
+        fs.delete([path])
+        _LOG.warning("--overwrite: took over the claim %s left by %s", path, who)
+    try:
+        fs.claim(path, _claim_text(attempt, fingerprint))
+    except FileExistsError:
+        raise ValueError(
+            f"--output {config.output} was claimed by another job a moment ago ({path}): two "
+            "jobs cannot write one output; wait for it or choose another directory"
+        ) from None
+    return stale
+
+
+def shard_fingerprint(path: str) -> str | None:
+    import pyarrow.parquet as pq
+
+    try:
+        with fs.open_raw(path) as f:
+            meta = pq.ParquetFile(f).metadata.metadata or {}
+    except Exception:  # not a readable Parquet file: accounted for by nothing
+        return None
+    return meta.get(FINGERPRINT_KEY.encode(), b"").decode() or None
+
+
+def _accounted_for(config: JobConfig, entries: list[str], stale: dict[str, Any] | None,
+                   attempt: str) -> set[str]:
+    """The files of ``entries`` that --overwrite may delete: what the old manifest lists, the
+    claim and temporary files of the killed job whose claim was taken over (and the shards
+    that carry its fingerprint), and this job's own temporary directory."""
+    out = config.output
+    ours: set[str] = {fs.join(out, CLAIM_NAME)}
+    prefixes = [fs.join(out, TMP_DIR, attempt) + "/"]
+    for name, rejects_dir in ((MANIFEST_NAME, REJECTS_DIR),
+                              (LEGACY_MANIFEST_NAME, LEGACY_REJECTS_DIR)):
+        manifest_path = fs.join(out, name)
+        if manifest_path not in entries:
+            continue
+        try:
+            old = parse_manifest(fs.read_bytes(manifest_path), where=manifest_path)
+        except ValueError as e:
+            raise ValueError(
+                f"--overwrite: {e}; the old dataset's files cannot be told apart, so nothing "
+                "was deleted: clear the directory yourself or choose another"
+            ) from None
+        ours.add(manifest_path)
+        ours.update(fs.join(out, s["file"]) for s in old["shards"])
+        ours.update(fs.join(out, rejects_dir, f"{r}.jsonl") for r in old["counts"]["skipped"])
+    if stale is not None and stale.get("attempt"):
+        prefixes.append(fs.join(out, TMP_DIR, str(stale["attempt"])) + "/")
+        fingerprint = stale.get("fingerprint")
+        for e in entries:
+            rel = e[len(out):].lstrip("/")
+            if SHARD_PATTERN.match(rel) and fingerprint and shard_fingerprint(e) == fingerprint:
+                ours.add(e)
+            if rel in {f"{REJECTS_DIR}/{r}.jsonl" for r in REJECT_REASONS}:
+                ours.add(e)
+    return {e for e in entries if e in ours or e.startswith(tuple(prefixes))}
+
+
+def claim_output(config: JobConfig, attempt: str, fingerprint: str) -> None:
+    """Claim the output, then make sure it is empty or (--overwrite) holds only what the old
+    dataset accounts for, and delete that. Raises ValueError (and releases the claim)."""
+    if fs.is_file(config.output):
+        raise ValueError(
+            f"--output {config.output} is a file, not a directory: choose a directory"
+        )
+    stale = _take_claim(config, attempt, fingerprint)
+    try:
+        claim = fs.join(config.output, CLAIM_NAME)
+        entries = [e for e in fs.list_dir(config.output) if e != claim]
+        if not entries:
+            return
+        rel = [e[len(config.output) :].lstrip("/") for e in entries]
+        if not config.overwrite:
+            raise ValueError(
+                f"--output {config.output} already holds {len(entries)} files (e.g. "
+                f"{shown_name(rel[0])}); pass --overwrite to replace that dataset, or choose "
+                "another directory"
+            )
+        accounted = _accounted_for(config, entries, stale, attempt)
+        foreign = [r for e, r in zip(entries, rel, strict=True) if e not in accounted]
+        if foreign:
+            raise ValueError(
+                f"--output {config.output} holds {len(foreign)} files that no manifest (nor a "
+                f"killed job's claim) accounts for, e.g. {shown_name(foreign[0])}; --overwrite "
+                "deletes only the old dataset's own files: move them away, or choose another "
+                "directory"
+            )
+        # The manifest goes first: if the job dies now, the directory no longer looks finished.
+        manifests = [fs.join(config.output, n) for n in (MANIFEST_NAME, LEGACY_MANIFEST_NAME)]
+        fs.delete([m for m in manifests if m in entries])
+        fs.delete([e for e in entries if e not in manifests])
+        _LOG.info("--overwrite: deleted the %d files of the dataset in %s", len(entries),
+                  config.output)
+    except BaseException:
+        remove_job_files(config.output, fs.join(config.output, TMP_DIR, attempt), attempt)
+        raise
+
+
+_GLOB = re.compile(r"\*\*|\*|\?|\[[^\]]*\]")
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """Beam's glob as a regex: ``**`` crosses directories, ``*`` and ``?`` do not."""
+    out, last = [], 0
+    for m in _GLOB.finditer(pattern):
+        out.append(re.escape(pattern[last : m.start()]))
+        tok = m.group()
+        out.append(".*" if tok == "**" else "[^/]*" if tok == "*" else "[^/]" if tok == "?"
+                   else tok)
+        last = m.end()
+    out.append(re.escape(pattern[last:]))
+    return re.compile("".join(out) + r"\Z")
+
+
+def absolute(path: str) -> str:
+    return os.path.abspath(path) if fs.scheme(path) is None else path
+
+
+def check_outside_inputs(config: JobConfig) -> None:
+    out = absolute(config.output).rstrip("/")
+    probes = [f"{out}/{name}" for name in (MANIFEST_NAME, "part-00000-of-00001.parquet",
+                                          f"{REJECTS_DIR}/empty.jsonl", CLAIM_NAME,
+                                          f"{TMP_DIR}/a/b")]
+    for pattern in config.inputs:
+        regex = _glob_regex(absolute(pattern))
+        if any(regex.match(p) for p in probes):
+            raise ValueError(
+                f"--output {config.output} lies where --input {pattern} matches: the job would "
+                "read its own output; choose an output outside the input pattern"
+            )
+
+
+def release(config: JobConfig, *, attempt: str | None, fingerprint: str, tmp_dir: str) -> None:
+    """After a failure: remove what this job wrote (its shards, which carry its fingerprint,
+    and its reject files: the output was empty when it took the claim), its temporary files
+    and its claim, so that the same command can simply be run again. A job that is killed
+    cannot, and leaves a stale claim that --overwrite takes over."""
+    if attempt is None:
+        return
+    try:
+        claim = read_claim(config.output)
+        if claim is not None and claim.get("attempt") == attempt:
+            rejects = {fs.join(config.output, REJECTS_DIR, f"{r}.jsonl") for r in REJECT_REASONS}
+            written = [
+                e for e in fs.list_dir(config.output)
+                if e in rejects or (
+                    SHARD_PATTERN.match(e[len(config.output):].lstrip("/"))
+                    and shard_fingerprint(e) == fingerprint)
+            ]
+            fs.delete(written)
+            directory = fs.join(config.output, REJECTS_DIR)
+            if fs.scheme(directory) is None and os.path.isdir(directory) and not os.listdir(
+                    directory):
+                os.rmdir(directory)
+        remove_job_files(config.output, tmp_dir, attempt)
+    except Exception as e:  # the job's own error matters more
+        _LOG.warning("could not remove this job's temporary files and claim: %s", e)
+
+
+def check_claim(output: str, attempt: str | None) -> None:
+    """Fail unless ``OUTPUT/.claim`` still holds this job's attempt id (None: not claimed)."""
+    if attempt is None:
+        return
+    path = fs.join(output, CLAIM_NAME)
+    try:
+        holder = json.loads(fs.read_bytes(path)).get("attempt")
+    except Exception:  # gone, or not ours
+        holder = None
+    if holder != attempt:
+        raise RuntimeError(
+            f"{output} is no longer claimed by this job (attempt {attempt}; the claim "
+            f"{path} now holds {holder or 'nothing'}): another job took it over; no manifest "
+            "was written"
+        )
+
+
+def remove_job_files(output: str, tmp_dir: str, attempt: str | None) -> None:
+    """Remove this job's temporary directory and, if it holds it, its claim on ``output``."""
+    found = fs.list_dir(tmp_dir)
+    fs.delete(found + ([tmp_dir] if fs.exists(tmp_dir) else []))
+    parent = tmp_dir.rstrip("/").rsplit("/", 1)[0]
+    if fs.scheme(parent) in (None, "file") and os.path.isdir(parent) and not os.listdir(parent):
+        os.rmdir(parent)  # OUTPUT/.tmp, when no other attempt's files are left in it
+    if attempt is None:
+        return
+    claim = fs.join(output, CLAIM_NAME)
+    try:
+        holder = json.loads(fs.read_bytes(claim)).get("attempt")
+    except Exception:
+        return
+    if holder == attempt:
+        fs.delete([claim])
+
+
