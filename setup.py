@@ -44,6 +44,7 @@ setuptools.setup(
             "polars>=1.0",
             "tokenizers>=0.19",
             "matplotlib>=3.7",
+            "moto[server]>=5",  # an S3 server on loopback for the reader's remote test
         ],
         # megatron-core only for bench_reader's IndexedDataset baseline; install it
         # `pip install --no-deps megatron-core` (its own requirements are torch, numpy, packaging).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 from typing import Any
 
@@ -10,6 +11,19 @@ import pyarrow.parquet as pq
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _layout_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The reader's layout cache for the whole run, in a temporary directory rather than the
+    user's ~/.cache (subprocesses, such as the examples, inherit it)."""
+    old = os.environ.get("TOKEN_WINDOWS_CACHE")
+    os.environ["TOKEN_WINDOWS_CACHE"] = str(tmp_path_factory.mktemp("layout-cache"))
+    yield
+    if old is None:
+        os.environ.pop("TOKEN_WINDOWS_CACHE", None)
+    else:
+        os.environ["TOKEN_WINDOWS_CACHE"] = old
 DATA = ROOT / "tests" / "data"
 SAMPLES = ROOT / "samples"
 
