@@ -1,9 +1,10 @@
 """The trainer side: read finished shards into masked PyTorch batches (SPEC §6).
 
-``reader`` imports torch, pyarrow and :mod:`transforms`' schema and manifest, never Apache
-Beam, so a trainer installs it without the pipeline's dependencies. Windows are read from a
-memory-mapped layout that each shard is converted into once (:mod:`reader.layout`; ahead of
-time with ``python -m reader.prepare PATH``), in a seeded order evaluated per position
+``reader`` uses torch, pyarrow and :mod:`transforms`' schema and manifest, never Apache
+Beam, so a trainer installs it without the pipeline's dependencies; its names load on first
+use, so ``reader.inspect`` needs no torch. Windows are read from a memory-mapped layout that
+each shard is converted into once (:mod:`reader.layout`; ahead of time with
+``python -m reader.prepare PATH``), in a seeded order evaluated per position
 (:mod:`reader.permutation`): ``global`` or ``blocks`` (:mod:`reader.sampler`).
 
 Example::
@@ -26,12 +27,24 @@ Example::
         sampler.step(batch)                          # consumed: commit it to the state
 """
 
-from reader.collate import IGNORE_INDEX, collate
-from reader.dataset import WindowBatch, WindowDataset
-from reader.layout import default_cache_dir
-from reader.loss import evaluate, token_nll
-from reader.permutation import FeistelPermutation
-from reader.sampler import ORDERS, EpochSampler, epoch_seed
+import importlib
+from typing import Any
+
+# Loaded on first use (PEP 562), so that `python -m reader.inspect` and `reader.prepare` run
+# where torch is not installed; `from reader import WindowDataset` works as before.
+_EXPORTS = {
+    "IGNORE_INDEX": "reader.collate",
+    "collate": "reader.collate",
+    "WindowBatch": "reader.dataset",
+    "WindowDataset": "reader.dataset",
+    "default_cache_dir": "reader.layout",
+    "evaluate": "reader.loss",
+    "token_nll": "reader.loss",
+    "FeistelPermutation": "reader.permutation",
+    "ORDERS": "reader.sampler",
+    "EpochSampler": "reader.sampler",
+    "epoch_seed": "reader.sampler",
+}
 
 __all__ = [
     "IGNORE_INDEX",
@@ -46,3 +59,16 @@ __all__ = [
     "evaluate",
     "token_nll",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'reader' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

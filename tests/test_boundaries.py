@@ -32,6 +32,13 @@ def test_reader_does_not_import_beam():
     assert "apache_beam" not in mods
 
 
+def test_inspect_and_prepare_need_no_torch():
+    """They run in the job's lean environment: `reader` loads its torch side on first use."""
+    mods = imported_after("import reader.inspect")
+    assert "reader" in mods
+    assert "torch" not in mods and "apache_beam" not in mods
+
+
 @pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff is not installed")
 def test_ruff_clean():
     r = subprocess.run(["ruff", "check", "."], capture_output=True, text=True, cwd=ROOT,
