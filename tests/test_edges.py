@@ -150,6 +150,25 @@ def test_identical_jobs_write_identical_bytes_with_the_fingerprint(corpus, tmp_p
     assert c["fingerprint"] != a["fingerprint"]
 
 
+def test_shards_do_not_depend_on_where_the_tokenizer_model_lies(corpus, tmp_path, monkeypatch):
+    """The same model by another path (copied, relative or absolute) is the same job."""
+    import shutil
+
+    from tests.conftest import DATA
+
+    copy = tmp_path / "models" / "tiny.model"
+    copy.parent.mkdir()
+    shutil.copy(DATA / "tiny.model", copy)
+    monkeypatch.chdir(tmp_path)
+    args = ("--input", str(corpus), "--window", "8")
+    a = run_job(tmp_path / "a", *args, "--tokenizer", str(DATA / "tiny.model"))
+    b = run_job(tmp_path / "b", *args, "--tokenizer", "models/tiny.model")
+    assert a["tokenizer"]["path"] != b["tokenizer"]["path"]
+    assert a["fingerprint"] == b["fingerprint"]
+    name = "part-00000-of-00001.parquet"
+    assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
 def test_output_is_an_existing_regular_file_is_refused(corpus, tmp_path, capsys):
     (tmp_path / "f").write_text("x")
     code, err = exit_code(capsys, "--input", str(corpus), "--tokenizer", "bytes", "--output",

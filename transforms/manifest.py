@@ -88,7 +88,10 @@ def job_fingerprint(
     corpus has other mtimes but the same content; changes while a job runs are caught by
     comparing mtimes, not through the fingerprint).
     """
-    job = {"format": FORMAT, "format_version": FORMAT_VERSION, "tokenizer": tokenizer,
+    # The model is named by its content: where it lies (the manifest's tokenizer.path, as
+    # the job was given it) is no part of the job.
+    model = {k: v for k, v in tokenizer.items() if k != "path"}
+    job = {"format": FORMAT, "format_version": FORMAT_VERSION, "tokenizer": model,
            "windows": windows, "reading": reading, "num_shards": num_shards,
            "files": sorted([int(i), str(rel), int(size)] for i, rel, size in files)}
     text = json.dumps(job, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
