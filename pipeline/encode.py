@@ -96,11 +96,12 @@ class _EncodeChunkFn(beam.DoFn):
     after them and plans and packs the ones before, so the worker's cores stay busy.
     """
 
-    def __init__(self, *, spec: ReadSpec, windows: WindowSpec, tokenizer_path: str | None,
+    def __init__(self, *, spec: ReadSpec, windows: WindowSpec,
+                 tokenizer: TokenizerSpec | str | None,
                  threads: int, batch_chars: int, spill_dir: str | None) -> None:
         self._spec = spec
         self._windows = windows
-        self._path = tokenizer_path
+        self._tokenizer_spec = tokenizer
         self._threads = threads
         self._batch_chars = batch_chars
         self._spill_dir = spill_dir
@@ -113,8 +114,8 @@ class _EncodeChunkFn(beam.DoFn):
     def setup(self) -> None:
         # One model per worker process, however many threads or DoFn instances it runs.
         self._tokenizer = self._handle.acquire(
-            lambda: load_tokenizer(self._path, self._threads),
-            tag=f"{self._path or 'bytes'}@{self._threads}",
+            lambda: load_tokenizer(self._tokenizer_spec, self._threads),
+            tag=f"{self._tokenizer_spec!r}@{self._threads}",
         )
         self._pool = ThreadPoolExecutor(ENCODING_AHEAD, thread_name_prefix="encode")
 
@@ -199,7 +200,8 @@ class EncodeChunks(beam.PTransform):
     Args:
         spec: how to read the inputs.
         windows: the window parameters (and the seed of the keys).
-        tokenizer_path: a SentencePiece ``.model`` path, or None for the bytes tokenizer.
+        tokenizer: the ``--tokenizer`` (`transforms.tokenizers.TokenizerSpec`, or a model's
+            path), None for the bytes tokenizer.
         plan: the `transforms.keys.ShardPlan`, a singleton PCollection
             (`pipeline.read.PlanShards`).
         threads: SentencePiece threads per worker process. Each document is encoded alone,
@@ -210,11 +212,12 @@ class EncodeChunks(beam.PTransform):
             its path (the file shuffle); None: emit the blocks.
     """
 
-    def __init__(self, *, spec: ReadSpec, windows: WindowSpec, tokenizer_path: str | None,
+    def __init__(self, *, spec: ReadSpec, windows: WindowSpec,
+                 tokenizer: TokenizerSpec | str | None,
                  plan: beam.PCollection, threads: int = 1, batch_chars: int = BATCH_CHARS,
                  spill_dir: str | None = None) -> None:
         super().__init__()
-        self._fn = _EncodeChunkFn(spec=spec, windows=windows, tokenizer_path=tokenizer_path,
+        self._fn = _EncodeChunkFn(spec=spec, windows=windows, tokenizer=tokenizer,
                                   threads=threads, batch_chars=batch_chars, spill_dir=spill_dir)
         self._plan = plan
 

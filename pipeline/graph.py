@@ -69,7 +69,7 @@ def build_pipeline(
     plan = chunks | "PlanShards" >> PlanShards(
         config.num_shards, part_bytes=PART_TEXT_BYTES if files else None)
     encoded = chunks | "EncodeChunks" >> EncodeChunks(
-        spec=config.read, windows=config.windows, tokenizer_path=config.tokenizer_spec,
+        spec=config.read, windows=config.windows, tokenizer=config.tokenizer_spec,
         plan=plan, threads=config.encode_threads,
         spill_dir=fs.join(tmp_dir, "shuffle") if files else None,
     )
@@ -93,7 +93,7 @@ def build_pipeline(
         windows=config.windows,
         inputs=list(config.inputs),
         reading=config.read.to_json(),
-        tokenizer_path=config.tokenizer_spec,
+        tokenizer=config.tokenizer_spec,
         expected_files=expected_files,
         shards=written.shards,
         reject_counts=reject_counts,

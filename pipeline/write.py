@@ -43,6 +43,7 @@ from transforms.parquet import row_group_rows, write_rows
 from transforms.rows import ShardCounts, ShardRows
 from transforms.schema import FINGERPRINT_KEY, REJECTS_DIR, shard_file_name
 from transforms.spill import RejectRun, ShardParts, read_run
+from transforms.tokenizers import TokenizerSpec
 
 __all__ = [
     "SHARDS_AT_ONCE",
@@ -264,14 +265,14 @@ class WriteRejects(beam.PTransform):
 
 class _FinalizeFn(beam.DoFn):
     def __init__(self, *, output: str, windows: WindowSpec, inputs: list[str],
-                 reading: dict[str, Any], tokenizer_path: str | None,
+                 reading: dict[str, Any], tokenizer: TokenizerSpec | str | None,
                  expected_files: dict[str, tuple[int, float | None]] | None, fingerprint: str,
                  tmp_dir: str, attempt: str | None, max_skipped_share: float) -> None:
         self._output = output
         self._windows = windows
         self._inputs = inputs
         self._reading = reading
-        self._tokenizer_path = tokenizer_path
+        self._tokenizer_spec = tokenizer
         self._expected_files = expected_files
         self._fingerprint = fingerprint
         self._tmp_dir = tmp_dir
@@ -305,7 +306,7 @@ class _FinalizeFn(beam.DoFn):
         for shard in shards:  # a concurrent job's shard must never sit under our manifest
             _check_shard_footer(fs.join(self._output, shard.file), self._fingerprint)
         manifest = build_manifest(
-            tokenizer=load_tokenizer(self._tokenizer_path).info(),
+            tokenizer=load_tokenizer(self._tokenizer_spec).info(),
             windows=self._windows.to_json(),
             inputs=self._inputs,
             reading=self._reading,
@@ -380,8 +381,8 @@ class FinalizeDataset(beam.PTransform):
         output: the output directory.
         windows: the window parameters (the manifest's ``windows``).
         inputs: the ``--input`` patterns; reading: the manifest's ``reading`` object.
-        tokenizer_path: the SentencePiece model, or None for bytes (the manifest's
-            ``tokenizer``).
+        tokenizer: the ``--tokenizer`` (`transforms.tokenizers.TokenizerSpec`), None for bytes
+            (the manifest's ``tokenizer``).
         expected_files: {path: (size, mtime)} as matched at launch, or None (a dry run).
         fingerprint: the job's fingerprint (the manifest's, and every shard footer's).
         tmp_dir: the job's temporary directory, removed at the end.
@@ -392,7 +393,7 @@ class FinalizeDataset(beam.PTransform):
     """
 
     def __init__(self, *, output: str, windows: WindowSpec, inputs: list[str],
-                 reading: dict[str, Any], tokenizer_path: str | None,
+                 reading: dict[str, Any], tokenizer: TokenizerSpec | str | None,
                  expected_files: dict[str, tuple[int, float | None]] | None,
                  shards: beam.PCollection, reject_counts: beam.PCollection,
                  receipts: beam.PCollection, plan: beam.PCollection, fingerprint: str,
@@ -400,7 +401,7 @@ class FinalizeDataset(beam.PTransform):
                  max_skipped_share: float = 1.0) -> None:
         super().__init__()
         self._fn = _FinalizeFn(output=output, windows=windows, inputs=inputs, reading=reading,
-                               tokenizer_path=tokenizer_path, expected_files=expected_files,
+                               tokenizer=tokenizer, expected_files=expected_files,
                                fingerprint=fingerprint, tmp_dir=tmp_dir, attempt=attempt,
                                max_skipped_share=max_skipped_share)
         self._side_inputs = {

@@ -30,7 +30,7 @@ def encode(p, patterns, *, spec=DEFAULT, windows=WINDOWS, tokenizer=None, num_sh
            **kwargs):
     chunks = p | SplitInputs(patterns, spec=spec, chunk_bytes=1 << 20)
     plan = chunks | PlanShards(num_shards)
-    return chunks | EncodeChunks(spec=spec, windows=windows, tokenizer_path=tokenizer,
+    return chunks | EncodeChunks(spec=spec, windows=windows, tokenizer=tokenizer,
                                  plan=plan, **kwargs)
 
 

@@ -20,7 +20,7 @@ from transforms.params import ReadSpec, WindowSpec
 def shuffled(p, path, *, windows, num_shards):
     spec = ReadSpec(format="lines")
     chunks = p | SplitInputs([str(path)], spec=spec)
-    encoded = chunks | EncodeChunks(spec=spec, windows=windows, tokenizer_path=None,
+    encoded = chunks | EncodeChunks(spec=spec, windows=windows, tokenizer=None,
                                     plan=chunks | PlanShards(num_shards))
     return encoded.blocks | ShuffleDocuments()
 
