@@ -79,18 +79,19 @@ def batch_documents(
 
 def pack_documents(
     docs: Sequence[Document], tokens: Sequence[npt.NDArray[np.int32]], *, windows: WindowSpec,
-    num_shards: int, parts_per_shard: int = 1,
+    num_shards: int, parts_per_shard: int = 1, keys: Sequence[int] | None = None,
 ) -> Encoded:
     """Plan, key and pack documents whose z (``tokens``, one array each) is known.
 
     Blocks are packed by shard, or by part of a shard when ``parts_per_shard`` > 1
-    (`transforms.keys.part_of`; the part's shard is ``part // parts_per_shard``).
+    (`transforms.keys.part_of`; the part's shard is ``part // parts_per_shard``). ``keys``
+    are the documents' `transforms.keys.doc_keys` when the caller has them already.
     """
     ids = [d.doc_id for d in docs]
     m = np.fromiter(map(len, tokens), np.int64, len(tokens))
     plans = plan_windows_batch(m - 1, windows, ids)
     blocks = pack_blocks(
-        doc_keys=doc_keys(windows.seed, ids),
+        doc_keys=doc_keys(windows.seed, ids) if keys is None else keys,
         doc_ids=ids,
         sources=[d.source for d in docs],
         tokens=tokens,
@@ -132,6 +133,7 @@ class PartBuffer:
         self._max_tokens = max_tokens
         self._docs: dict[int, list[Document]] = {}
         self._tokens: dict[int, list[npt.NDArray[np.int32]]] = {}
+        self._keys: dict[int, list[int]] = {}
         self._held = 0
 
     def add(self, docs: Sequence[Document], tokens: Sequence[npt.NDArray[np.int32]]) -> Encoded:
@@ -144,6 +146,7 @@ class PartBuffer:
             # The text is encoded already: only the id, source and flag are held.
             self._docs.setdefault(part, []).append(doc._replace(text=""))
             self._tokens.setdefault(part, []).append(z)
+            self._keys.setdefault(part, []).append(key)
             self._held += len(z)
         if self._held >= self._max_tokens:
             return self.flush()
@@ -156,7 +159,8 @@ class PartBuffer:
         for part in sorted(self._docs):
             packed = pack_documents(self._docs.pop(part), self._tokens.pop(part),
                                     windows=self._windows, num_shards=self._num_shards,
-                                    parts_per_shard=self._parts_per_shard)
+                                    parts_per_shard=self._parts_per_shard,
+                                    keys=self._keys.pop(part))
             blocks += packed.blocks
             tokens += packed.tokens
             windows += packed.windows
