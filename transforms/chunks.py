@@ -49,11 +49,13 @@ __all__ = [
     "CHUNK_BYTES",
     "COMPRESSIONS",
     "Chunk",
+    "InputChanged",
     "Opener",
     "Receipt",
     "account_inputs",
     "common_base",
     "count_lines",
+    "decompressed",
     "detect_format",
     "disambiguated_name",
     "line_starts_in",
@@ -341,6 +343,10 @@ class _CountingReader(io.RawIOBase):
         return data
 
 
+class InputChanged(OSError):
+    """An input file is not the file that was matched when the job started."""
+
+
 def _seen(f: BinaryIO) -> tuple[int, float | None]:
     """(size, mtime) of an open file as it is now; mtime None where the file system gives
     no descriptor (object stores: their size is still seen)."""
@@ -363,21 +369,35 @@ def _check_unchanged(chunk: Chunk, f: BinaryIO, consumed: int | None) -> None:
     if consumed is not None and consumed != (chunk.end - chunk.start):
         changed = True
     if changed:
-        raise OSError(
+        raise InputChanged(
             f"input file {shown_name(chunk.path)} changed while the job ran: matched with "
             f"{chunk.size} bytes (mtime {chunk.mtime}), read with {size} bytes (mtime "
             f"{mtime}); no manifest was written: rerun once the input stops changing"
         )
 
 
+def decompressed(f: BinaryIO, compression: str | None) -> BinaryIO:
+    """A stream of the decompressed bytes of ``f`` (``f`` itself when not compressed).
+
+    gzip and bzip2 streams that end early raise EOFError; a zstd stream reader does not, so
+    a whole-file read goes through `_decompress`, which checks every zstd frame's end.
+    """
+    if compression is None:
+        return f
+    if compression == "gzip":
+        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+    if compression == "bzip2":
+        return bz2.BZ2File(f, mode="rb")  # type: ignore[return-value]
+    import zstandard
+
+    reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
+    return io.BufferedReader(reader)  # type: ignore[arg-type]
+
+
 def _decompress(f: BinaryIO, compression: str | None) -> bytes:
     """The whole decompressed content; a stream that ends early raises EOFError."""
-    if compression is None:
-        return f.read()
-    if compression == "gzip":
-        return gzip.GzipFile(fileobj=f, mode="rb").read()
-    if compression == "bzip2":
-        return bz2.BZ2File(f, mode="rb").read()
+    if compression != "zstd":
+        return decompressed(f, compression).read()
     import zstandard
 
     data, out = f.read(), []
@@ -416,10 +436,8 @@ def read_chunk(chunk: Chunk, spec: ReadSpec, open_file: Opener) -> Iterator[Docu
             else:
                 data, consumed = _read_line_range(f, chunk.start, chunk.end)
             _check_unchanged(chunk, f, consumed)
-    except OSError as e:
-        if "changed while the job ran" in str(e):
-            raise
-        raise OSError(f"cannot read input file {shown_name(chunk.path)}: {e}") from e
+    except InputChanged:
+        raise
     except Exception as e:  # a file that cannot be read fails the job, naming it
         raise OSError(f"cannot read input file {shown_name(chunk.path)}: {e}") from e
     if chunk.start == 0 and chunk.fmt != "parquet" and data.startswith(BOM):

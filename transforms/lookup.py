@@ -11,15 +11,12 @@ Example: ``read_records(["/c/a.jsonl:2"], spec=ReadSpec(), open_file=open_local)
 
 from __future__ import annotations
 
-import bz2
-import gzip
-import io
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 import pyarrow.parquet as pq
 
-from transforms.chunks import Opener, detect_format
+from transforms.chunks import Opener, decompressed, detect_format
 from transforms.params import ReadSpec
 
 __all__ = ["read_records"]
@@ -34,19 +31,6 @@ def _position(source: str) -> tuple[str, str, int | None]:
     if mark and path and line.isdigit():
         return path, "line", int(line)
     return source, "file", None
-
-
-def _stream(f: BinaryIO, compression: str | None) -> BinaryIO:
-    if compression == "gzip":
-        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
-    if compression == "bzip2":
-        return bz2.BZ2File(f, mode="rb")  # type: ignore[return-value]
-    if compression == "zstd":
-        import zstandard
-
-        reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
-        return io.BufferedReader(reader)  # type: ignore[arg-type]
-    return f
 
 
 def _lines(f: BinaryIO, wanted: set[int]) -> Iterator[tuple[int, str]]:
@@ -89,10 +73,11 @@ def read_records(sources: Iterable[str], *, spec: ReadSpec,
         _, compression = detect_format(path, spec.format or "text")
         with open_file(path) as raw:
             if kind == "file":
-                found[path] = _stream(raw, compression).read().decode("utf-8", errors="replace")
+                data = decompressed(raw, compression).read()
+                found[path] = data.decode("utf-8", errors="replace")
             elif kind == "row":
                 found.update((f"{path}#row={r}", text) for r, text in _rows(raw, numbers, spec))
             else:
                 found.update((f"{path}:{n}", line)
-                             for n, line in _lines(_stream(raw, compression), set(numbers)))
+                             for n, line in _lines(decompressed(raw, compression), set(numbers)))
     return found
