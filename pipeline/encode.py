@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
+import logging
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,6 +37,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.utils import shared
 
 from pipeline import fs, progress
+from pipeline.tagged import Outputs, SplitTags
 from transforms.chunks import Chunk, read_chunk
 from transforms.documents import Document, Reject
 from transforms.encoding import BATCH_CHARS, Encoded, PartBuffer, batch_documents
@@ -44,11 +46,17 @@ from transforms.params import ReadSpec, WindowSpec
 from transforms.spill import SpillWriter, spill_rejects
 from transforms.tokenizers import Tokenizer, TokenizerSpec, hf_config_path, tokenizer_from_bytes
 
-__all__ = ["ENCODING_AHEAD", "RECORDS", "REJECTS", "SHUFFLES", "EncodeChunks", "load_tokenizer"]
+__all__ = ["BLOCKS", "ENCODING_AHEAD", "RECORDS", "REJECTS", "SHUFFLES", "EncodeChunks",
+           "load_tokenizer"]
+
+_LOG = logging.getLogger("token_windows")
 
 # Batches being encoded at once, each on its own helper thread: two keep the cores busy
 # when one batch's documents split unevenly across SentencePiece's threads.
 ENCODING_AHEAD = 2
+# The outputs of EncodeChunks (and REJECTS also of WriteShards), as (tag, value) pairs
+# (`pipeline.tagged`).
+BLOCKS = "blocks"
 REJECTS = "rejects"
 RECORDS = "records"
 # How blocks reach the shard writers: through the runner's shuffle, or spilled to files
@@ -90,7 +98,7 @@ def load_tokenizer(spec: str | TokenizerSpec | None, num_threads: int = 1) -> To
 
 class _EncodeChunkFn(beam.DoFn):
     """A chunk → (shard, block) pairs, or the path of the spill file that holds its blocks;
-    its rejects and its receipt as tagged outputs.
+    its rejects and its receipt; each as a (tag, value) pair (`pipeline.tagged`).
 
     While SentencePiece encodes batches on helper threads, this thread parses the batches
     after them and plans and packs the ones before, so the worker's cores stay busy.
@@ -136,19 +144,19 @@ class _EncodeChunkFn(beam.DoFn):
         rejects: list[Reject] = []
         with contextlib.closing(fs.create(path)) as f:
             spill = SpillWriter(f, num_parts=plan.num_parts)
-            for item in self._encode(chunk, plan, spill):
-                if isinstance(item, beam.pvalue.TaggedOutput) and item.tag == REJECTS:
-                    rejects.append(item.value)  # spilled below, not held by the runner
+            for tag, value in self._encode(chunk, plan, spill):
+                if tag == REJECTS:
+                    rejects.append(value)  # spilled below, not held by the runner
                 else:
-                    yield item
+                    yield tag, value
             self._spilled.inc(spill.finish())
-        yield path  # complete: its index is written and the file closed
+        yield BLOCKS, path  # complete: its index is written and the file closed
         if rejects:
             runs_path = path.removesuffix(".spill") + ".rejects"
             with contextlib.closing(fs.create(runs_path)) as f:
                 runs = spill_rejects(rejects, f, path=runs_path, order=(chunk.path, chunk.start))
             for run in runs:
-                yield beam.pvalue.TaggedOutput(REJECTS, run)
+                yield REJECTS, run
 
     def _encode(self, chunk: Chunk, plan: ShardPlan, spill: SpillWriter | None) -> Iterator[Any]:
         pending: collections.deque[tuple[list[Document], Future]] = collections.deque()
@@ -160,7 +168,7 @@ class _EncodeChunkFn(beam.DoFn):
             if isinstance(batch, Reject):
                 records += 1
                 Metrics.counter("rejects", batch.reason).inc()
-                yield beam.pvalue.TaggedOutput(REJECTS, batch)
+                yield REJECTS, batch
                 continue
             records += len(batch)
             texts = [d.text for d in batch]
@@ -173,29 +181,34 @@ class _EncodeChunkFn(beam.DoFn):
             yield from self._add(held, docs, encoding.result(), spill, chunk)
         yield from self._emit(held.flush(), spill)
         progress.chunk_done(chunk)
+        # One line per chunk encoded (at DEBUG: a big job has thousands), which tells how
+        # often a runner ran the step (tests/test_runners.py counts them on Dask workers).
+        _LOG.debug("encoded chunk %s@%d: %d records", chunk.path, chunk.start, records)
         self._records.inc(records)
-        yield beam.pvalue.TaggedOutput(RECORDS, chunk.receipt(records))
+        yield RECORDS, chunk.receipt(records)
 
     def _add(self, held: PartBuffer, docs: list[Document], tokens: list[Any],
-             spill: SpillWriter | None, chunk: Chunk) -> list[tuple[int, bytes]]:
+             spill: SpillWriter | None, chunk: Chunk) -> list[tuple[str, tuple[int, bytes]]]:
         progress.encoded(chunk, docs, sum(map(len, tokens)))
         return self._emit(held.add(docs, tokens), spill)
 
-    def _emit(self, encoded: Encoded, spill: SpillWriter | None) -> list[tuple[int, bytes]]:
-        """The (shard, block) pairs to emit; with a spill file, none: they are written."""
+    def _emit(self, encoded: Encoded,
+              spill: SpillWriter | None) -> list[tuple[str, tuple[int, bytes]]]:
+        """The (BLOCKS, (shard, block)) pairs to emit; with a spill file, none: they are
+        written."""
         self._tokens.inc(encoded.tokens)
         self._windows_made.inc(encoded.windows)
         if spill is None:
-            return encoded.blocks
+            return [(BLOCKS, pair) for pair in encoded.blocks]
         for part, block in encoded.blocks:
             spill.write(part, block)
         return []
 
 
 class EncodeChunks(beam.PTransform):
-    """Chunks → (shard, block of packed documents), or with ``spill_dir`` one spill file's
-    path per chunk (`transforms.spill`); with tagged ``rejects`` and ``records`` (one
-    `transforms.chunks.Receipt` per chunk).
+    """Chunks → `pipeline.tagged.Outputs`: ``blocks`` (shard, block of packed documents), or
+    with ``spill_dir`` one spill file's path per chunk (`transforms.spill`); ``rejects``; and
+    ``records`` (one `transforms.chunks.Receipt` per chunk).
 
     Args:
         spec: how to read the inputs.
@@ -221,7 +234,9 @@ class EncodeChunks(beam.PTransform):
                                   threads=threads, batch_chars=batch_chars, spill_dir=spill_dir)
         self._plan = plan
 
-    def expand(self, chunks: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
-        return chunks | "Encode" >> beam.ParDo(
-            self._fn, plan=beam.pvalue.AsSingleton(self._plan)
-        ).with_outputs(REJECTS, RECORDS, main="blocks")
+    def expand(self, chunks: beam.PCollection) -> Outputs:
+        return (
+            chunks
+            | "Encode" >> beam.ParDo(self._fn, plan=beam.pvalue.AsSingleton(self._plan))
+            | "ByTag" >> SplitTags([BLOCKS, REJECTS, RECORDS])
+        )

@@ -19,6 +19,7 @@ runs. Runners without a dry run of their own (the local ones) only build the gra
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import logging
 import math
@@ -178,13 +179,19 @@ def _check_dataflow(config: JobConfig, options: PipelineOptions) -> None:
 
 
 def _runner(options: PipelineOptions) -> Any:
-    """Beam's FnApiRunner unless --runner says otherwise.
+    """Beam's FnApiRunner unless --runner says otherwise (``--runner DaskRunner`` is Beam's
+    ``apache_beam.runners.dask.dask_runner.DaskRunner``).
 
     A bare DirectRunner in Beam 2.77 first tries the Prism runner, which downloads a binary
     and ignores --direct_running_mode; the FnApiRunner is what DirectRunner falls back to
     and honours --direct_running_mode and --direct_num_workers. Outputs are identical either
     way (the tests compare bytes), but the default is the one we test.
     """
+    if runner_name(options) == "daskrunner":
+        # Beam knows the DaskRunner only by its full module path; --runner DaskRunner works.
+        from apache_beam.runners.dask.dask_runner import DaskRunner
+
+        return DaskRunner()
     if options.view_as(StandardOptions).runner is not None:
         return None
     from apache_beam.runners.portability.fn_api_runner import fn_runner
@@ -263,6 +270,10 @@ def check_flags(argv: Sequence[str], options: PipelineOptions) -> None:
     Raises:
         ValueError: naming the flag and the suggestion.
     """
+    if runner_name(options) == "daskrunner":
+        # DaskOptions (--dask_client_address …) exist once the runner's module is imported.
+        with contextlib.suppress(ImportError):
+            import apache_beam.runners.dask.dask_runner  # noqa: F401
     ours, known = _option_strings()
     forward = runner_name(options) in _PASS_THROUGH_RUNNERS
     for arg in argv:

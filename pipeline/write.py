@@ -15,17 +15,17 @@ import logging
 import os
 import typing
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils import shared
 
 from pipeline import fs
 from pipeline.encode import REJECTS, load_tokenizer
 from pipeline.output import check_claim, remove_job_files
+from pipeline.tagged import Outputs, SplitTags
 from transforms.chunks import Receipt, account_inputs, shown_name
 from transforms.documents import Reject, source_order
 from transforms.keys import ShardPlan
@@ -46,6 +46,7 @@ from transforms.spill import RejectRun, ShardParts, read_run
 from transforms.tokenizers import TokenizerSpec
 
 __all__ = [
+    "SHARDS",
     "SHARDS_AT_ONCE",
     "FinalizeDataset",
     "RejectCount",
@@ -58,6 +59,8 @@ _LOG = logging.getLogger("token_windows")
 
 # A worker process writes at most this many shards at once (and no more than it has cores).
 SHARDS_AT_ONCE = 4
+# WriteShards' output of written shards (beside REJECTS), as (tag, value) pairs.
+SHARDS = "shards"
 
 
 class ShuffleDocuments(beam.PTransform):
@@ -99,13 +102,16 @@ def _write_shard_file(*, output: str, index: int, num_shards: int,
 
 
 class _WriteShardFn(beam.DoFn):
-    """Writes each shard on a helper thread (pyarrow encodes and compresses off the GIL),
-    up to `SHARDS_AT_ONCE` at a time per worker process (and no more than it has cores),
-    and emits its counts and rejects as it finishes, in arrival order; the last ones when
-    the bundle ends. Metrics are bumped here, on the bundle thread.
+    """Writes shards and emits, from ``process`` only, (`SHARDS`, its
+    `transforms.manifest.WrittenShard`) and (`REJECTS`, each reject) pairs
+    (`pipeline.tagged`). Metrics are bumped here, on the bundle thread.
 
-    A shard arrives as (index, its blocks), or, with the file shuffle, as its index alone,
-    its parts then read from every spill file one part at a time (`transforms.spill`).
+    A shard arrives as (index, its blocks), written at once; or, with the file shuffle, a
+    batch of indexes, its parts then read from every spill file one part at a time
+    (`transforms.spill`), the batch written on helper threads (pyarrow encodes and
+    compresses off the GIL), up to `SHARDS_AT_ONCE` at a time per worker process (and no
+    more than it has cores). Nothing is left to emit when ``process`` returns: runners that
+    drop what ``finish_bundle`` emits (Beam's DaskRunner) get every shard.
     """
 
     def __init__(self, *, output: str, window: int, fingerprint: str, tmp_dir: str) -> None:
@@ -123,27 +129,22 @@ class _WriteShardFn(beam.DoFn):
             lambda: ThreadPoolExecutor(self._at_once, thread_name_prefix="write-shard"),
             tag="write-shard")
 
-    def start_bundle(self) -> None:
-        self._writing: list[Future] = []
-
-    def process(self, item: tuple[int, Iterable[bytes]] | int, plan: ShardPlan,
-                spills: list[str] | None = None) -> Iterator[Any]:
+    def process(self, item: tuple[int, Iterable[bytes]] | list[int], plan: ShardPlan,
+                spills: list[str] | None = None) -> Iterator[tuple[str, Any]]:
         if spills is None:
             index, blocks = item  # type: ignore[misc]
-            # The grouped values are taken here, on the bundle thread, before a helper does.
-            rows: ShardRows | ShardParts = ShardRows(list(blocks))
-        else:
-            index = item
-            rows = ShardParts(spills, shard=index, num_shards=plan.num_shards,
-                              parts_per_shard=plan.parts_per_shard, open_file=fs.open_raw)
-        self._writing.append(self._pool.submit(self._write, index, rows, plan.num_shards))
-        while self._writing and (self._writing[0].done() or len(self._writing) > self._at_once):
-            yield from self._finished(self._writing.pop(0))
-
-    def finish_bundle(self) -> Iterator[Any]:
-        # The job runs in the global window (a batch job), as Beam's own file sinks assume.
-        while self._writing:
-            yield from self._finished(self._writing.pop(0))
+            yield from self._finished(self._write(index, ShardRows(list(blocks)),
+                                                  plan.num_shards))
+            return
+        writing = [
+            self._pool.submit(self._write, index,
+                              ShardParts(spills, shard=index, num_shards=plan.num_shards,
+                                         parts_per_shard=plan.parts_per_shard,
+                                         open_file=fs.open_raw), plan.num_shards)
+            for index in item  # type: ignore[union-attr]
+        ]
+        for future in writing:
+            yield from self._finished(future.result())
 
     def _write(self, index: int, rows: ShardRows | ShardParts,
                num_shards: int) -> tuple[list[Reject], WrittenShard]:
@@ -152,19 +153,20 @@ class _WriteShardFn(beam.DoFn):
                                   fingerprint=self._fingerprint, tmp_dir=self._tmp_dir)
         return rows.rejects, shard
 
-    def _finished(self, future: Future) -> Iterator[Any]:
-        rejects, shard = future.result()
+    def _finished(self, written: tuple[list[Reject], WrittenShard]
+                  ) -> Iterator[tuple[str, Any]]:
+        rejects, shard = written
         Metrics.counter("write", "shards").inc()
         for reject in rejects:
             Metrics.counter("rejects", reject.reason).inc()
-            yield beam.pvalue.TaggedOutput(REJECTS, GlobalWindows.windowed_value(reject))
-        yield GlobalWindows.windowed_value(shard)
+            yield REJECTS, reject
+        yield SHARDS, shard
 
 
 class WriteShards(beam.PTransform):
     """(shard, [blocks]) → one Parquet file each; or, with ``spills``, every shard of the
-    plan read from the spill files. Emits a `transforms.manifest.WrittenShard` per shard;
-    rejects (duplicate ids) leave by the tagged output ``rejects``.
+    plan read from the spill files. `pipeline.tagged.Outputs`: ``shards`` (a
+    `transforms.manifest.WrittenShard` per shard) and ``rejects`` (duplicate ids).
 
     Args:
         output: the output directory.
@@ -186,21 +188,27 @@ class WriteShards(beam.PTransform):
         self._tmp_dir = tmp_dir
         self._spills = spills
 
-    def expand(self, groups: beam.PCollection) -> beam.pvalue.DoOutputsTuple:
+    def expand(self, groups: beam.PCollection) -> Outputs:
         side: dict[str, Any] = {"plan": beam.pvalue.AsSingleton(self._plan)}
         if self._spills is not None:
-            # Every shard, spread over the workers; each reads its parts from every file.
-            groups = (groups | "EveryShard" >> beam.FlatMap(_every_shard)
+            # Every shard, in batches spread over the workers; each shard reads its parts
+            # from every file.
+            groups = (groups | "EveryShard" >> beam.FlatMap(_shard_batches)
                       | "SpreadShards" >> beam.Reshuffle())
             side["spills"] = beam.pvalue.AsList(self._spills)
-        return groups | "WriteShard" >> beam.ParDo(
-            _WriteShardFn(output=self._output, window=self._window,
-                          fingerprint=self._fingerprint, tmp_dir=self._tmp_dir), **side
-        ).with_outputs(REJECTS, main="shards")
+        return (
+            groups
+            | "WriteShard" >> beam.ParDo(
+                _WriteShardFn(output=self._output, window=self._window,
+                              fingerprint=self._fingerprint, tmp_dir=self._tmp_dir), **side)
+            | "ByTag" >> SplitTags([SHARDS, REJECTS])
+        )
 
 
-def _every_shard(plan: ShardPlan) -> range:
-    return range(plan.num_shards)
+def _shard_batches(plan: ShardPlan) -> Iterator[list[int]]:
+    """The plan's shard indexes in batches of `SHARDS_AT_ONCE`, each written at once."""
+    for lo in range(0, plan.num_shards, SHARDS_AT_ONCE):
+        yield list(range(lo, min(lo + SHARDS_AT_ONCE, plan.num_shards)))
 
 
 def _key_by_reason(reject: Reject | RejectRun) -> tuple[str, Reject | RejectRun]:
@@ -279,8 +287,16 @@ class _FinalizeFn(beam.DoFn):
         self._attempt = attempt
         self._max_skipped_share = max_skipped_share
 
-    def process(self, _: Any, shards: list[WrittenShard], rejects: dict[str, RejectCount],
-                receipts: list[Receipt], plan: ShardPlan) -> Iterator[dict]:
+    def process(self, group: tuple[None, Iterable[tuple[str, Any]]]) -> Iterator[dict]:
+        found: dict[str, list[Any]] = {_SHARDS: [], _REJECTS: [], _RECEIPTS: [], _PLAN: []}
+        for tag, value in group[1]:
+            found[tag].append(value)
+        (plan,) = found[_PLAN]
+        yield self._finalize(shards=found[_SHARDS], rejects=dict(found[_REJECTS]),
+                             receipts=found[_RECEIPTS], plan=plan)
+
+    def _finalize(self, *, shards: list[WrittenShard], rejects: dict[str, RejectCount],
+                  receipts: list[Receipt], plan: ShardPlan) -> dict:
         # Before anything is written: every input was read exactly once, as matched at launch,
         # and none has changed since.
         records = account_inputs(receipts, self._expected_files)
@@ -320,7 +336,7 @@ class _FinalizeFn(beam.DoFn):
         fs.write_atomically(fs.join(self._output, MANIFEST_NAME),
                             lambda f: f.write(dumps_manifest(manifest)), self._tmp_dir)
         remove_job_files(self._output, self._tmp_dir, self._attempt)
-        yield manifest
+        return manifest
 
 
 def _check_inputs_unchanged(patterns: list[str],
@@ -371,11 +387,14 @@ def _versions() -> dict[str, str]:
 class FinalizeDataset(beam.PTransform):
     """Writes ``_manifest.json`` once every shard and reject file is written, then cleans up.
 
-    The shards, reject counts and input receipts arrive as side inputs, so the runner cannot
-    start this step before they are complete. It fails the job, writing no manifest, if any
-    input was not read exactly once (`transforms.chunks.account_inputs`, checked against
-    ``expected_files`` when the launcher matched the inputs), or if records read ≠ documents
-    written + records skipped.
+    The shards, reject counts, input receipts and the plan arrive as one group (each tagged,
+    flattened, grouped under one key), so the runner cannot start this step before they are
+    complete. Not side inputs: Beam's DaskRunner computes a side input inside the task that
+    reads it, again for each reader, so three side inputs here ran EncodeChunks three times
+    and WriteShards twice there (README "Running at scale"). It fails the job, writing no
+    manifest, if any input was not read exactly once (`transforms.chunks.account_inputs`,
+    checked against ``expected_files`` when the launcher matched the inputs), or if records
+    read ≠ documents written + records skipped.
 
     Args:
         output: the output directory.
@@ -404,16 +423,24 @@ class FinalizeDataset(beam.PTransform):
                                tokenizer=tokenizer, expected_files=expected_files,
                                fingerprint=fingerprint, tmp_dir=tmp_dir, attempt=attempt,
                                max_skipped_share=max_skipped_share)
-        self._side_inputs = {
-            "shards": beam.pvalue.AsList(shards),
-            "rejects": beam.pvalue.AsDict(reject_counts),
-            "receipts": beam.pvalue.AsList(receipts),
-            "plan": beam.pvalue.AsSingleton(plan),
-        }
+        self._parts = {_SHARDS: shards, _REJECTS: reject_counts, _RECEIPTS: receipts,
+                       _PLAN: plan}
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+        tagged = [
+            pcoll | f"Tag{tag.capitalize()}" >> beam.Map(_tag_for_finalize, tag)
+            for tag, pcoll in self._parts.items()
+        ]
         return (
-            pbegin
-            | "Once" >> beam.Create([None])
-            | "WriteManifest" >> beam.ParDo(self._fn, **self._side_inputs)
+            tagged
+            | "Everything" >> beam.Flatten()
+            | "AllAtOnce" >> beam.GroupByKey()
+            | "WriteManifest" >> beam.ParDo(self._fn)
         )
+
+
+_SHARDS, _REJECTS, _RECEIPTS, _PLAN = "shards", "rejects", "receipts", "plan"
+
+
+def _tag_for_finalize(value: Any, tag: str) -> tuple[None, tuple[str, Any]]:
+    return None, (tag, value)

@@ -1,0 +1,56 @@
+"""A step's several outputs as one PCollection of (tag, value) pairs, split by tag.
+
+Beam's ``with_outputs`` is not portable to every runner: in Beam 2.77's DaskRunner a consumer
+of any output of a multi-output ParDo receives every output, tags mixed, and anything a DoFn
+emits from ``finish_bundle`` is dropped (README "Running at scale" shows both with a
+four-line pipeline). So a step with several outputs here emits ``(tag, value)`` pairs from
+``process`` only, and `SplitTags` hands each tag's values on through one single-output
+``FlatMap`` per tag (``beam.Partition`` would not do: it is itself a multi-output ParDo).
+On the FnApiRunner, Dataflow and Flink the FlatMaps fuse into the producing stage, so an
+element costs one tuple and one function call more; the elements here are big and few
+(blocks, receipts, shards), so that is nothing next to the work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import apache_beam as beam
+
+__all__ = ["Outputs", "SplitTags"]
+
+
+class Outputs(dict):
+    """{tag: PCollection}; a tag is also an attribute (``encoded.blocks``), as on Beam's
+    ``DoOutputsTuple``."""
+
+    def __getattr__(self, tag: str) -> beam.PCollection:
+        try:
+            return self[tag]
+        except KeyError:
+            raise AttributeError(f"no output tagged {tag!r}; the outputs are {sorted(self)}") \
+                from None
+
+
+def _only(item: tuple[str, Any], tag: str) -> Iterator[Any]:
+    if item[0] == tag:
+        yield item[1]
+
+
+class SplitTags(beam.PTransform):
+    """(tag, value) pairs → `Outputs`: {tag: the values of that tag}, one step per tag,
+    labelled with the tag in CamelCase (``blocks`` → ``Blocks``)."""
+
+    def __init__(self, tags: Iterable[str]) -> None:
+        super().__init__()
+        self._tags = list(tags)
+
+    def expand(self, tagged: beam.PCollection) -> Outputs:
+        return Outputs({
+            tag: tagged | _label(tag) >> beam.FlatMap(_only, tag) for tag in self._tags
+        })
+
+
+def _label(tag: str) -> str:
+    return "".join(word.capitalize() for word in tag.split("_"))
