@@ -34,6 +34,8 @@ setuptools.setup(
         # python -m reader.inspect OUT --plot FILE.png
         "plot": ["matplotlib>=3.7"],
         "gcp": ["apache-beam[gcp]>=2.77,<3"],
+        "aws": ["apache-beam[aws]>=2.77,<3"],  # s3:// paths
+        "dask": ["apache-beam[dask]>=2.77,<3"],  # --runner DaskRunner (dask, distributed)
         "test": [
             "torch>=2.1,<3",
             "pytest>=8",
@@ -44,7 +46,12 @@ setuptools.setup(
             "polars>=1.0",
             "tokenizers>=0.19",
             "matplotlib>=3.7",
-            "moto[server]>=5",  # an S3 server on loopback for the reader's remote test
+            "moto[server]>=5",  # an S3 server on loopback (reader and job on s3://)
+            # A Dask cluster and S3 for the job (tests/test_runners.py, tests/test_stores.py).
+            "apache-beam[dask,aws]>=2.77,<3",
+            "dask[distributed]>=2024.1",
+            "gcp-storage-emulator>=2024.8",  # a GCS server on loopback
+            "psutil>=5.9",  # what the Dask cluster's processes listen on
         ],
         # megatron-core only for bench_reader's IndexedDataset baseline; install it
         # `pip install --no-deps megatron-core` (its own requirements are torch, numpy, packaging).

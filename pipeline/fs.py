@@ -14,6 +14,7 @@ from typing import BinaryIO, NamedTuple
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
 
 __all__ = [
     "Matched",
@@ -30,8 +31,15 @@ __all__ = [
     "open_raw",
     "read_bytes",
     "scheme",
+    "set_options",
     "write_atomically",
 ]
+
+
+def set_options(options: PipelineOptions) -> None:
+    """Give FileSystems the job's options (S3 endpoint and keys, GCS settings …) before any
+    path is touched; on a worker Beam does this itself."""
+    FileSystems.set_options(options)
 
 
 def join(base: str, *parts: str) -> str:

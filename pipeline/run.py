@@ -103,6 +103,11 @@ def preflight(config: JobConfig, options: PipelineOptions) -> Plan:
 
     On success the output is claimed for this job (`Plan.attempt`) and empty.
     """
+    # Before the first path is touched: FileSystems builds its S3 (and GCS) clients from
+    # the job's options (--s3_endpoint_url, keys, region …); beam.Pipeline() would set
+    # them only later, and S3 refuses a client without them ("Must provide one of client
+    # or options").
+    fs.set_options(options)
     direct = options.view_as(DirectOptions)
     if direct.direct_running_mode == "multi_threading":
         raise ValueError(

@@ -4,6 +4,8 @@
   with two worker processes, Beam's portable path (a job submitted over the Job API to an
   embedded job server and executed by SDK workers that a separate worker pool process starts,
   as on Flink), and ``--runner=DirectRunner`` (which tries Prism first and falls back).
+* A Dask cluster: a ``dask scheduler`` and two ``dask worker`` processes on 127.0.0.1, the
+  job submitted with ``--runner DaskRunner``: the same bytes, each step run once.
 * The Dataflow translation, offline: with gs:// input, tokenizer and output, the job builds
   and translates for Dataflow with ``--setup_file ./setup.py`` while every socket, GCS client
   and credential lookup is made to fail, and the staged package holds the project.
@@ -172,6 +174,112 @@ def test_same_bytes_on_fnapi_modes_portable_external_and_direct_runner(tmp_path,
     versions = json.loads((tmp_path / "portable" / MANIFEST_NAME).read_text())["versions"]
     for name in ("token-windows", "apache-beam", "pyarrow", "sentencepiece", "numpy"):
         assert versions[name] == metadata.version(name), name
+
+
+# ---------------------------------------------------------------- a Dask cluster
+
+try:  # only with apache-beam[dask]
+    import distributed
+except ImportError:
+    distributed = None
+
+needs_dask = pytest.mark.skipif(
+    distributed is None,
+    reason="the Dask test needs dask and distributed (pip install -e '.[test]')",
+)
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """Stop each process by its PID: politely, then for sure."""
+    for proc in reversed(procs):
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=20)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def _listening(pid: int) -> list[str]:
+    """The addresses the process and its children listen on (TCP)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    found = []
+    for proc in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            found += [c.laddr.ip for c in proc.net_connections(kind="inet")
+                      if c.status == psutil.CONN_LISTEN]
+    return found
+
+
+@pytest.fixture
+def dask_cluster(tmp_path: pathlib.Path):
+    """A ``dask scheduler`` and two ``dask worker`` processes on 127.0.0.1 (the project
+    importable in each, as a cluster must have it): yields (address, [the scheduler's and
+    the workers' PIDs], [each worker's log]); always stopped by their PIDs."""
+    env = _env()
+    env["DASK_LOGGING__TOKEN_WINDOWS"] = "debug"  # the workers log each chunk and shard
+    info = tmp_path / "scheduler.json"
+    procs: list[subprocess.Popen] = []
+    logs = [tmp_path / "scheduler.log", tmp_path / "worker-0.log", tmp_path / "worker-1.log"]
+    local = ["--dashboard-address", "127.0.0.1:0"]  # without it, dashboards bind 0.0.0.0
+    try:
+        with logs[0].open("wb") as log:
+            procs.append(subprocess.Popen(
+                ["dask", "scheduler", "--host", "127.0.0.1", "--port", "0", *local,
+                 "--scheduler-file", str(info)],
+                cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + 60
+        while not (info.exists() and info.stat().st_size):
+            if procs[0].poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the dask scheduler did not start:\n{logs[0].read_text()}")
+            time.sleep(0.2)
+        time.sleep(0.2)  # the file is written in one go, but not atomically
+        address = json.loads(info.read_text())["address"]
+        for i, path in enumerate(logs[1:]):
+            with path.open("wb") as log:
+                procs.append(subprocess.Popen(
+                    ["dask", "worker", address, "--host", "127.0.0.1", *local,
+                     "--nthreads", "1", "--name", f"worker-{i}",
+                     "--local-directory", str(tmp_path / f"worker-{i}")],
+                    cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT))
+        with distributed.Client(address, timeout=30) as client:
+            client.wait_for_workers(2, timeout=60)
+        yield address, [p.pid for p in procs], logs[1:]
+    finally:
+        _stop(procs)
+
+
+@needs_dask
+def test_same_bytes_on_a_dask_cluster_each_step_once(tmp_path, dask_cluster):
+    address, pids, worker_logs = dask_cluster
+    for pid in pids:  # nothing of the cluster listens beyond this machine
+        assert set(_listening(pid)) == {"127.0.0.1"}, (pid, _listening(pid))
+    args = _corpus(tmp_path)
+    run_job(tmp_path / "in_memory", *args, "--direct_running_mode=in_memory")
+    with distributed.Client(address, timeout=30) as client:
+        client.get_task_stream()  # starts recording (the scheduler's task stream plugin)
+        dask = _cli(*args, "--output", str(tmp_path / "dask"), "--runner=DaskRunner",
+                    f"--dask_client_address={address}")
+        assert dask.returncode == 0, dask.stderr
+        tasks = client.get_task_stream()
+    assert dir_bytes(tmp_path / "dask") == dir_bytes(tmp_path / "in_memory")
+
+    logged = "".join(p.read_text(errors="replace") for p in worker_logs)
+    # Each chunk (here: each of the 7 files) encoded once, each shard written once: with
+    # FinalizeDataset's inputs as side inputs, EncodeChunks ran 3 times and WriteShards twice.
+    chunks = re.findall(r"encoded chunk (\S+): ", logged)
+    assert len(chunks) == len(set(chunks)) == 7, chunks
+    shards = re.findall(r"wrote (part-\d+-of-00003\.parquet)", logged)
+    assert sorted(shards) == [f"part-0000{i}-of-00003.parquet" for i in range(3)], shards
+    per_worker: dict[str, int] = {}
+    for task in tasks:
+        per_worker[task["worker"]] = per_worker.get(task["worker"], 0) + 1
+    print(f"dask tasks per worker: {per_worker}")  # README: one partition, one worker
+    assert sum(per_worker.values()) > 0
 
 
 # ---------------------------------------------------------------- Dataflow, offline
