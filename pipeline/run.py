@@ -115,6 +115,13 @@ def preflight(config: JobConfig, options: PipelineOptions) -> Plan:
             "elements under load (1e6 elements through a GroupByKey lost 0.3-1.2 %); use "
             "in_memory or multi_processing"
         )
+    if runner_name(options) == "daskrunner" and config.shuffle == "files":
+        raise ValueError(
+            "--shuffle files is refused with --runner DaskRunner: Beam's DaskRunner computes a "
+            "side input inside each task that reads it, so the shard writers' list of spill "
+            "files would encode the corpus a second time; use --shuffle runner (the default "
+            "there)"
+        )
     if _is_dataflow(options):
         _check_dataflow(config, options)
     check_outside_inputs(config)

@@ -282,6 +282,15 @@ def test_same_bytes_on_a_dask_cluster_each_step_once(tmp_path, dask_cluster):
     assert sum(per_worker.values()) > 0
 
 
+def test_the_file_shuffle_is_refused_on_dask(tmp_path):
+    from pipeline.run import run
+
+    with pytest.raises(ValueError, match=r"--shuffle files is refused with --runner DaskRunner"):
+        run(["--input", str(SAMPLES / "corpus" / "*.jsonl"), "--tokenizer", "bytes",
+             "--output", str(tmp_path / "out"), "--runner", "DaskRunner", "--shuffle", "files"])
+    assert not (tmp_path / "out").exists()
+
+
 # ---------------------------------------------------------------- Dataflow, offline
 
 GS_JOB = [
