@@ -14,7 +14,7 @@ and, for ``portable`` and ``dask``, the pool's or the cluster's processes (sampl
 
 ``--compare DIR`` instead runs the job on in_memory from this tree and from the tree DIR
 (e.g. a checkout of main), alternating, and prints the ratio: before/after figures from one
-run of one machine.
+run of one machine. ``--job-args`` adds flags to every job (``--shuffle runner``).
 """
 
 from __future__ import annotations
@@ -141,10 +141,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="comma-separated (default: all four)")
     parser.add_argument("--compare", type=Path, default=None,
                         help="another code tree: in_memory from it and from this one")
+    parser.add_argument("--job-args", default="",
+                        help="more flags for every job, e.g. '--shuffle runner'")
     args = parser.parse_args(argv)
     corpus = args.corpus.resolve()
     common = ["--input", str(corpus / "*.jsonl"), "--tokenizer", str(args.model.resolve()),
-              "--id-field", "id", "--window", "512", "--stride", "256", "--overwrite"]
+              "--id-field", "id", "--window", "512", "--stride", "256", "--overwrite",
+              *args.job_args.split()]
     results: dict[str, list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-engines-") as tmp_name:
         tmp = Path(tmp_name)
