@@ -106,12 +106,13 @@ class _WriteShardFn(beam.DoFn):
     `transforms.manifest.WrittenShard`) and (`REJECTS`, each reject) pairs
     (`pipeline.tagged`). Metrics are bumped here, on the bundle thread.
 
-    A shard arrives as (index, its blocks), written at once; or, with the file shuffle, a
-    batch of indexes, its parts then read from every spill file one part at a time
-    (`transforms.spill`), the batch written on helper threads (pyarrow encodes and
-    compresses off the GIL), up to `SHARDS_AT_ONCE` at a time per worker process (and no
-    more than it has cores). Nothing is left to emit when ``process`` returns: runners that
-    drop what ``finish_bundle`` emits (Beam's DaskRunner) get every shard.
+    A shard arrives as (index, its blocks), written before the next; or, with the file
+    shuffle, a batch of indexes, its parts then read from every spill file one part at a
+    time (`transforms.spill`), the batch written at once. Shards are written on the helper
+    threads of a pool shared by the worker process (pyarrow encodes and compresses off the
+    GIL), up to `SHARDS_AT_ONCE` at a time (and no more than it has cores). Nothing is left
+    to emit when ``process`` returns: runners that drop what ``finish_bundle`` emits (Beam's
+    DaskRunner) get every shard.
     """
 
     def __init__(self, *, output: str, window: int, fingerprint: str, tmp_dir: str) -> None:
@@ -133,8 +134,11 @@ class _WriteShardFn(beam.DoFn):
                 spills: list[str] | None = None) -> Iterator[tuple[str, Any]]:
         if spills is None:
             index, blocks = item  # type: ignore[misc]
-            yield from self._finished(self._write(index, ShardRows(list(blocks)),
-                                                  plan.num_shards))
+            # On the process's pool all the same: however many bundle threads a runner runs
+            # in a process (Dataflow: a dozen), at most `_at_once` shards are written at once.
+            rows = ShardRows(list(blocks))
+            yield from self._finished(
+                self._pool.submit(self._write, index, rows, plan.num_shards).result())
             return
         writing = [
             self._pool.submit(self._write, index,
