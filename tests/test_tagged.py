@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import apache_beam as beam
 import pytest
-from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline.tagged import Outputs, SplitTags
+from tests.conftest import fn_api_pipeline
 
 
 def test_each_tag_gets_its_values_and_only_those():
     pairs = [("blocks", (0, b"a")), ("rejects", "r1"), ("blocks", (1, b"b")),
              ("records", 3), ("rejects", "r2")]
-    with TestPipeline() as p:
+    with fn_api_pipeline() as p:
         out = (p | beam.Create(pairs)
                | SplitTags(["blocks", "rejects", "records", "unused_tag"]))
         assert sorted(out) == ["blocks", "records", "rejects", "unused_tag"]
