@@ -209,9 +209,9 @@ class TokenWindowsOptions(PipelineOptions):
             "--split-seed",
             dest="split_seed",
             type=int,
-            default=0,
+            default=None,
             help="Seeds the split (independent of --seed, so another shuffle keeps the same "
-            "validation set). Default: %(default)s.",
+            "validation set). Default: 0.",
         )
         g.add_argument(
             "--sample",
@@ -227,9 +227,8 @@ class TokenWindowsOptions(PipelineOptions):
             "--sample-seed",
             dest="sample_seed",
             type=int,
-            default=0,
-            help="Seeds the sample (independent of --seed and --split-seed). Default: "
-            "%(default)s.",
+            default=None,
+            help="Seeds the sample (independent of --seed and --split-seed). Default: 0.",
         )
         g = parser.add_argument_group("output")
         g.add_argument(
@@ -375,11 +374,17 @@ class JobConfig:
 
 def _splits(o: TokenWindowsOptions) -> SplitSpec:
     """--split, --split-seed, --sample, --sample-seed as a `SplitSpec`, errors naming the flag."""
+    for seed, flag, needs in ((o.split_seed, "--split-seed", o.split),
+                              (o.sample_seed, "--sample-seed", o.sample)):
+        if seed is not None and needs is None:
+            what = flag.rsplit("-", 1)[0]
+            raise ValueError(f"{flag} {seed} does nothing without {what}: add {what} or drop "
+                             f"{flag}")
     try:
         return SplitSpec(splits=SplitSpec.parse(o.split) if o.split is not None else (),
-                         seed=o.split_seed,
+                         seed=o.split_seed or 0,
                          sample=1.0 if o.sample is None else o.sample,
-                         sample_seed=o.sample_seed)
+                         sample_seed=o.sample_seed or 0)
     except ValueError as e:
         text = str(e)
         for field, flag in (("`split_seed`", "--split-seed"), ("`sample_seed`", "--sample-seed"),

@@ -312,6 +312,10 @@ class _FinalizeFn(beam.DoFn):
             _check_inputs_unchanged(self._inputs, self._expected_files)
         sampled_out = sum(r.sampled_out for r in receipts)
         skipped = {reason: c.count for reason, c in rejects.items()}
+        if sampled_out and sampled_out + sum(skipped.values()) == records:
+            raise RuntimeError(
+                f"--sample {self._splits.sample if self._splits else '?'} left out every one of "
+                f"the {sampled_out} documents; raise --sample; no manifest was written")
         check_skipped_share(records=records - sampled_out, skipped=skipped,
                             first={reason: c.first for reason, c in rejects.items()},
                             max_share=self._max_skipped_share)

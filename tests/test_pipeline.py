@@ -570,6 +570,9 @@ def test_sample_nests_and_does_not_depend_on_the_windows(tmp_path):
     (["--split", "val"], "is not NAME=FRACTION"),
     (["--sample", "0"], r"--sample must be a number in \(0, 1\], but got 0.0"),
     (["--split-seed", "-2", "--split", "val=0.1"], "--split-seed must be an integer"),
+    (["--split-seed", "3"], "--split-seed 3 does nothing without --split: add --split or drop "
+                            "--split-seed"),
+    (["--sample-seed", "0"], "--sample-seed 0 does nothing without --sample"),
 ])
 def test_bad_split_or_sample_is_refused_before_any_work(tmp_path, capsys, flags, message):
     from pipeline.run import main
@@ -624,3 +627,9 @@ def test_a_failed_split_job_removes_its_splits(tmp_path, capsys):
     assert e.value.code == 1
     assert "more than --max-skipped-share 0.001" in capsys.readouterr().err
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == []
+    with pytest.raises(SystemExit) as e:
+        main(["--input", str(src), "--tokenizer", "bytes", "--output", str(out), "--sample",
+              "0.0001"])
+    assert e.value.code == 1
+    assert ("--sample 0.0001 left out every one of the 298 documents; raise --sample"
+            in capsys.readouterr().err)
