@@ -79,7 +79,7 @@ class ShuffleDocuments(beam.PTransform):
 
 def _write_shard_file(*, output: str, index: int, num_shards: int,
                       rows: ShardRows | ShardParts, window: int, fingerprint: str,
-                      tmp_dir: str) -> WrittenShard:
+                      tmp_dir: str, split: str | None = None) -> WrittenShard:
     name = shard_file_name(index, num_shards)
 
     def metadata() -> dict[str, str]:  # a ShardParts' counts are complete once it is written
@@ -96,8 +96,9 @@ def _write_shard_file(*, output: str, index: int, num_shards: int,
     )
     counts: ShardCounts = rows.counts
     # Progress: one line per shard (the launcher prints the summary at the end).
-    _LOG.info("wrote %s: %d documents, %d windows, %.1f MB", name, counts.documents,
-              counts.rows, size / 1e6)
+    _LOG.info("wrote %s: %d documents, %d windows, %.1f MB",
+              name if split is None else f"{split}/{name}", counts.documents, counts.rows,
+              size / 1e6)
     return WrittenShard(file=name, index=index, sha256=sha, bytes=size, counts=counts)
 
 
@@ -116,7 +117,8 @@ def _write_placed(*, plan: ShardPlan, index: int, output: str, fingerprint: str,
     """`_write_shard_file` into its split; the shard keeps its index in the whole plan."""
     directory, local, of, footer = _place(plan, index, output, fingerprint)
     shard = _write_shard_file(output=directory, index=local, num_shards=of, rows=rows,
-                              window=window, fingerprint=footer, tmp_dir=tmp_dir)
+                              window=window, fingerprint=footer, tmp_dir=tmp_dir,
+                              split=plan.locate(index)[0])
     return dataclasses.replace(shard, index=index)
 
 
