@@ -69,7 +69,7 @@ def test_right_padding_never_changes_real_positions(tiny_model: torch.nn.Module)
 
 
 def batch_key(batch: dict) -> tuple:
-    return batch["input_ids"].tolist(), batch["labels"].tolist(), batch["num_targets"]
+    return batch["input_ids"].tolist(), batch["shift_labels"].tolist(), batch["num_targets"]
 
 
 def train_loop(ds: WindowDataset, sampler: EpochSampler, workers: int,
