@@ -42,11 +42,12 @@ import numpy.typing as npt
 import torch
 import torch.utils.data
 
-from reader.dataset import WindowBatch
+from reader.dataset import WindowBatch, WindowRows
 
 __all__ = ["IGNORE_INDEX", "Batch", "block_causal_mask", "collate", "collate_packed"]
 
 IGNORE_INDEX = -100
+_LOOP_WINDOWS = 64  # collate_packed copies up to this many windows one by one
 
 _NO_LABELS = (
     "a reader batch has no 'labels': its targets are already shifted (the target of input t "
@@ -203,8 +204,16 @@ def collate(windows: Sequence[Mapping[str, Any]], pad_id: int) -> dict[str, Any]
     return _pad(flat, offsets, lengths, loss_starts, int(pad_id))
 
 
-def _row_arrays(rows: Sequence[Sequence[Mapping[str, Any]]]) -> tuple[npt.NDArray[np.int64], ...]:
+def _row_arrays(rows: Sequence[Sequence[Mapping[str, Any]]]) -> tuple[npt.NDArray[Any], ...]:
     """Flat tokens, offsets, lengths, loss starts and row of every window of the rows."""
+    if isinstance(rows, WindowRows):  # gathered at once from a checked layout
+        sizes = np.diff(rows.starts)
+        if len(sizes) and int(sizes.min()) == 0:
+            raise ValueError(f"row {int(np.argmin(sizes))} of the batch holds no window")
+        w = rows.windows
+        return (w.tokens, w.offsets, w.columns["length"].astype(np.int64),
+                w.columns["loss_start"].astype(np.int64),
+                np.repeat(np.arange(len(sizes), dtype=np.int64), sizes))
     tokens, lengths, loss_starts, row_of = [], [], [], []
     for r, row in enumerate(rows):
         if len(row) == 0:
@@ -281,7 +290,7 @@ def collate_packed(rows: Sequence[Sequence[Mapping[str, Any]]], seq_len: int,
     if batch_size == 0:
         raise ValueError("cannot collate an empty batch: it has no targets")
     flat, offsets, lens, loss_starts, row_of = _row_arrays(rows)
-    if flat.size and flat.min() < 0:
+    if not isinstance(rows, WindowRows) and flat.size and flat.min() < 0:
         raise ValueError(f"the batch holds a negative token id ({int(flat.min())})")
     used = np.bincount(row_of, weights=lens, minlength=batch_size).astype(np.int64)
     if int(used.max()) > seq_len:
@@ -291,12 +300,12 @@ def collate_packed(rows: Sequence[Sequence[Mapping[str, Any]]], seq_len: int,
     if num_targets == 0:
         raise ValueError(f"the batch of {batch_size} rows has no scored target")
     nw = len(lens)
-    # Each window's first column in its row, and its index among the row's windows.
+    # Each window's first column in its row, and its index among the row's windows (every
+    # row holds at least one window, so row r's first window is first_win[r]).
     first_win = np.flatnonzero(np.diff(row_of, prepend=-1))
     row_start_cum = np.concatenate([[0], np.cumsum(lens)])
-    col0 = row_start_cum[:-1] - row_start_cum[first_win][np.repeat(
-        np.arange(len(first_win)), np.diff(np.append(first_win, nw)))]
-    seg = np.arange(nw) - np.repeat(first_win, np.diff(np.append(first_win, nw)))
+    col0 = row_start_cum[:-1] - row_start_cum[first_win][row_of]
+    seg = np.arange(nw) - first_win[row_of]
     plane = batch_size * seq_len
     buffer = _alloc(4 * plane)
     out = buffer.numpy()
@@ -309,16 +318,27 @@ def collate_packed(rows: Sequence[Sequence[Mapping[str, Any]]], seq_len: int,
     cols = np.tile(np.arange(seq_len), batch_size)
     positions[:] = cols - np.repeat(used, seq_len)
     np.maximum(positions, 0, out=positions)
-    # Every real position at once: window w's position u sits at row_of[w]*seq_len + col0[w] + u.
-    win = np.repeat(np.arange(nw), lens)
-    u = np.arange(int(lens.sum())) - np.repeat(row_start_cum[:-1], lens)
-    at = row_of[win] * seq_len + col0[win] + u
-    src = offsets[:-1][win] + u
-    input_ids[at] = flat[src]
-    scored = u >= loss_starts[win]
-    labels[at[scored]] = flat[src[scored] + 1]
-    positions[at] = u
-    segments[at] = seg[win]
+    if nw <= _LOOP_WINDOWS:
+        # A few windows: four slice copies each beat index arithmetic over every position.
+        ramp = np.arange(seq_len)
+        for o, n, ls, a, k in zip(offsets[:-1].tolist(), lens.tolist(), loss_starts.tolist(),
+                                  (row_of * seq_len + col0).tolist(), seg.tolist(),
+                                  strict=True):
+            input_ids[a : a + n] = flat[o : o + n]
+            labels[a + ls : a + n] = flat[o + ls + 1 : o + n + 1]
+            positions[a : a + n] = ramp[:n]
+            segments[a : a + n] = k
+    else:
+        # Every real position at once: window w's position u is at row_of[w]·seq_len + col0[w] + u.
+        win = np.repeat(np.arange(nw), lens)
+        u = np.arange(int(lens.sum())) - np.repeat(row_start_cum[:-1], lens)
+        at = row_of[win] * seq_len + col0[win] + u
+        src = offsets[:-1][win] + u
+        input_ids[at] = flat[src]
+        scored = u >= loss_starts[win]
+        labels[at[scored]] = flat[src[scored] + 1]
+        positions[at] = u
+        segments[at] = seg[win]
     # Segment boundaries, row by row: each window, then the row's padding if any.
     bounds = [np.int64(0)]
     ends = row_of * seq_len + col0 + lens

@@ -61,7 +61,7 @@ from reader.layout import RECORD, LayoutCache, ShardLayout, ShardSource, default
 from transforms.manifest import MANIFEST_NAME, parse_manifest
 from transforms.schema import ARROW_SCHEMA, SHARD_PATTERN
 
-__all__ = ["BLOCK_UNITS", "WindowBatch", "WindowDataset"]
+__all__ = ["BLOCK_UNITS", "WindowBatch", "WindowDataset", "WindowRows"]
 
 BLOCK_UNITS = ("shard", "row_group")
 _HASH_CHUNK = 8 * 2**20
@@ -423,11 +423,13 @@ class WindowDataset:
         """Several windows at once, gathered vectorised (``DataLoader`` calls this per batch).
 
         ``indices`` is a list of ints (a :class:`WindowBatch` is returned) or, for a batch of
-        :class:`reader.PackedSampler`, a list of rows, each a list of ints (a list of
-        ``WindowBatch``, one per row, for :func:`reader.collate_packed`).
+        :class:`reader.PackedSampler`, a list of rows, each a list of ints (a
+        :class:`WindowRows`, gathered in one pass, for :func:`reader.collate_packed`).
         """
         if len(indices) and isinstance(indices[0], (list, tuple, np.ndarray)):
-            return [self.__getitems__(row) for row in indices]
+            sizes = [len(row) for row in indices]
+            flat = [i for row in indices for i in row]
+            return WindowRows(self.__getitems__(flat), np.cumsum([0, *sizes]))
         idx = np.asarray(indices if len(indices) else [], dtype=np.int64)
         if idx.ndim != 1:
             raise ValueError(f"`indices` must be a sequence of integers, but got shape "
@@ -536,6 +538,34 @@ class WindowBatch(Sequence):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return (self[k] for k in range(len(self)))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (list, (list(self),))
+
+
+class WindowRows(Sequence):
+    """The rows of a packed batch, gathered at once: row r is windows
+    ``starts[r] : starts[r + 1]`` of ``windows`` (a :class:`WindowBatch`).
+
+    A sequence of rows, each a list of the dicts ``WindowDataset[i]`` gives;
+    :func:`reader.collate_packed` reads the flat arrays directly. It pickles as its lists.
+    """
+
+    def __init__(self, windows: WindowBatch, starts: npt.ArrayLike) -> None:
+        self.windows = windows
+        self.starts = np.asarray(starts, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def __getitem__(self, r: int) -> list[dict[str, Any]]:  # type: ignore[override]
+        if isinstance(r, slice):
+            raise TypeError("WindowRows does not slice; index one row at a time")
+        r = range(len(self))[r]
+        return [self.windows[k] for k in range(int(self.starts[r]), int(self.starts[r + 1]))]
+
+    def __iter__(self) -> Iterator[list[dict[str, Any]]]:
+        return (self[r] for r in range(len(self)))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (list, (list(self),))

@@ -54,6 +54,7 @@ from reader.sampler import EpochSampler, _check_int, rank_span, tail_repeat
 __all__ = ["PackedRows", "PackedSampler", "pack_rows"]
 
 _STATE_FORMAT = "packed-sampler"
+_CHUNK = 1 << 16  # positions converted to Python ints at once
 _STATE_VERSION = 1
 
 
@@ -85,31 +86,48 @@ def pack_rows(lengths: npt.ArrayLike, *, seq_len: int, open_rows: int) -> Packed
     # position (a window fills a row, or opens one and so closes the oldest, or is full), so
     # the keys are distinct and sorting them numbers the rows in closing order.
     closes_at = np.arange(n, dtype=np.int64)  # a full window is a row that closes at once
-    frees: list[int] = []
-    items: list[list[int]] = []
     short = np.flatnonzero(lens < seq_len)
-    for p, length in zip(short.tolist(), lens[short].tolist(), strict=True):
-        for j, free in enumerate(frees):
-            if free >= length:
-                items[j].append(p)
-                frees[j] = free - length
-                if free == length:
-                    closes_at[items.pop(j)] = p
-                    frees.pop(j)
-                break
-        else:
-            if len(frees) == open_rows:
-                closes_at[items.pop(0)] = p
-                frees.pop(0)
-            frees.append(seq_len - length)
-            items.append([p])
-    for k, row in enumerate(items):  # the rows still open close after the last window
-        closes_at[row] = n + k
+    # The loop touches Python lists of at most open_rows items and NumPy scalars only: each
+    # short window gets the id of the row it joins, each row id the position at which it
+    # closes (at most one row per short window); NumPy maps them back afterwards. Positions
+    # are turned into Python ints a chunk at a time, so no O(n) list of objects is built.
+    row_id = np.empty(len(short), dtype=np.int64)
+    close = np.empty(len(short), dtype=np.int64)
+    rows = 0
+    frees: list[int] = []  # the open rows' free positions, oldest first
+    ids: list[int] = []  # and their row ids
+    for c in range(0, len(short), _CHUNK):
+        part = short[c : c + _CHUNK]
+        joined: list[int] = []
+        for p, length in zip(part.tolist(), lens[part].tolist(), strict=True):
+            for j, free in enumerate(frees):
+                if free >= length:
+                    joined.append(ids[j])
+                    if free == length:
+                        close[ids[j]] = p
+                        del frees[j], ids[j]
+                    else:
+                        frees[j] = free - length
+                    break
+            else:
+                if len(frees) == open_rows:
+                    close[ids[0]] = p
+                    del frees[0], ids[0]
+                frees.append(seq_len - length)
+                ids.append(rows)
+                joined.append(rows)
+                rows += 1
+        row_id[c : c + len(part)] = joined
+    close[ids] = n + np.arange(len(ids))  # the rows still open close after the last window
+    closes_at[short] = close[row_id]
+    del short, row_id, close
     members = np.argsort(closes_at, kind="stable")  # row by row; in order within a row
     keys = closes_at[members]
-    starts = np.flatnonzero(np.diff(keys, prepend=-1)).astype(np.int64)
-    return PackedRows(members=members.astype(np.int64, copy=False),
-                      starts=np.append(starts, n).astype(np.int64))
+    del closes_at
+    new_row = np.flatnonzero(keys[1:] != keys[:-1]) + 1  # where the next row begins
+    del keys
+    starts = np.concatenate([[0] if n else [], new_row, [n]]).astype(np.int64)
+    return PackedRows(members=members.astype(np.int64, copy=False), starts=starts)
 
 
 class PackedSampler:

@@ -28,7 +28,8 @@ Contract:
   parts first). If ``m < world_size``, ranks ``r >= m`` would get nothing: each gets one
   window instead, wrapping around to the start of the epoch's order (rank m gets
   ``order[0]``, rank m+1 ``order[1]`` …). These are deliberate repeats, counted in
-  ``targets_seen`` like any other. So every rank yields the same number of batches each
+  ``targets_seen`` like any other and named by :meth:`EpochSampler.repeat_batches`, so that
+  :func:`reader.evaluate` does not count them. So every rank yields the same number of batches each
   epoch, no batch is empty, and DDP never waits on a rank that has stopped. With
   ``drop_last`` the last global batch is dropped on every rank.
 * The state is global: ``(epoch, cursor)`` with the cursor counted in windows consumed by all

@@ -7,6 +7,7 @@ import importlib.util
 import json
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -82,6 +83,46 @@ def test_every_window_is_in_exactly_one_row_per_epoch(lengths: list[int], rpb: i
         tail = len(rows) % (rpb * ws)
         assert seen == rows[: len(rows) - tail if drop else len(rows)]  # in order, none twice
         assert repeats == (0 if drop or tail == 0 or tail >= ws else ws - tail)
+
+
+def reference_pack(lengths: list[int], seq_len: int, open_rows: int) -> list[list[int]]:
+    """The module docstring's first-fit, written the slow obvious way."""
+    open_: list[list[Any]] = []  # [free, positions], oldest first
+    closed: list[list[int]] = []
+    for p, length in enumerate(lengths):
+        if length == seq_len:
+            closed.append([p])
+            continue
+        for row in open_:
+            if row[0] >= length:
+                row[0] -= length
+                row[1].append(p)
+                if row[0] == 0:
+                    open_.remove(row)
+                    closed.append(row[1])
+                break
+        else:
+            if len(open_) == open_rows:
+                closed.append(open_.pop(0)[1])
+            open_.append([seq_len - length, [p]])
+    return closed + [row[1] for row in open_]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 16), st.integers(1, 6), st.data())
+def test_pack_rows_is_the_first_fit_of_the_docstring(seq_len: int, open_rows: int,
+                                                     data: st.DataObject) -> None:
+    lengths = data.draw(st.lists(st.integers(1, seq_len), max_size=120))
+    rows = pack_rows(np.array(lengths, dtype=np.int64), seq_len=seq_len, open_rows=open_rows)
+    assert as_lists(rows) == reference_pack(lengths, seq_len, open_rows) if lengths else (
+        len(rows) == 0)
+
+
+def test_pack_rows_across_its_chunks_of_positions() -> None:
+    rng = np.random.default_rng(11)
+    lengths = np.where(rng.random(150_000) < 0.3, 64, rng.integers(1, 64, 150_000))
+    rows = pack_rows(lengths, seq_len=64, open_rows=8)  # 150,000 > 2 chunks of 65,536
+    assert as_lists(rows) == reference_pack(lengths.tolist(), 64, 8)
 
 
 def test_the_worked_example_and_full_windows() -> None:
@@ -174,11 +215,14 @@ def rows_strategy(draw: Any) -> tuple[list[list[dict]], int]:
 
 
 @settings(max_examples=150, deadline=None)
-@given(rows_strategy(), st.sampled_from([EOS, 0]))
+@given(rows_strategy(), st.sampled_from([EOS, 0]), st.booleans())
 def test_collate_packed_segments_are_the_windows(case: tuple[list[list[dict]], int],
-                                                 pad_id: int) -> None:
+                                                 pad_id: int, vectorised: bool) -> None:
     rows, seq_len = case
-    batch = collate_packed(rows, seq_len=seq_len, pad_id=pad_id)
+    # Both ways of placing the windows: one by one (few windows) and by index arithmetic.
+    limit = -1 if vectorised else 10**9
+    with patch.object(importlib.import_module("reader.collate"), "_LOOP_WINDOWS", limit):
+        batch = collate_packed(rows, seq_len=seq_len, pad_id=pad_id)
     assert "labels" not in batch and "attention_mask" not in batch
     bounds = [0]
     for b, row in enumerate(rows):
