@@ -35,10 +35,12 @@ Packed (several windows per row of ``seq_len``; :mod:`reader.packing`)::
         ds, batch_sampler=sampler, num_workers=2,
         collate_fn=functools.partial(collate_packed, seq_len=ds.window, pad_id=ds.eos_id))
     # attention: block_causal_mask(batch["segment_ids"]), or batch["cu_seqlens"] (varlen),
-    # or a Hugging Face model given position_ids and no attention_mask (it builds the mask)
+    # or a Hugging Face model given position_ids, no attention_mask and use_cache=False
 
-With a Hugging Face causal LM (``.logits``), the same call is right for both: never pass
-``labels=`` our targets (HF shifts ``labels`` again; a batch has no ``labels`` key).
+With a Hugging Face causal LM, one call is right for both kinds of batch:
+``model(input_ids=b["input_ids"], position_ids=b["position_ids"], use_cache=False).logits``
+and ``token_nll`` on ``b["shift_labels"]``; never ``labels=`` our targets (HF shifts
+``labels`` again; a batch has no ``labels`` key, so ``b["labels"]`` says so).
 """
 
 import importlib
