@@ -33,10 +33,10 @@ with room, which is then full and closes (row 1 = [0, 3]); B closes last (row 2 
     >>> [r.tolist() for r in np.split(rows.members, rows.starts[1:-1])]
     [[2], [0, 3], [1]]
 
-Cost: the order (8 bytes a window) and the rows (8 bytes a window plus 8 a row) of one epoch
-are held while it is read; the packing is one pass in Python over the windows shorter than
-``seq_len`` (full windows are rows of their own, found with NumPy); see the README for the
-time at 10^7 windows.
+Cost: the sampler keeps the lengths (4 bytes a window) and the current epoch's rows (8 bytes a
+window plus 8 a row); building an epoch's rows takes its order and a sort, O(n) int64
+temporaries, and one pass in Python over the windows shorter than ``seq_len`` (full windows
+are rows of their own, found with NumPy); see the README for the figures at 10^7 windows.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ from reader.sampler import EpochSampler, _check_int, rank_span, tail_repeat
 __all__ = ["PackedRows", "PackedSampler", "pack_rows"]
 
 _STATE_FORMAT = "packed-sampler"
-_CHUNK = 1 << 16  # positions converted to Python ints at once
 _STATE_VERSION = 1
+_CHUNK = 1 << 16  # positions converted to Python ints at once
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,10 @@ class PackedSampler:
         order, blocks, buffer_blocks: the window order, as for ``EpochSampler``.
 
     Raises:
-        ValueError: a parameter out of range, or a window longer than ``seq_len``.
+        ValueError: a parameter out of range, a window longer than ``seq_len``, or
+            ``drop_last`` with windows that could pack into fewer rows than
+            ``world_size * rows_per_batch`` (Σ lengths / ``seq_len`` rounded up is the fewest
+            rows an epoch can have: below that an epoch could have no batch).
     """
 
     def __init__(
@@ -184,7 +187,7 @@ class PackedSampler:
                 f"window {i} has length {int(lens[i])}, longer than seq_len {self.seq_len}: "
                 f"pass seq_len >= {int(lens.max())} (the dataset's window, ds.window)"
             )
-        self._lengths = lens.astype(np.int64)
+        self._lengths = lens.astype(np.int32 if self.seq_len < 2**31 else np.int64)
         self._digest = hashlib.sha256(lens.astype("<i8").tobytes()).hexdigest()
         # The window order: EpochSampler's, for the same seed (it checks the other parameters).
         self._windows = EpochSampler(len(lens), 1, seed=seed, rank=0, world_size=1,
@@ -200,6 +203,14 @@ class PackedSampler:
             raise ValueError(f"`drop_last` must be a bool, but got {drop_last!r}")
         self.drop_last = drop_last
         self.global_batch = self.world_size * self.rows_per_batch
+        # Every epoch fills at least this many rows (its packing varies, this bound does not).
+        fewest = -(-int(self._lengths.sum()) // self.seq_len)
+        if drop_last and fewest < self.global_batch:
+            raise ValueError(
+                f"with drop_last, the windows fill at least {fewest} rows of {self.seq_len}, "
+                f"which may be fewer than world_size * rows_per_batch ({self.global_batch}): "
+                "an epoch could have no batch; use fewer rows per batch or drop_last=False"
+            )
         self._epoch, self._cursor = 0, 0
         self._issued = (0, 0)
         self._tracking = False
@@ -218,12 +229,6 @@ class PackedSampler:
             rows = pack_rows(self._lengths[order], seq_len=self.seq_len,
                              open_rows=self.open_rows)
             packed = PackedRows(members=order[rows.members], starts=rows.starts)
-            if self.drop_last and len(packed) < self.global_batch:
-                raise ValueError(
-                    f"with drop_last, epoch {epoch} packs into {len(packed)} rows, fewer than "
-                    f"world_size * rows_per_batch ({self.global_batch}), so it has no batch; "
-                    "use fewer rows per batch or drop_last=False"
-                )
             self._packed, self._packed_epoch = packed, epoch
         return self._packed
 
