@@ -81,18 +81,18 @@ class PipelineTests(unittest.TestCase):
             windows = sorted((ds[i] for i in range(len(ds))), key=lambda w: w["doc_id"])
         batch = collate(windows, pad_id=ds.eos_id)
         self.assertEqual(batch["input_ids"].tolist(), [[256, 97], [256, 257]])
-        self.assertEqual(batch["labels"].tolist(), [[97, 257], [257, -100]])
+        self.assertEqual(batch["shift_labels"].tolist(), [[97, 257], [257, -100]])
         self.assertEqual(int(batch["num_targets"]), 3)
-        self.assertEqual(int((batch["labels"] == 257).sum()), 2)
+        self.assertEqual(int((batch["shift_labels"] == 257).sum()), 2)
         # The model gives its targets probabilities 1/2, 1/4, 1/8: mean NLL = 6 ln2 / 3.
         probs = {(0, 0): 0.5, (0, 1): 0.25, (1, 0): 0.125}
         logits = torch.full((2, 2, 258), -1e9, dtype=torch.float64)
         for (b, t), p in probs.items():
-            target = int(batch["labels"][b, t])
+            target = int(batch["shift_labels"][b, t])
             logits[b, t, :] = math.log((1 - p) / 257)
             logits[b, t, target] = math.log(p)
         logits[1, 1, :] = 0.0  # padding: whatever it predicts must not count
-        nll_sum, count = token_nll(logits, batch["labels"])
+        nll_sum, count = token_nll(logits, batch["shift_labels"])
         self.assertEqual(int(count), 3)
         self.assertAlmostEqual(float(nll_sum) / int(count), 2 * math.log(2), places=9)
 
