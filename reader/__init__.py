@@ -44,18 +44,16 @@ and ``token_nll`` on ``b["shift_labels"]``; never ``labels=`` our targets (HF sh
 """
 
 import importlib
-import sys
-import types
 from typing import Any
 
 # Loaded on first use (PEP 562), so that `python -m reader.inspect` and `reader.prepare` run
 # where torch is not installed; `from reader import WindowDataset` works as before.
 _EXPORTS = {
-    "IGNORE_INDEX": "reader.collate",
-    "Batch": "reader.collate",
-    "block_causal_mask": "reader.collate",
-    "collate": "reader.collate",
-    "collate_packed": "reader.collate",
+    "IGNORE_INDEX": "reader.batches",
+    "Batch": "reader.batches",
+    "block_causal_mask": "reader.batches",
+    "collate": "reader.batches",
+    "collate_packed": "reader.batches",
     "PackedSampler": "reader.packing",
     "pack_rows": "reader.packing",
     "WindowBatch": "reader.dataset",
@@ -102,21 +100,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_EXPORTS})
-
-
-class _Package(types.ModuleType):
-    """``reader``: importing the submodule ``reader.collate`` must not rebind ``collate``.
-
-    Python binds a submodule to its package's attribute once the submodule is loaded, so
-    ``from reader import evaluate, collate`` (``evaluate``'s module imports
-    ``reader.collate``) would give the module rather than the function. Here the exported
-    function wins (``from reader.collate import ...`` is unaffected).
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == f"{__name__}.{name}":
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from reader.collate import IGNORE_INDEX
+from reader.batches import IGNORE_INDEX
 
 __all__ = ["evaluate", "token_nll"]
 

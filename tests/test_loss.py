@@ -9,7 +9,7 @@ import torch
 
 from reader import collate, evaluate, token_nll
 from tests.reader_data import EOS, VOCAB
-from tests.test_collate import logits_for
+from tests.test_batches import logits_for
 
 
 def test_token_nll_rejects_a_batch_without_targets() -> None:

@@ -220,7 +220,7 @@ def test_collate_packed_segments_are_the_windows(case: tuple[list[list[dict]], i
     rows, seq_len = case
     # Both ways of placing the windows: one by one (few windows) and by index arithmetic.
     limit = -1 if vectorised else 10**9
-    with patch.object(importlib.import_module("reader.collate"), "_LOOP_WINDOWS", limit):
+    with patch.object(importlib.import_module("reader.batches"), "_LOOP_WINDOWS", limit):
         batch = collate_packed(rows, seq_len=seq_len, pad_id=pad_id)
     assert "labels" not in batch and "attention_mask" not in batch
     bounds = [0]

@@ -1,4 +1,4 @@
-"""Tests of reader.collate: seed 004's batch, masks, the per-token reference, bad windows."""
+"""Tests of reader.batches: seed 004's batch, masks, the per-token reference, bad windows."""
 
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def test_collate_names_the_bad_window() -> None:
 
 
 def test_collate_docstring_example_runs() -> None:
-    result = doctest.testmod(sys.modules["reader.collate"])
+    result = doctest.testmod(sys.modules["reader.batches"])
     assert result.attempted >= 2 and result.failed == 0
 
 
