@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import json
 import os
 import time
 import urllib.parse
@@ -60,6 +61,7 @@ from reader.layout import COLUMNS as LAYOUT_COLUMNS
 from reader.layout import RECORD, LayoutCache, ShardLayout, ShardSource, default_cache_dir
 from transforms.manifest import MANIFEST_NAME, parse_manifest
 from transforms.schema import ARROW_SCHEMA, SHARD_PATTERN
+from transforms.splits import SPLITS_NAME, split_job_message
 
 __all__ = ["BLOCK_UNITS", "WindowBatch", "WindowDataset", "WindowRows"]
 
@@ -191,6 +193,11 @@ class WindowDataset:
         where = self._where(MANIFEST_NAME)
         info = self._fs.get_file_info(f"{self._root}/{MANIFEST_NAME}")
         if info.type != pafs.FileType.File:
+            splits = f"{self._root}/{SPLITS_NAME}"
+            if self._fs.get_file_info(splits).type == pafs.FileType.File:
+                with self._fs.open_input_stream(splits) as f:
+                    record = json.loads(f.read())
+                raise FileNotFoundError(split_job_message(self.path, record))
             raise FileNotFoundError(
                 f"{where} not found: a directory without a manifest is not a finished dataset "
                 "(the pipeline writes the manifest last, after every shard is complete)"

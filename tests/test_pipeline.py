@@ -491,7 +491,8 @@ def test_split_job_writes_a_finished_dataset_per_split(tmp_path):
                                                                     "malformed_json.jsonl"]
     fingerprints = {m["fingerprint"] for m in manifests.values()}
     assert len(fingerprints) == 3 and record["fingerprint"] not in fingerprints
-    with pytest.raises(FileNotFoundError, match="not a finished dataset"):
+    with pytest.raises(FileNotFoundError,
+                       match=r"holds the splits val, test, train of one job .*: open .*/val$"):
         WindowDataset(out)  # the job's top directory is not one dataset
 
 
