@@ -29,8 +29,9 @@ setuptools.setup(
     extras_require={
         # torch is a range the CPU wheel 2.13.0 satisfies; install that wheel first.
         "reader": ["torch>=2.1,<3"],
-        # --tokenizer path/to/tokenizer.json (Hugging Face tokenizers).
-        "hf": ["tokenizers>=0.19"],
+        # --tokenizer path/to/tokenizer.json (Hugging Face tokenizers); transformers for
+        # feeding reader batches to HF causal LMs (shift_labels, packed masks: 5.x).
+        "hf": ["tokenizers>=0.19", "transformers>=5,<6"],
         # python -m reader.inspect OUT --plot FILE.png
         "plot": ["matplotlib>=3.7"],
         "gcp": ["apache-beam[gcp]>=2.77,<3"],
@@ -45,6 +46,7 @@ setuptools.setup(
             "pandas>=2",
             "polars>=1.0",
             "tokenizers>=0.19",
+            "transformers>=5,<6",  # tests/test_hf.py (skipped without it)
             "matplotlib>=3.7",
             "moto[server]>=5",  # an S3 server on loopback (reader and job on s3://)
             # A Dask cluster and S3 for the job (tests/test_runners.py, tests/test_stores.py).

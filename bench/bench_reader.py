@@ -58,7 +58,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if importlib.util.find_spec("reader") is None:
     sys.path.insert(0, str(ROOT))
 
-from reader import EpochSampler, WindowDataset, collate  # noqa: E402
+from reader import (  # noqa: E402
+    EpochSampler,
+    PackedSampler,
+    WindowDataset,
+    collate,
+    collate_packed,
+)
 
 __all__ = ["build_dataset", "main", "mixing"]
 
@@ -269,6 +275,85 @@ def cold_stream(root: Path, cache: Path, batch_size: int, *, k: int = 2, shards_
             "builds": ds.layout_builds, "limit_bytes": limit, "kept_bytes": kept}
 
 
+def _packed_rate(batches: Iterable[dict[str, Any]], count: int) -> dict[str, float]:
+    """Batches/s, real tokens/s and the padding share over ``count`` batches after the first."""
+    it = iter(batches)
+    next(it)
+    began = time.perf_counter()
+    done = tokens = positions = 0
+    for _, batch in zip(range(count), it, strict=False):
+        done += 1
+        positions += batch["input_ids"].numel()
+        real = batch["segment_ids"] >= 0 if "segment_ids" in batch else batch["attention_mask"]
+        tokens += int(real.sum())
+    seconds = time.perf_counter() - began
+    return {"batches_s": done / seconds, "tokens_s": tokens / seconds,
+            "padding": 1 - tokens / positions}
+
+
+def packing(ds: WindowDataset, rows: int, batches: int, rounds: int,
+            big_n: int) -> dict[str, Any]:
+    """Packed (PackedSampler + collate_packed, B rows of W) beside unpacked (EpochSampler +
+    collate, B windows padded to the longest), same B, 0 workers; the whole epoch's padding
+    share of each; and the packer's time and memory for one epoch of ``big_n`` windows."""
+    w, eos = ds.window, ds.eos_id
+    lengths = ds.lengths
+    count = min(batches, -(-len(ds) // rows) - 1)
+    unpacked_pad = functools.partial(collate, pad_id=eos)
+    packed_pad = functools.partial(collate_packed, seq_len=w, pad_id=eos)
+    out: dict[str, list[dict[str, float]]] = {"unpacked": [], "packed": []}
+    for r in range(rounds):
+        out["unpacked"].append(_packed_rate(DataLoader(
+            ds, batch_sampler=EpochSampler(len(ds), rows, seed=r), collate_fn=unpacked_pad),
+            count))
+        out["packed"].append(_packed_rate(DataLoader(
+            ds, batch_sampler=PackedSampler(lengths, rows, w, seed=r), collate_fn=packed_pad),
+            count))
+    # Whole-epoch padding shares (every batch, not a timed sample).
+    sampler = EpochSampler(len(ds), rows, seed=0)
+    padded = sum(len(b) * int(lengths[b].max()) for b in sampler)
+    epoch_unpacked = 1 - int(lengths.sum()) / padded
+    packed_rows = len(PackedSampler(lengths, rows, w, seed=0).rows(0))
+    epoch_packed = 1 - int(lengths.sum()) / (packed_rows * w)
+    # The packer at scale: big_n windows with the dataset's length distribution, in a fresh
+    # process whose peak RSS above its state after loading the lengths is the packer's.
+    big = np.random.default_rng(0).choice(lengths, size=big_n).astype(np.int32)
+    with tempfile.TemporaryDirectory() as tmp:
+        np.save(os.path.join(tmp, "lengths.npy"), big)
+        code = (
+            "import json, resource, sys, time\n"
+            "import numpy as np\n"
+            "from reader import PackedSampler\n"
+            "lengths = np.load(sys.argv[1])\n"
+            "sampler = PackedSampler(lengths, int(sys.argv[2]), int(sys.argv[3]), seed=0)\n"
+            "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "began = time.perf_counter()\n"
+            "rows = len(sampler.rows(0))\n"
+            "seconds = time.perf_counter() - began\n"
+            "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base\n"
+            "print(json.dumps({'seconds': seconds, 'peak_kib': peak, 'rows': rows}))\n")
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run([sys.executable, "-c", code, os.path.join(tmp, "lengths.npy"),
+                               str(rows), str(w)], env=env, check=True, capture_output=True,
+                              text=True)
+    big_run = json.loads(done.stdout.strip().splitlines()[-1])
+    pack_s, peak = big_run["seconds"], big_run["peak_kib"] * 1024
+    med = {k: {m: statistics.median(x[m] for x in v) for m in v[0]} for k, v in out.items()}
+    print(f"\nPacking, W = {w}, B = {rows} (windows or rows), 0 workers, {count} batches, "
+          f"medians of {rounds} rounds:\n")
+    print("| batches | batches/s | real tokens/s | padding share (timed) | padding share "
+          "(epoch) |\n|---|---:|---:|---:|---:|")
+    for name, share in (("unpacked", epoch_unpacked), ("packed", epoch_packed)):
+        m = med[name]
+        print(f"| {name} | {m['batches_s']:,.0f} | {m['tokens_s']:,.0f} | {m['padding']:.1%} | "
+              f"{share:.1%} |")
+    print(f"\nPacking one epoch of {big_n:,} windows (this length distribution): "
+          f"{pack_s:.1f} s (the epoch's order and the first-fit), peak RSS +{peak / 2**20:,.0f} "
+          f"MiB, {big_run['rows']:,} rows.")
+    return {"timed": med, "epoch_padding": {"unpacked": epoch_unpacked, "packed": epoch_packed},
+            "pack_seconds": pack_s, "pack_peak_bytes": peak, "big_n": big_n}
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Run the benchmark; prints markdown tables and returns the figures."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -281,8 +366,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--rounds", type=int, default=3, help="rounds; medians are reported (3)")
     p.add_argument("--keep-cache", action="store_true",
                    help="keep the layout cache and baselines in bench/work for the next run")
+    p.add_argument("--packing-only", action="store_true",
+                   help="only the packed-vs-unpacked comparison (e.g. --data out/sample)")
+    p.add_argument("--pack-n", type=int, default=10_000_000,
+                   help="windows in the packer's cost measurement (10,000,000)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
+    if args.packing_only:
+        if args.data is None:
+            p.error("--packing-only needs --data (a finished output, e.g. out/sample)")
+        return packing(WindowDataset(args.data), args.batch_size, args.batches, args.rounds,
+                       args.pack_n)
     WORK.mkdir(parents=True, exist_ok=True)
     root = args.data or build_dataset(WORK / f"reader-x{args.repeats_of_corpus}",
                                       repeats=args.repeats_of_corpus)
@@ -412,9 +506,10 @@ def _run(root: Path, scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
         mixes[label] = m
         print(f"| {label} | {buffer:,} | {m['doc_gap']:.3f} | {m['same_doc_batches']:.2%} | "
               f"{m['shards_per_batch']:.1f} | {m['groups_per_batch']:.1f} |")
+    packed = packing(ds, b, args.batches, args.rounds, args.pack_n)
     return {"prepare": prep, "table": table, "results": {f"{k[0]} / {k[1]}": v
                                                           for k, v in results.items()},
-            "mixing": mixes, "megatron": megatron_missing, "cold": cold}
+            "mixing": mixes, "megatron": megatron_missing, "cold": cold, "packing": packed}
 
 
 if __name__ == "__main__":

@@ -4,6 +4,10 @@ Usage (after the pipeline's first README command has written ``out/sample``)::
 
     python examples/train_tiny.py out/sample              # 160 steps; saves at step 80
     python examples/train_tiny.py out/sample --resume     # continues from step 80
+    python examples/train_tiny.py out/sample --pack       # several windows per row
+
+``--pack`` reads packed rows (``PackedSampler`` + ``collate_packed``; ``--batch-size`` is then
+rows per batch) and attends with the block-diagonal causal mask from ``segment_ids``.
 
 The second run loads the model, the optimiser and the sampler state saved at step 80 and
 trains on exactly the batches the first run trained on after it, so both print the same
@@ -39,7 +43,16 @@ if importlib.util.find_spec("reader") is None:
     # Run as `python examples/train_tiny.py` from a checkout: make the repository importable.
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from reader import EpochSampler, WindowDataset, collate, evaluate, token_nll  # noqa: E402
+from reader import (  # noqa: E402
+    EpochSampler,
+    PackedSampler,
+    WindowDataset,
+    block_causal_mask,
+    collate,
+    collate_packed,
+    evaluate,
+    token_nll,
+)
 
 __all__ = ["TinyCausalLM", "main"]
 
@@ -58,13 +71,17 @@ class _Block(nn.Module):
             nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         b, t, d = x.shape
         qkv = self.qkv(self.ln1(x)).view(b, t, 3, self.n_heads, d // self.n_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)
         # Causal: position t reads keys <= t only, so right padding never reaches a real
-        # position and no separate padding mask is needed (seed 004).
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        # position and no separate padding mask is needed (seed 004). Packed rows pass the
+        # block-diagonal causal mask instead, so no window reads another's keys.
+        if mask is None:
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
         return x + self.mlp(self.ln2(x))
 
@@ -95,17 +112,23 @@ class TinyCausalLM(nn.Module):
         self.head = nn.Linear(d_model, vocab_size, bias=False)
 
     def forward(
-        self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
+        segment_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Logits (B, T, V); position t predicts the token after input t."""
+        """Logits (B, T, V); position t predicts the token after input t.
+
+        With ``segment_ids`` (a packed batch from ``collate_packed``), attention is
+        block-diagonal causal: each window attends only to itself.
+        """
         b, t = input_ids.shape
         if t > self.max_len:
             raise ValueError(f"inputs have {t} positions, but the model holds {self.max_len}")
         if position_ids is None:
             position_ids = torch.arange(t, device=input_ids.device).expand(b, t)
         x = self.tok(input_ids) + self.pos(position_ids)
+        mask = None if segment_ids is None else block_causal_mask(segment_ids)
         for block in self.blocks:
-            x = block(x)
+            x = block(x, mask)
         return self.head(self.norm(x))
 
 
@@ -159,6 +182,10 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="share of documents held out for evaluation (default 0.1)")
     p.add_argument("--eval-every", type=int, default=80, help="evaluate every N steps (80)")
     p.add_argument("--log-every", type=int, default=20, help="print the loss every N steps (20)")
+    p.add_argument("--pack", action="store_true",
+                   help="pack several windows into each row of W positions (PackedSampler)")
+    p.add_argument("--open-rows", type=int, default=16,
+                   help="with --pack, the rows kept open while packing (default 16)")
     p.add_argument("--d-model", type=int, default=64, help="model width (default 64)")
     p.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
     p.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
@@ -190,9 +217,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     pad = functools.partial(collate, pad_id=ds.eos_id)
     order: dict[str, Any] = {} if args.order == "global" else {
         "order": "blocks", "blocks": _blocks_before(ds, cut), "buffer_blocks": args.buffer_blocks}
-    sampler = EpochSampler(len(train_set), batch_size=args.batch_size, seed=args.seed, **order)
-    loader = DataLoader(train_set, batch_sampler=sampler, collate_fn=pad,
-                        num_workers=args.num_workers, persistent_workers=args.num_workers > 0)
+    sampler: EpochSampler | PackedSampler
+    if args.pack:
+        # The training windows are the indices [0, cut), so the dataset itself serves them.
+        sampler = PackedSampler(ds.lengths[:cut], args.batch_size, ds.window, seed=args.seed,
+                                open_rows=args.open_rows, **order)
+        loader = DataLoader(ds, batch_sampler=sampler, num_workers=args.num_workers,
+                            collate_fn=functools.partial(collate_packed, seq_len=ds.window,
+                                                         pad_id=ds.eos_id),
+                            persistent_workers=args.num_workers > 0)
+    else:
+        sampler = EpochSampler(len(train_set), batch_size=args.batch_size, seed=args.seed,
+                               **order)
+        loader = DataLoader(train_set, batch_sampler=sampler, collate_fn=pad,
+                            num_workers=args.num_workers, persistent_workers=args.num_workers > 0)
     eval_loader = DataLoader(eval_set, batch_size=args.batch_size, collate_fn=pad)
     model = TinyCausalLM(ds.vocab_size, ds.window, d_model=args.d_model, n_heads=args.heads,
                          n_layers=args.layers)
@@ -203,14 +241,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         ckpt = torch.load(args.checkpoint, weights_only=True)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
+        if ckpt.get("pack", False) != args.pack:
+            sys.exit(f"{args.checkpoint} was saved {'with' if ckpt.get('pack') else 'without'} "
+                     "--pack: resume it the same way")
         sampler.load_state_dict(ckpt["sampler"])
         step = ckpt["step"]
         print(f"resumed from {args.checkpoint} at step {step}: sampler epoch "
-              f"{sampler.epoch}, cursor {sampler.cursor}/{len(train_set)}")
+              f"{sampler.epoch}, cursor {sampler.cursor}")
+
+    def forward(b: dict[str, Any]) -> torch.Tensor:
+        # A packed batch has segment_ids: the model then attends block-diagonally.
+        return model(b["input_ids"], b["position_ids"], b.get("segment_ids"))
 
     def run_eval() -> dict[str, float | int]:
         model.eval()
-        result = evaluate(lambda b: model(b["input_ids"], b["position_ids"]), eval_loader)
+        result = evaluate(forward, eval_loader)
         print(f"step {step:4d}  eval nll {result['nll']:.4f}  perplexity "
               f"{result['perplexity']:.2f}  over {result['targets']} targets")
         return result
@@ -220,8 +265,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     while step < args.steps:
         for batch in loader:
             model.train()
-            logits = model(batch["input_ids"], batch["position_ids"])
-            nll_sum, count = token_nll(logits, batch["labels"])
+            logits = forward(batch)
+            nll_sum, count = token_nll(logits, batch["shift_labels"])
             loss = nll_sum / count
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -236,9 +281,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             if step == args.save_at and not args.resume:
                 _save(args.checkpoint, {"model": model.state_dict(),
                                         "optimizer": optimizer.state_dict(),
-                                        "sampler": sampler.state_dict(), "step": step})
+                                        "sampler": sampler.state_dict(), "step": step,
+                                        "pack": args.pack})
                 print(f"saved {args.checkpoint} at step {step} (sampler epoch {sampler.epoch}, "
-                      f"cursor {sampler.cursor}/{len(train_set)})")
+                      f"cursor {sampler.cursor})")
             if step % args.eval_every == 0 or step == args.steps:
                 result = run_eval()
             if step >= args.steps:

@@ -44,6 +44,7 @@ from transforms.encoding import BATCH_CHARS, Encoded, PartBuffer, batch_document
 from transforms.keys import ShardPlan
 from transforms.params import ReadSpec, WindowSpec
 from transforms.spill import SpillWriter, spill_rejects
+from transforms.splits import SplitSpec
 from transforms.tokenizers import Tokenizer, TokenizerSpec, hf_config_path, tokenizer_from_bytes
 
 __all__ = ["BLOCKS", "ENCODING_AHEAD", "RECORDS", "REJECTS", "SHUFFLES", "EncodeChunks",
@@ -106,8 +107,10 @@ class _EncodeChunkFn(beam.DoFn):
 
     def __init__(self, *, spec: ReadSpec, windows: WindowSpec,
                  tokenizer: TokenizerSpec | str | None,
-                 threads: int, batch_chars: int, spill_dir: str | None) -> None:
+                 threads: int, batch_chars: int, spill_dir: str | None,
+                 splits: SplitSpec | None = None) -> None:
         self._spec = spec
+        self._splits = splits if splits is not None and splits.active else None
         self._windows = windows
         self._tokenizer_spec = tokenizer
         self._threads = threads
@@ -161,8 +164,9 @@ class _EncodeChunkFn(beam.DoFn):
     def _encode(self, chunk: Chunk, plan: ShardPlan, spill: SpillWriter | None) -> Iterator[Any]:
         pending: collections.deque[tuple[list[Document], Future]] = collections.deque()
         held = PartBuffer(windows=self._windows, num_shards=plan.num_shards,
-                          parts_per_shard=1 if spill is None else plan.parts_per_shard)
-        records = 0
+                          parts_per_shard=1 if spill is None else plan.parts_per_shard,
+                          plan=plan, splits=self._splits)
+        records = sampled_out = 0
         items = read_chunk(chunk, self._spec, fs.open_raw)
         for batch in batch_documents(items, max_chars=self._batch_chars):
             if isinstance(batch, Reject):
@@ -171,6 +175,12 @@ class _EncodeChunkFn(beam.DoFn):
                 yield REJECTS, batch
                 continue
             records += len(batch)
+            if self._splits is not None:  # --sample: left out before they are encoded
+                keep = self._splits.kept([d.doc_id for d in batch])
+                sampled_out += len(batch) - sum(keep)
+                batch = [d for d, k in zip(batch, keep, strict=True) if k]
+                if not batch:
+                    continue
             texts = [d.text for d in batch]
             pending.append((batch, self._pool.submit(self._tokenizer.encode_batch, texts)))
             if len(pending) > ENCODING_AHEAD:
@@ -185,7 +195,7 @@ class _EncodeChunkFn(beam.DoFn):
         # often a runner ran the step (tests/test_runners.py counts them on Dask workers).
         _LOG.debug("encoded chunk %s@%d: %d records", chunk.path, chunk.start, records)
         self._records.inc(records)
-        yield RECORDS, chunk.receipt(records)
+        yield RECORDS, chunk.receipt(records, sampled_out)
 
     def _add(self, held: PartBuffer, docs: list[Document], tokens: list[Any],
              spill: SpillWriter | None, chunk: Chunk) -> list[tuple[str, tuple[int, bytes]]]:
@@ -223,15 +233,19 @@ class EncodeChunks(beam.PTransform):
             output does not depend on it either).
         spill_dir: spill each chunk's blocks, by part, to a file in this directory and emit
             its path (the file shuffle); None: emit the blocks.
+        splits: the job's sample and splits (`transforms.splits.SplitSpec`): documents left
+            out by the sample are counted in the receipt and never encoded; each other goes
+            to its split's shards (``plan`` numbers them). None: every document, one dataset.
     """
 
     def __init__(self, *, spec: ReadSpec, windows: WindowSpec,
                  tokenizer: TokenizerSpec | str | None,
                  plan: beam.PCollection, threads: int = 1, batch_chars: int = BATCH_CHARS,
-                 spill_dir: str | None = None) -> None:
+                 spill_dir: str | None = None, splits: SplitSpec | None = None) -> None:
         super().__init__()
         self._fn = _EncodeChunkFn(spec=spec, windows=windows, tokenizer=tokenizer,
-                                  threads=threads, batch_chars=batch_chars, spill_dir=spill_dir)
+                                  threads=threads, batch_chars=batch_chars, spill_dir=spill_dir,
+                                  splits=splits)
         self._plan = plan
 
     def expand(self, chunks: beam.PCollection) -> Outputs:

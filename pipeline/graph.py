@@ -17,6 +17,13 @@ writer reads its parts from every file, one part at a time, so the local runner,
 GroupByKey lives in memory, needs memory for a few parts and the list of files, not for the
 corpus (`transforms.spill`). Both write the same bytes.
 
+Splits and samples (``--split``, ``--sample``; `transforms.splits`) add no step: EncodeChunks
+leaves out the documents the sample does not keep before it encodes them, and sends each
+other document to its split's shards, which the plan numbers in one range (split s owns
+``[offset_s, offset_s + N_s)``), so the shuffle and the writers see one job; WriteShards
+writes a split's shard into ``OUTPUT/NAME/`` under the split's own numbering, and
+FinalizeDataset writes a manifest per split, then ``OUTPUT/_splits.json``.
+
 Order never comes from arrival: documents are keyed by `transforms.keys.doc_key` and sorted
 inside their shard, so runners, worker counts and bundle sizes do not change a byte.
 `beam.Reshuffle` appears only as a fusion break (to spread file chunks over workers).
@@ -66,12 +73,13 @@ def build_pipeline(
     files = config.shuffle == "files"
     chunks = p | "SplitInputs" >> SplitInputs(config.inputs, spec=config.read,
                                               chunk_bytes=CHUNK_BYTES)
+    splits = config.splits if config.splits.active else None
     plan = chunks | "PlanShards" >> PlanShards(
-        config.num_shards, part_bytes=PART_TEXT_BYTES if files else None)
+        config.num_shards, part_bytes=PART_TEXT_BYTES if files else None, splits=splits)
     encoded = chunks | "EncodeChunks" >> EncodeChunks(
         spec=config.read, windows=config.windows, tokenizer=config.tokenizer_spec,
         plan=plan, threads=config.encode_threads,
-        spill_dir=fs.join(tmp_dir, "shuffle") if files else None,
+        spill_dir=fs.join(tmp_dir, "shuffle") if files else None, splits=splits,
     )
     if files:
         # Only the spill files' paths go on; the shard writers read their parts from them.
@@ -103,4 +111,5 @@ def build_pipeline(
         tmp_dir=tmp_dir,
         attempt=attempt,
         max_skipped_share=config.max_skipped_share,
+        splits=splits,
     )

@@ -28,6 +28,7 @@ from transforms.params import (
     check_positive_int,
     default_of,
 )
+from transforms.splits import TRAIN, SplitSpec
 from transforms.tokenizers import BYTES, TokenizerSpec
 
 __all__ = [
@@ -193,6 +194,42 @@ class TokenWindowsOptions(PipelineOptions):
             default=default_of(WindowSpec, "seed"),
             help="Seeds the document shuffle and random offsets. Default: %(default)s.",
         )
+        g = parser.add_argument_group("splits and samples")
+        g.add_argument(
+            "--split",
+            dest="split",
+            type=str,
+            default=None,
+            metavar="NAME=FRACTION[,NAME=FRACTION...]",
+            help=f"Write each document to one split, chosen by a seeded hash of its doc_id "
+            f"(never of the windows), e.g. val=0.01,test=0.01; the rest is {TRAIN}. Each split "
+            "is a dataset of its own in OUTPUT/NAME/. Default: one dataset in OUTPUT.",
+        )
+        g.add_argument(
+            "--split-seed",
+            dest="split_seed",
+            type=int,
+            default=None,
+            help="Seeds the split (independent of --seed, so another shuffle keeps the same "
+            "validation set). Default: 0.",
+        )
+        g.add_argument(
+            "--sample",
+            dest="sample",
+            type=float,
+            default=None,
+            metavar="FRACTION",
+            help="Keep this share (0 to 1] of the documents, chosen by a seeded hash of the "
+            "doc_id: --sample 0.1 is a subset of --sample 0.2, whatever the window "
+            "parameters. Default: every document.",
+        )
+        g.add_argument(
+            "--sample-seed",
+            dest="sample_seed",
+            type=int,
+            default=None,
+            help="Seeds the sample (independent of --seed and --split-seed). Default: 0.",
+        )
         g = parser.add_argument_group("output")
         g.add_argument(
             "--output",
@@ -269,6 +306,7 @@ class JobConfig:
     max_skipped_share: float = 1.0
     bos_token: str | None = None
     eos_token: str | None = None
+    splits: SplitSpec = dataclasses.field(default_factory=SplitSpec)
 
     @property
     def tokenizer_path(self) -> str | None:
@@ -316,6 +354,7 @@ class JobConfig:
             offset=o.offset,
             seed=o.seed,
         )
+        splits = _splits(o)
         return cls(
             inputs=tuple(o.inputs),
             output=o.output.rstrip("/") or o.output,
@@ -329,7 +368,29 @@ class JobConfig:
             max_skipped_share=float(share),
             bos_token=o.bos_token,
             eos_token=o.eos_token,
+            splits=splits,
         )
+
+
+def _splits(o: TokenWindowsOptions) -> SplitSpec:
+    """--split, --split-seed, --sample, --sample-seed as a `SplitSpec`, errors naming the flag."""
+    for seed, flag, needs in ((o.split_seed, "--split-seed", o.split),
+                              (o.sample_seed, "--sample-seed", o.sample)):
+        if seed is not None and needs is None:
+            what = flag.rsplit("-", 1)[0]
+            raise ValueError(f"{flag} {seed} does nothing without {what}: add {what} or drop "
+                             f"{flag}")
+    try:
+        return SplitSpec(splits=SplitSpec.parse(o.split) if o.split is not None else (),
+                         seed=o.split_seed or 0,
+                         sample=1.0 if o.sample is None else o.sample,
+                         sample_seed=o.sample_seed or 0)
+    except ValueError as e:
+        text = str(e)
+        for field, flag in (("`split_seed`", "--split-seed"), ("`sample_seed`", "--sample-seed"),
+                            ("`sample`", "--sample"), ("`split ", "--split `")):
+            text = text.replace(field, flag)
+        raise ValueError(text) from None
 
 
 def _is_local(options: PipelineOptions) -> bool:

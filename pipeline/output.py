@@ -8,11 +8,17 @@ accounts for (its temporary directory, the shards carrying its fingerprint); any
 refused, naming it. A job that fails while it runs removes what it wrote, its temporary
 directory and its claim (`release`), so the same command can simply run again.
 
+A split job (``--split``) claims OUTPUT as a whole and writes its splits in OUTPUT/NAME/:
+``--overwrite`` deletes what ``_splits.json`` and each split's manifest list, and the shards
+(and split manifests) that carry a split fingerprint of a killed job
+(`transforms.splits.split_fingerprint`).
+
 Every access goes through `pipeline.fs`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -24,7 +30,12 @@ from typing import Any
 from pipeline import fs
 from pipeline.options import JobConfig
 from transforms.chunks import shown_name
-from transforms.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME, parse_manifest
+from transforms.manifest import (
+    LEGACY_MANIFEST_NAME,
+    MANIFEST_NAME,
+    parse_manifest,
+    parse_splits_record,
+)
 from transforms.schema import (
     CLAIM_NAME,
     FINGERPRINT_KEY,
@@ -34,6 +45,7 @@ from transforms.schema import (
     SHARD_PATTERN,
     TMP_DIR,
 )
+from transforms.splits import SPLITS_NAME, split_fingerprint
 
 __all__ = [
     "absolute",
@@ -124,6 +136,7 @@ def _accounted_for(config: JobConfig, entries: list[str], stale: dict[str, Any] 
         ours.add(manifest_path)
         ours.update(fs.join(out, s["file"]) for s in old["shards"])
         ours.update(fs.join(out, rejects_dir, f"{r}.jsonl") for r in old["counts"]["skipped"])
+    ours.update(_old_splits(out, entries))
     if stale is not None and stale.get("attempt"):
         prefixes.append(fs.join(out, TMP_DIR, str(stale["attempt"])) + "/")
         fingerprint = stale.get("fingerprint")
@@ -133,7 +146,64 @@ def _accounted_for(config: JobConfig, entries: list[str], stale: dict[str, Any] 
                 ours.add(e)
             if rel in {f"{REJECTS_DIR}/{r}.jsonl" for r in REJECT_REASONS}:
                 ours.add(e)
+        if fingerprint:
+            ours.update(_split_files(out, entries, str(fingerprint)))
     return {e for e in entries if e in ours or e.startswith(tuple(prefixes))}
+
+
+def _old_splits(out: str, entries: list[str]) -> set[str]:
+    """What an old split job's ``_splits.json`` and its splits' manifests account for."""
+    path = fs.join(out, SPLITS_NAME)
+    if path not in entries:
+        return set()
+    try:
+        record = parse_splits_record(fs.read_bytes(path), where=path)
+        found = {path}
+        found.update(fs.join(out, REJECTS_DIR, f"{r}.jsonl") for r in record["counts"]["skipped"])
+        for split in record["splits"]:
+            directory = fs.join(out, str(split.get("dir", split["name"])))
+            manifest = fs.join(directory, MANIFEST_NAME)
+            if manifest in entries:
+                old = parse_manifest(fs.read_bytes(manifest), where=manifest)
+                found.add(manifest)
+                found.update(fs.join(directory, s["file"]) for s in old["shards"])
+    except ValueError as e:
+        raise ValueError(
+            f"--overwrite: {e}; the old dataset's files cannot be told apart, so nothing "
+            "was deleted: clear the directory yourself or choose another"
+        ) from None
+    return found
+
+
+def _split_files(out: str, entries: list[str], fingerprint: str) -> set[str]:
+    """The shards and manifests in OUTPUT/NAME/ that carry split NAME's fingerprint of the
+    job ``fingerprint``: what that job wrote of its splits."""
+    found = set()
+    for e in entries:
+        name, _, rest = e[len(out):].lstrip("/").partition("/")
+        if not rest or "/" in rest:
+            continue
+        mine = split_fingerprint(fingerprint, name)
+        if SHARD_PATTERN.match(rest) and shard_fingerprint(e) == mine:
+            found.add(e)
+        elif rest == MANIFEST_NAME:
+            try:
+                theirs = parse_manifest(fs.read_bytes(e), where=e).get("fingerprint")
+            except ValueError:
+                continue
+            if theirs == mine:
+                found.add(e)
+    return found
+
+
+def _remove_empty_dirs(output: str) -> None:
+    """Local file systems: the split directories that deleting left empty."""
+    if fs.scheme(output) not in (None, "file") or not os.path.isdir(output):
+        return
+    for entry in os.scandir(output):
+        if entry.is_dir(follow_symlinks=False) and not entry.name.startswith((".", "_")):
+            with contextlib.suppress(OSError):
+                os.rmdir(entry.path)  # only if empty
 
 
 def claim_output(config: JobConfig, attempt: str, fingerprint: str) -> None:
@@ -165,10 +235,13 @@ def claim_output(config: JobConfig, attempt: str, fingerprint: str) -> None:
                 "deletes only the old dataset's own files: move them away, or choose another "
                 "directory"
             )
-        # The manifest goes first: if the job dies now, the directory no longer looks finished.
-        manifests = [fs.join(config.output, n) for n in (MANIFEST_NAME, LEGACY_MANIFEST_NAME)]
+        # The manifests go first: if the job dies now, the directory no longer looks finished.
+        manifests = [fs.join(config.output, n)
+                     for n in (SPLITS_NAME, MANIFEST_NAME, LEGACY_MANIFEST_NAME)]
+        manifests += [e for e in entries if e.endswith("/" + MANIFEST_NAME) and e not in manifests]
         fs.delete([m for m in manifests if m in entries])
         fs.delete([e for e in entries if e not in manifests])
+        _remove_empty_dirs(config.output)
         _LOG.info("--overwrite: deleted the %d files of the dataset in %s", len(entries),
                   config.output)
     except BaseException:
@@ -201,6 +274,8 @@ def check_outside_inputs(config: JobConfig) -> None:
     probes = [f"{out}/{name}" for name in (MANIFEST_NAME, "part-00000-of-00001.parquet",
                                           f"{REJECTS_DIR}/empty.jsonl", CLAIM_NAME,
                                           f"{TMP_DIR}/a/b")]
+    for name in config.splits.names:
+        probes += [f"{out}/{name}/{MANIFEST_NAME}", f"{out}/{name}/part-00000-of-00001.parquet"]
     for pattern in config.inputs:
         regex = _glob_regex(absolute(pattern))
         if any(regex.match(p) for p in probes):
@@ -221,13 +296,17 @@ def release(config: JobConfig, *, attempt: str | None, fingerprint: str, tmp_dir
         claim = read_claim(config.output)
         if claim is not None and claim.get("attempt") == attempt:
             rejects = {fs.join(config.output, REJECTS_DIR, f"{r}.jsonl") for r in REJECT_REASONS}
+            entries = fs.list_dir(config.output)
             written = [
-                e for e in fs.list_dir(config.output)
+                e for e in entries
                 if e in rejects or (
                     SHARD_PATTERN.match(e[len(config.output):].lstrip("/"))
                     and shard_fingerprint(e) == fingerprint)
             ]
+            if config.splits.names:
+                written += sorted(_split_files(config.output, entries, fingerprint))
             fs.delete(written)
+            _remove_empty_dirs(config.output)
             directory = fs.join(config.output, REJECTS_DIR)
             if fs.scheme(directory) is None and os.path.isdir(directory) and not os.listdir(
                     directory):

@@ -38,7 +38,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-__all__ = ["ENV", "INTERVAL", "Progress", "chunk_done", "encoded", "start"]
+__all__ = ["ENV", "INTERVAL", "Progress", "chunk_done", "encoded", "split_summary", "start"]
 
 ENV = "TOKEN_WINDOWS_PROGRESS_DIR"
 # Seconds between progress lines on a pipe or file (a terminal redraws every second).
@@ -250,3 +250,26 @@ def start(*, files: dict[str, int], shards: int, tokenizer: str, runner: str,
                  f"{runner}\n")
     stream.flush()
     return Progress(total_bytes=total, stream=stream).__enter__()
+
+
+def split_summary(record: dict[str, Any], output: str, seconds: float,
+                  stream: TextIO | None = None) -> None:
+    """The last lines of a split job (any runner): one per split, then the whole job's."""
+    stream = stream or sys.stdout
+    c = record["counts"]
+    for s in record["splits"]:
+        n = s["num_shards"]
+        stream.write(f"wrote {output.rstrip('/')}/{s['dir']}: split {s['name']} "
+                     f"({100 * s['fraction']:g} %), {s['documents']:,} documents, "
+                     f"{s['windows']:,} windows, {s['tokens']:,} tokens, "
+                     f"{s['scored_targets']:,} scored targets; {n} shard{'s' * (n != 1)}\n")
+    skipped = sum(c["skipped"].values())
+    reasons = ", ".join(f"{k} {v:,}" for k, v in c["skipped"].items())
+    sample = record.get("sample")
+    left = (f", {c['sampled_out']:,} left out by --sample {sample['fraction']}" if sample
+            else "")
+    rejects = f"rejects in {output.rstrip('/')}/_rejects/ ({reasons})" if skipped else "no rejects"
+    stream.write(f"wrote {output}: {c['records']:,} records -> {c['documents']:,} documents in "
+                 f"{len(record['splits'])} splits ({skipped:,} skipped{left}) in {seconds:.1f} s;"
+                 f" {rejects}\n")
+    stream.flush()

@@ -25,6 +25,7 @@ from transforms.chunks import (
 )
 from transforms.keys import ShardPlan, plan_shards
 from transforms.params import ReadSpec
+from transforms.splits import SplitSpec
 
 __all__ = ["COMPRESSED_TEXT_RATIO", "TARGET_SHARD_INPUT_BYTES", "PlanShards", "SplitInputs"]
 
@@ -131,22 +132,24 @@ def _file_size(chunk: Chunk) -> tuple[None, tuple[int, int]]:
 
 
 def _plan(item: tuple[None, Iterable[tuple[int, int]]], *, num_shards: int | None,
-          shard_bytes: int, part_bytes: int | None) -> ShardPlan:
+          shard_bytes: int, part_bytes: int | None, splits: SplitSpec | None) -> ShardPlan:
     sizes = list(item[1])
     return plan_shards(sum(s for s, _ in sizes), num_shards=num_shards, shard_bytes=shard_bytes,
-                       text_bytes=sum(t for _, t in sizes), part_bytes=part_bytes)
+                       text_bytes=sum(t for _, t in sizes), part_bytes=part_bytes,
+                       splits=splits)
 
 
 class PlanShards(beam.PTransform):
     """Chunks → the `transforms.keys.ShardPlan` (a singleton): ``num_shards``, or one shard
     per ``shard_bytes`` of input files (their sizes as stored, each file once); and, for the
-    file shuffle, parts of about ``part_bytes`` of text per shard (None: one part)."""
+    file shuffle, parts of about ``part_bytes`` of text per shard (None: one part). With
+    ``splits``, each split gets its own shards (`transforms.splits.apportion_shards`)."""
 
     def __init__(self, num_shards: int | None, *, shard_bytes: int = TARGET_SHARD_INPUT_BYTES,
-                 part_bytes: int | None = None) -> None:
+                 part_bytes: int | None = None, splits: SplitSpec | None = None) -> None:
         super().__init__()
         self._args = {"num_shards": num_shards, "shard_bytes": shard_bytes,
-                      "part_bytes": part_bytes}
+                      "part_bytes": part_bytes, "splits": splits}
 
     def expand(self, chunks: beam.PCollection) -> beam.PCollection:
         return (

@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import difflib
 import logging
-import math
 import os
 import re
 import sys
@@ -50,15 +49,18 @@ from pipeline.options import JobConfig, TokenWindowsOptions, runner_name
 from pipeline.output import absolute, check_outside_inputs, claim_output, release
 from pipeline.read import TARGET_SHARD_INPUT_BYTES
 from transforms.chunks import pattern_base, relative_name, shown_name
+from transforms.keys import plan_shards
 from transforms.manifest import (
     MANIFEST_NAME,
     job_fingerprint,
     parse_manifest,
+    parse_splits_record,
 )
 from transforms.schema import (
     REJECTS_DIR,
     TMP_DIR,
 )
+from transforms.splits import SPLITS_NAME
 
 __all__ = ["Plan", "Submitted", "check_flags", "cli", "main", "preflight", "run", "submit"]
 
@@ -160,7 +162,7 @@ def preflight(config: JobConfig, options: PipelineOptions) -> Plan:
     tokenizer = load_tokenizer(config.tokenizer_spec).info()
     fingerprint = job_fingerprint(tokenizer=tokenizer, windows=config.windows.to_json(),
                                   reading=config.read.to_json(), num_shards=config.num_shards,
-                                  files=names)
+                                  files=names, splits=config.splits.to_json() or None)
     attempt = uuid.uuid4().hex[:16]  # temporary names only: it never reaches the output
     claim_output(config, attempt, fingerprint)
     return Plan(files, fingerprint, attempt, fs.join(config.output, TMP_DIR, attempt))
@@ -377,8 +379,8 @@ def _start_progress(config: JobConfig, options: PipelineOptions,
     if mode == "multi_processing":
         mode += f" x{direct.direct_num_workers or os.cpu_count() or 1}"
     sizes = {path: size for path, (size, _) in files.items()}
-    shards = config.num_shards or max(1, math.ceil(sum(sizes.values())
-                                                   / TARGET_SHARD_INPUT_BYTES))
+    shards = plan_shards(sum(sizes.values()), num_shards=config.num_shards,
+                         shard_bytes=TARGET_SHARD_INPUT_BYTES, splits=config.splits).num_shards
     tok = config.tokenizer_path.rsplit("/", 1)[-1] if config.tokenizer_path else "bytes"
     return progress.start(files=sizes, shards=shards, tokenizer=tok,
                           runner=f"local runner ({mode})")
@@ -425,6 +427,11 @@ def _finish(job: Submitted) -> dict[str, Any] | None:
         if job.progress is not None:
             job.progress.stop()
     output = job.config.output
+    if job.config.splits.names:
+        record = fs.join(output, SPLITS_NAME)
+        splits = parse_splits_record(fs.read_bytes(record), where=record)
+        progress.split_summary(splits, output, time.monotonic() - job.started)
+        return splits
     manifest = parse_manifest(fs.read_bytes(fs.join(output, MANIFEST_NAME)), where=output)
     _summary(manifest, output, time.monotonic() - job.started)
     return manifest
@@ -448,9 +455,11 @@ def _summary(manifest: dict[str, Any], output: str, seconds: float) -> None:
     shards = f"{n} shard" if n == 1 else f"{n} shards"
     rejects = (f"rejects in {fs.join(output, REJECTS_DIR)}/ ({reasons})" if skipped
                else "no rejects")
+    sampled = (f", {c['sampled_out']:,} left out by --sample {manifest['sample']['fraction']}"
+               if "sample" in manifest else "")
     print(
         f"wrote {output}: {c['records']:,} records -> {c['documents']:,} documents "
-        f"({skipped:,} skipped, {repaired:,} repaired); corpus {c['pairs']:,} pairs; "
+        f"({skipped:,} skipped, {repaired:,} repaired{sampled}); corpus {c['pairs']:,} pairs; "
         f"{c['windows']:,} windows hold {c['tokens']:,} tokens, overlap factor "
         f"{window_pairs / covered if covered else 0:.2f}; {c['scored_targets']:,} scored "
         f"targets, {c['uncovered_pairs']:,} uncovered pairs; {shards} "

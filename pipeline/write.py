@@ -11,6 +11,7 @@ job's own ``tmp_dir`` (``OUTPUT/.tmp/<attempt>``, chosen once by the launcher) a
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import typing
@@ -34,6 +35,7 @@ from transforms.manifest import (
     MANIFEST_NAME,
     WrittenShard,
     build_manifest,
+    build_splits_record,
     check_skipped_share,
     dumps_manifest,
     shard_metadata,
@@ -43,6 +45,7 @@ from transforms.parquet import row_group_rows, write_rows
 from transforms.rows import ShardCounts, ShardRows
 from transforms.schema import FINGERPRINT_KEY, REJECTS_DIR, shard_file_name
 from transforms.spill import RejectRun, ShardParts, read_run
+from transforms.splits import SPLITS_NAME, SplitSpec, split_fingerprint
 from transforms.tokenizers import TokenizerSpec
 
 __all__ = [
@@ -79,7 +82,7 @@ class ShuffleDocuments(beam.PTransform):
 
 def _write_shard_file(*, output: str, index: int, num_shards: int,
                       rows: ShardRows | ShardParts, window: int, fingerprint: str,
-                      tmp_dir: str) -> WrittenShard:
+                      tmp_dir: str, split: str | None = None) -> WrittenShard:
     name = shard_file_name(index, num_shards)
 
     def metadata() -> dict[str, str]:  # a ShardParts' counts are complete once it is written
@@ -96,9 +99,30 @@ def _write_shard_file(*, output: str, index: int, num_shards: int,
     )
     counts: ShardCounts = rows.counts
     # Progress: one line per shard (the launcher prints the summary at the end).
-    _LOG.info("wrote %s: %d documents, %d windows, %.1f MB", name, counts.documents,
-              counts.rows, size / 1e6)
+    _LOG.info("wrote %s: %d documents, %d windows, %.1f MB",
+              name if split is None else f"{split}/{name}", counts.documents, counts.rows,
+              size / 1e6)
     return WrittenShard(file=name, index=index, sha256=sha, bytes=size, counts=counts)
+
+
+def _place(plan: ShardPlan, index: int, output: str,
+           fingerprint: str) -> tuple[str, int, int, str]:
+    """(directory, index in it, its shards, the footer's fingerprint) of shard ``index`` of
+    the plan: OUTPUT itself, or a split's OUTPUT/NAME with its own fingerprint."""
+    name, local, of = plan.locate(index)
+    if name is None:
+        return output, local, of, fingerprint
+    return fs.join(output, name), local, of, split_fingerprint(fingerprint, name)
+
+
+def _write_placed(*, plan: ShardPlan, index: int, output: str, fingerprint: str,
+                  rows: ShardRows | ShardParts, window: int, tmp_dir: str) -> WrittenShard:
+    """`_write_shard_file` into its split; the shard keeps its index in the whole plan."""
+    directory, local, of, footer = _place(plan, index, output, fingerprint)
+    shard = _write_shard_file(output=directory, index=local, num_shards=of, rows=rows,
+                              window=window, fingerprint=footer, tmp_dir=tmp_dir,
+                              split=plan.locate(index)[0])
+    return dataclasses.replace(shard, index=index)
 
 
 class _WriteShardFn(beam.DoFn):
@@ -137,24 +161,23 @@ class _WriteShardFn(beam.DoFn):
             # On the process's pool all the same: however many bundle threads a runner runs
             # in a process (Dataflow: a dozen), at most `_at_once` shards are written at once.
             rows = ShardRows(list(blocks))
-            yield from self._finished(
-                self._pool.submit(self._write, index, rows, plan.num_shards).result())
+            yield from self._finished(self._pool.submit(self._write, index, rows, plan).result())
             return
         writing = [
             self._pool.submit(self._write, index,
                               ShardParts(spills, shard=index, num_shards=plan.num_shards,
                                          parts_per_shard=plan.parts_per_shard,
-                                         open_file=fs.open_raw), plan.num_shards)
+                                         open_file=fs.open_raw), plan)
             for index in item  # type: ignore[union-attr]
         ]
         for future in writing:
             yield from self._finished(future.result())
 
     def _write(self, index: int, rows: ShardRows | ShardParts,
-               num_shards: int) -> tuple[list[Reject], WrittenShard]:
-        shard = _write_shard_file(output=self._output, index=index, num_shards=num_shards,
-                                  rows=rows, window=self._window,
-                                  fingerprint=self._fingerprint, tmp_dir=self._tmp_dir)
+               plan: ShardPlan) -> tuple[list[Reject], WrittenShard]:
+        shard = _write_placed(plan=plan, index=index, output=self._output, rows=rows,
+                              window=self._window, fingerprint=self._fingerprint,
+                              tmp_dir=self._tmp_dir)
         return rows.rejects, shard
 
     def _finished(self, written: tuple[list[Reject], WrittenShard]
@@ -279,7 +302,8 @@ class _FinalizeFn(beam.DoFn):
     def __init__(self, *, output: str, windows: WindowSpec, inputs: list[str],
                  reading: dict[str, Any], tokenizer: TokenizerSpec | str | None,
                  expected_files: dict[str, tuple[int, float | None]] | None, fingerprint: str,
-                 tmp_dir: str, attempt: str | None, max_skipped_share: float) -> None:
+                 tmp_dir: str, attempt: str | None, max_skipped_share: float,
+                 splits: SplitSpec | None = None) -> None:
         self._output = output
         self._windows = windows
         self._inputs = inputs
@@ -290,6 +314,7 @@ class _FinalizeFn(beam.DoFn):
         self._tmp_dir = tmp_dir
         self._attempt = attempt
         self._max_skipped_share = max_skipped_share
+        self._splits = splits if splits is not None and splits.active else None
 
     def process(self, group: tuple[None, Iterable[tuple[str, Any]]]) -> Iterator[dict]:
         found: dict[str, list[Any]] = {_SHARDS: [], _REJECTS: [], _RECEIPTS: [], _PLAN: []}
@@ -306,8 +331,13 @@ class _FinalizeFn(beam.DoFn):
         records = account_inputs(receipts, self._expected_files)
         if self._expected_files is not None:
             _check_inputs_unchanged(self._inputs, self._expected_files)
+        sampled_out = sum(r.sampled_out for r in receipts)
         skipped = {reason: c.count for reason, c in rejects.items()}
-        check_skipped_share(records=records, skipped=skipped,
+        if sampled_out and sampled_out + sum(skipped.values()) == records:
+            raise RuntimeError(
+                f"--sample {self._splits.sample if self._splits else '?'} left out every one of "
+                f"the {sampled_out} documents; raise --sample; no manifest was written")
+        check_skipped_share(records=records - sampled_out, skipped=skipped,
                             first={reason: c.first for reason, c in rejects.items()},
                             max_share=self._max_skipped_share)
         shards = list(shards)
@@ -318,29 +348,62 @@ class _FinalizeFn(beam.DoFn):
         window = self._windows.window
         for index in sorted(set(range(num_shards)) - done):
             # A key range that no document fell in still gets its (empty) file.
-            shards.append(_write_shard_file(output=self._output, index=index,
-                                            num_shards=num_shards, rows=ShardRows([]),
-                                            window=window, fingerprint=self._fingerprint,
-                                            tmp_dir=self._tmp_dir))
+            shards.append(_write_placed(plan=plan, index=index, output=self._output,
+                                        fingerprint=self._fingerprint, rows=ShardRows([]),
+                                        window=window, tmp_dir=self._tmp_dir))
         check_claim(self._output, self._attempt)
         for shard in shards:  # a concurrent job's shard must never sit under our manifest
-            _check_shard_footer(fs.join(self._output, shard.file), self._fingerprint)
-        manifest = build_manifest(
-            tokenizer=load_tokenizer(self._tokenizer_spec).info(),
-            windows=self._windows.to_json(),
-            inputs=self._inputs,
-            reading=self._reading,
-            shards=shards,
-            skipped=skipped,
-            records=records,
-            row_group_rows=row_group_rows(window),
-            versions=_versions(),
-            fingerprint=self._fingerprint,
-        )
-        fs.write_atomically(fs.join(self._output, MANIFEST_NAME),
-                            lambda f: f.write(dumps_manifest(manifest)), self._tmp_dir)
+            directory, _, _, footer = _place(plan, shard.index, self._output, self._fingerprint)
+            _check_shard_footer(fs.join(directory, shard.file), footer)
+        common = {
+            "tokenizer": load_tokenizer(self._tokenizer_spec).info(),
+            "windows": self._windows.to_json(),
+            "inputs": self._inputs,
+            "reading": self._reading,
+            "row_group_rows": row_group_rows(window),
+            "versions": _versions(),
+        }
+        definition = {} if self._splits is None else self._splits.to_json()
+        if not plan.splits:
+            manifest = build_manifest(**common, shards=shards, skipped=skipped, records=records,
+                                      fingerprint=self._fingerprint,
+                                      sample=definition.get("sample"), sampled_out=sampled_out)
+            fs.write_atomically(fs.join(self._output, MANIFEST_NAME),
+                                lambda f: f.write(dumps_manifest(manifest)), self._tmp_dir)
+        else:
+            manifest = self._write_splits(plan, shards, common, definition, skipped=skipped,
+                                          records=records, sampled_out=sampled_out)
         remove_job_files(self._output, self._tmp_dir, self._attempt)
         return manifest
+
+    def _write_splits(self, plan: ShardPlan, shards: list[WrittenShard], common: dict[str, Any],
+                      definition: dict[str, Any], *, skipped: dict[str, int], records: int,
+                      sampled_out: int) -> dict[str, Any]:
+        """Each split's manifest in OUTPUT/NAME/, then the job's ``_splits.json``, last."""
+        names = [name for name, _ in plan.splits]
+        mine = {name: [s for s in shards if plan.locate(s.index)[0] == name] for name in names}
+        documents = {name: sum(s.counts.documents for s in mine[name]) for name in names}
+        fingerprints = {name: split_fingerprint(self._fingerprint, name) for name in names}
+        job = {"records": records, "documents": documents,
+               "skipped": {k: v for k, v in sorted(skipped.items()) if v},
+               "sampled_out": sampled_out, "fingerprint": self._fingerprint}
+        manifests = {
+            name: build_manifest(
+                **common, shards=mine[name], skipped={}, records=documents[name],
+                fingerprint=fingerprints[name], sample=definition.get("sample"),
+                split={"name": name, **{k: v for k, v in definition.items() if k != "sample"},
+                       "job": job})
+            for name in names
+        }
+        record = build_splits_record(manifests=manifests, definition=definition,
+                                     skipped=skipped, records=records, sampled_out=sampled_out,
+                                     fingerprints=fingerprints, fingerprint=self._fingerprint)
+        for name, manifest in manifests.items():
+            fs.write_atomically(fs.join(self._output, name, MANIFEST_NAME),
+                                lambda f, m=manifest: f.write(dumps_manifest(m)), self._tmp_dir)
+        fs.write_atomically(fs.join(self._output, SPLITS_NAME),
+                            lambda f: f.write(dumps_manifest(record)), self._tmp_dir)
+        return record
 
 
 def _check_inputs_unchanged(patterns: list[str],
@@ -413,6 +476,8 @@ class FinalizeDataset(beam.PTransform):
         max_skipped_share: the job fails if more records than this share are skipped, and
             always if all are.
         shards, reject_counts, receipts, plan: what the other steps emit.
+        splits: the job's sample and splits: with splits, one manifest per split in
+            OUTPUT/NAME/ and the job's ``_splits.json`` last (`transforms.manifest`).
     """
 
     def __init__(self, *, output: str, windows: WindowSpec, inputs: list[str],
@@ -421,12 +486,12 @@ class FinalizeDataset(beam.PTransform):
                  shards: beam.PCollection, reject_counts: beam.PCollection,
                  receipts: beam.PCollection, plan: beam.PCollection, fingerprint: str,
                  tmp_dir: str, attempt: str | None = None,
-                 max_skipped_share: float = 1.0) -> None:
+                 max_skipped_share: float = 1.0, splits: SplitSpec | None = None) -> None:
         super().__init__()
         self._fn = _FinalizeFn(output=output, windows=windows, inputs=inputs, reading=reading,
                                tokenizer=tokenizer, expected_files=expected_files,
                                fingerprint=fingerprint, tmp_dir=tmp_dir, attempt=attempt,
-                               max_skipped_share=max_skipped_share)
+                               max_skipped_share=max_skipped_share, splits=splits)
         self._parts = {_SHARDS: shards, _REJECTS: reject_counts, _RECEIPTS: receipts,
                        _PLAN: plan}
 

@@ -5,13 +5,15 @@ Beam, so a trainer installs it without the pipeline's dependencies; its names lo
 use, so ``reader.inspect`` needs no torch. Windows are read from a memory-mapped layout that
 each shard is converted into once (:mod:`reader.layout`; ahead of time with
 ``python -m reader.prepare PATH``), in a seeded order evaluated per position
-(:mod:`reader.permutation`): ``global`` or ``blocks`` (:mod:`reader.sampler`).
+(:mod:`reader.permutation`): ``global`` or ``blocks`` (:mod:`reader.sampler`), one window
+per row (:func:`collate`) or packed several to a row (:mod:`reader.packing`).
 
 Example::
 
     import functools
     import torch
-    from reader import EpochSampler, WindowDataset, collate, evaluate, token_nll
+    from reader import EpochSampler, PackedSampler, WindowDataset, collate, collate_packed
+    from reader import evaluate, token_nll
 
     ds = WindowDataset("out/sample")                 # checks the manifest and the shards
     sampler = EpochSampler(len(ds), batch_size=8, seed=0)   # or, for streaming data:
@@ -20,11 +22,25 @@ Example::
         ds, batch_sampler=sampler, num_workers=2,
         collate_fn=functools.partial(collate, pad_id=ds.eos_id))
     for batch in loader:
-        nll_sum, count = token_nll(model(batch["input_ids"], batch["position_ids"]),
-                                   batch["labels"])
+        logits = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"])
+        nll_sum, count = token_nll(logits, batch["shift_labels"])   # already shifted
         (nll_sum / count).backward()
         ...
         sampler.step(batch)                          # consumed: commit it to the state
+
+Packed (several windows per row of ``seq_len``; :mod:`reader.packing`)::
+
+    sampler = PackedSampler(ds.lengths, rows_per_batch=8, seq_len=ds.window, seed=0)
+    loader = torch.utils.data.DataLoader(
+        ds, batch_sampler=sampler, num_workers=2,
+        collate_fn=functools.partial(collate_packed, seq_len=ds.window, pad_id=ds.eos_id))
+    # attention: block_causal_mask(batch["segment_ids"]), or batch["cu_seqlens"] (varlen),
+    # or a Hugging Face model given position_ids, no attention_mask and use_cache=False
+
+With a Hugging Face causal LM, one call is right for both kinds of batch:
+``model(input_ids=b["input_ids"], position_ids=b["position_ids"], use_cache=False).logits``
+and ``token_nll`` on ``b["shift_labels"]``; never ``labels=`` our targets (HF shifts
+``labels`` again; a batch has no ``labels`` key, so ``b["labels"]`` says so).
 """
 
 import importlib
@@ -33,9 +49,15 @@ from typing import Any
 # Loaded on first use (PEP 562), so that `python -m reader.inspect` and `reader.prepare` run
 # where torch is not installed; `from reader import WindowDataset` works as before.
 _EXPORTS = {
-    "IGNORE_INDEX": "reader.collate",
-    "collate": "reader.collate",
+    "IGNORE_INDEX": "reader.batches",
+    "Batch": "reader.batches",
+    "block_causal_mask": "reader.batches",
+    "collate": "reader.batches",
+    "collate_packed": "reader.batches",
+    "PackedSampler": "reader.packing",
+    "pack_rows": "reader.packing",
     "WindowBatch": "reader.dataset",
+    "WindowRows": "reader.dataset",
     "WindowDataset": "reader.dataset",
     "default_cache_dir": "reader.layout",
     "evaluate": "reader.loss",
@@ -49,14 +71,20 @@ _EXPORTS = {
 __all__ = [
     "IGNORE_INDEX",
     "ORDERS",
+    "Batch",
     "EpochSampler",
     "FeistelPermutation",
+    "PackedSampler",
     "WindowBatch",
+    "WindowRows",
     "WindowDataset",
+    "block_causal_mask",
     "collate",
+    "collate_packed",
     "default_cache_dir",
     "epoch_seed",
     "evaluate",
+    "pack_rows",
     "token_nll",
 ]
 

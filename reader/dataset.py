@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import json
 import os
 import time
 import urllib.parse
@@ -60,8 +61,9 @@ from reader.layout import COLUMNS as LAYOUT_COLUMNS
 from reader.layout import RECORD, LayoutCache, ShardLayout, ShardSource, default_cache_dir
 from transforms.manifest import MANIFEST_NAME, parse_manifest
 from transforms.schema import ARROW_SCHEMA, SHARD_PATTERN
+from transforms.splits import SPLITS_NAME, split_job_message
 
-__all__ = ["BLOCK_UNITS", "WindowBatch", "WindowDataset"]
+__all__ = ["BLOCK_UNITS", "WindowBatch", "WindowDataset", "WindowRows"]
 
 BLOCK_UNITS = ("shard", "row_group")
 _HASH_CHUNK = 8 * 2**20
@@ -179,6 +181,7 @@ class WindowDataset:
         self._starts = np.array([*self._shard_starts, total], dtype=np.int64)
         self.fingerprint: str = hashlib.sha256(
             "".join(s.sha256 for s in self._shards).encode()).hexdigest()
+        self._lengths: npt.NDArray[np.int32] | None = None
         self._reset_process_state()
 
     # -- opening and checking -------------------------------------------------------------
@@ -190,6 +193,11 @@ class WindowDataset:
         where = self._where(MANIFEST_NAME)
         info = self._fs.get_file_info(f"{self._root}/{MANIFEST_NAME}")
         if info.type != pafs.FileType.File:
+            splits = f"{self._root}/{SPLITS_NAME}"
+            if self._fs.get_file_info(splits).type == pafs.FileType.File:
+                with self._fs.open_input_stream(splits) as f:
+                    record = json.loads(f.read())
+                raise FileNotFoundError(split_job_message(self.path, record))
             raise FileNotFoundError(
                 f"{where} not found: a directory without a manifest is not a finished dataset "
                 "(the pipeline writes the manifest last, after every shard is complete)"
@@ -277,6 +285,7 @@ class WindowDataset:
         state = self.__dict__.copy()
         for key in ("_open", "_tokens", "_index", "_index_looked", "_pid"):
             state.pop(key)
+        state["_lengths"] = None  # O(n): read again where it is needed, not pickled
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -383,11 +392,51 @@ class WindowDataset:
         window["index"] = i
         return window
 
+    @property
+    def lengths(self) -> npt.NDArray[np.int32]:
+        """Every window's ``length``, in index order (int32, read once, then kept).
+
+        Read from the dataset index when every layout is local, else from each shard's
+        Parquet ``length`` column alone (no token is read or converted), and checked to be in
+        ``[1, window]``. For :class:`reader.PackedSampler`.
+        """
+        if self._lengths is None:
+            index = self._dataset_index()
+            if index is not None:
+                lengths = np.ascontiguousarray(index["length"], dtype=np.int32)
+            else:
+                parts = [np.zeros(0, np.int32)]
+                for shard in self._shards:
+                    with self._fs.open_input_file(shard.path) as f:
+                        pf = pq.ParquetFile(f, **integrity.READ_OPTIONS)
+                        column = pf.read(columns=["length"]).column("length")
+                    parts.append(column.to_numpy().astype(np.int32))
+                lengths = np.concatenate(parts)
+            if len(lengths) != self._len:
+                raise ValueError(f"{self.path}: read {len(lengths)} lengths for {self._len} "
+                                 "windows; the dataset is damaged")
+            if self._len and (int(lengths.min()) < 1 or int(lengths.max()) > self.window):
+                bad = int(np.flatnonzero((lengths < 1) | (lengths > self.window))[0])
+                raise ValueError(f"{self.path}: window {bad} has length {int(lengths[bad])}, "
+                                 f"outside [1, {self.window}]; the dataset is damaged")
+            lengths.setflags(write=False)
+            self._lengths = lengths
+        return self._lengths
+
     def _doc_id(self, s: int, i: int) -> str:
         return self._layout(s).doc_id(i - self._shard_starts[s])
 
-    def __getitems__(self, indices: Sequence[int]) -> WindowBatch:
-        """Several windows at once, gathered vectorised (``DataLoader`` calls this per batch)."""
+    def __getitems__(self, indices: Sequence[Any]) -> Any:
+        """Several windows at once, gathered vectorised (``DataLoader`` calls this per batch).
+
+        ``indices`` is a list of ints (a :class:`WindowBatch` is returned) or, for a batch of
+        :class:`reader.PackedSampler`, a list of rows, each a list of ints (a
+        :class:`WindowRows`, gathered in one pass, for :func:`reader.collate_packed`).
+        """
+        if len(indices) and isinstance(indices[0], (list, tuple, np.ndarray)):
+            sizes = [len(row) for row in indices]
+            flat = [i for row in indices for i in row]
+            return WindowRows(self.__getitems__(flat), np.cumsum([0, *sizes]))
         idx = np.asarray(indices if len(indices) else [], dtype=np.int64)
         if idx.ndim != 1:
             raise ValueError(f"`indices` must be a sequence of integers, but got shape "
@@ -496,6 +545,34 @@ class WindowBatch(Sequence):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return (self[k] for k in range(len(self)))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (list, (list(self),))
+
+
+class WindowRows(Sequence):
+    """The rows of a packed batch, gathered at once: row r is windows
+    ``starts[r] : starts[r + 1]`` of ``windows`` (a :class:`WindowBatch`).
+
+    A sequence of rows, each a list of the dicts ``WindowDataset[i]`` gives;
+    :func:`reader.collate_packed` reads the flat arrays directly. It pickles as its lists.
+    """
+
+    def __init__(self, windows: WindowBatch, starts: npt.ArrayLike) -> None:
+        self.windows = windows
+        self.starts = np.asarray(starts, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def __getitem__(self, r: int) -> list[dict[str, Any]]:  # type: ignore[override]
+        if isinstance(r, slice):
+            raise TypeError("WindowRows does not slice; index one row at a time")
+        r = range(len(self))[r]
+        return [self.windows[k] for k in range(int(self.starts[r]), int(self.starts[r + 1]))]
+
+    def __iter__(self) -> Iterator[list[dict[str, Any]]]:
+        return (self[r] for r in range(len(self)))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (list, (list(self),))

@@ -24,6 +24,10 @@ any file system pyarrow opens), and prints:
 * ``--plot FILE.png`` (matplotlib: the ``plot`` extra): the same distributions as a picture;
 * ``--json``: everything above as one JSON object, for scripts.
 
+A split of a ``--split`` job (``OUT/val``) shows its split and the job's accounting, and
+``--check`` also recomputes every document's split (and ``--sample``) from its doc_id; the
+job's top directory (``_splits.json``) is not one dataset and is refused naming its splits.
+
 Exit status: 0 fine, 1 ``--check`` failed, 2 the dataset (or a flag) is unusable.
 
 Example: a dataset of one document ``abcde`` (bytes, W = S = 2) has 3 windows, 6 corpus
@@ -48,6 +52,7 @@ import pyarrow.parquet as pq
 
 from transforms.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME, parse_manifest
 from transforms.params import WindowSpec
+from transforms.splits import SPLITS_NAME, SplitSpec, split_job_message
 from transforms.tokenizers import BYTES, Tokenizer, tokenizer_from_bytes
 from transforms.windows import random_offset
 
@@ -109,6 +114,10 @@ def open_dataset(root: str) -> Dataset:
                 f"manifest; this version reads {MANIFEST_NAME} (so that Parquet readers skip "
                 f"it): rename it, and rejects/ to _rejects/; the shards need no change"
             )
+        if _exists(fs, f"{path}/{SPLITS_NAME}"):
+            with fs.open_input_stream(f"{path}/{SPLITS_NAME}") as f:
+                record = json.loads(f.read())
+            raise ValueError(split_job_message(root, record))
         raise ValueError(f"{where} does not exist: {root} is not a finished dataset")
     with fs.open_input_stream(f"{path}/{MANIFEST_NAME}") as f:
         manifest = parse_manifest(f.read(), where=where)
@@ -179,6 +188,8 @@ def summarize(ds: Dataset, *, batch_size: int = DEFAULT_BATCH) -> dict[str, Any]
         },
         "padding": {"batch_size": batch_size,
                     "share": round(padding_share(lengths, batch_size), 4)},
+        **{k: ds.manifest[k] for k in ("split", "sample") if k in ds.manifest},
+        **({"sampled_out": c["sampled_out"]} if "sampled_out" in c else {}),
     }
 
 
@@ -192,6 +203,7 @@ def _table(summary: dict[str, Any]) -> str:
         f"(vocabulary {tok['vocab_size']:,})",
         f"windows      W {w['window']}, S {w['stride']}, tail {w['tail']} (min {w['min_tail']}), "
         f"score {w['score']}, offset {w['offset']}, seed {w['seed']}",
+        *_split_lines(summary),
         "",
     ]
     rows = [
@@ -221,6 +233,26 @@ def _table(summary: dict[str, Any]) -> str:
     lines.append(f"\npadding        {p['share']:.1%} of positions at batch size {p['batch_size']} "
                  "(random order, each batch padded to its longest window)")
     return "\n".join(lines)
+
+
+def _split_lines(summary: dict[str, Any]) -> list[str]:
+    """The split and sample a dataset was made with, if any."""
+    lines = []
+    split, sample = summary.get("split"), summary.get("sample")
+    if split:
+        job = split.get("job", {})
+        parts = ", ".join(f"{s['name']} {s['fraction']:g}" for s in split.get("splits", []))
+        docs = ", ".join(f"{k} {v:,}" for k, v in job.get("documents", {}).items())
+        lines.append(f"split        {split['name']} of {parts} (split seed "
+                     f"{split.get('split_seed', 0)})")
+        lines.append(f"job          {job.get('records', 0):,} records: documents {docs}; "
+                     f"{sum(job.get('skipped', {}).values()):,} skipped, "
+                     f"{job.get('sampled_out', 0):,} left out by the sample")
+    if sample:
+        out = summary.get("sampled_out")
+        lines.append(f"sample       {sample['fraction']:g} of the documents (sample seed "
+                     f"{sample['seed']})" + (f", {out:,} left out" if out is not None else ""))
+    return lines
 
 
 # ------------------------------------------------------------------ decode
@@ -417,6 +449,7 @@ def check(ds: Dataset) -> dict[str, Any]:
         totals["tokens"] += tokens
         totals["scored_targets"] += scored
         totals["documents"] += len(docs)
+    _check_split(ds, seen, fail)
     c = ds.manifest["counts"]
     for key in ("windows", "tokens", "scored_targets"):
         if c[key] != totals[key]:
@@ -434,6 +467,26 @@ def check(ds: Dataset) -> dict[str, Any]:
              f"{totals['uncovered']} uncovered")
     return {"ok": not failures, "failures": failures,
             "checked": {k: int(v) for k, v in totals.items()}}
+
+
+def _check_split(ds: Dataset, doc_ids: set[str], fail: Any) -> None:
+    """Every document is in the sample and belongs to this split, as its doc_id says."""
+    split, sample = ds.manifest.get("split"), ds.manifest.get("sample")
+    if not split and not sample:
+        return
+    try:
+        spec = SplitSpec.from_json(split, sample)
+    except (ValueError, KeyError, TypeError) as e:
+        fail("split", f"{MANIFEST_NAME}: the split or sample it records is not valid ({e})")
+        return
+    ids = sorted(doc_ids)
+    names = spec.names
+    for doc, kept, where in zip(ids, spec.kept(ids), spec.split_of(ids), strict=True):
+        if not kept:
+            fail("split", f"doc_id {doc!r} is not in the sample {sample}")
+        elif split and names[where] != split["name"]:
+            fail("split", f"doc_id {doc!r} belongs to split {names[where]!r}, not to "
+                 f"{split['name']!r}")
 
 
 # ------------------------------------------------------------------ plot

@@ -3,14 +3,16 @@
 Contract: a batch's loss is the sum of the token NLL over its scored targets (labels that
 are not −100) divided by their number; evaluation sums NLL and counts over the whole set
 before dividing once, so it is the mean over targets, never a mean of batch means (which
-would give a short tail batch the weight of a full one).
+would give a short tail batch the weight of a full one), summed over ranks too, without the
+sampler's deliberate repeats.
 
 Example::
 
-    nll_sum, count = token_nll(model(batch["input_ids"]), batch["labels"])
+    nll_sum, count = token_nll(model(batch["input_ids"]), batch["shift_labels"])
     (nll_sum / count).backward()
-    evaluate(lambda b: model(b["input_ids"], b["position_ids"]), eval_loader)
-    # {"nll": 2.31, "perplexity": 10.1, "targets": 51234, "batches": 40}
+    evaluate(lambda b: model(input_ids=b["input_ids"], position_ids=b["position_ids"]),
+             eval_loader)   # across ranks when torch.distributed is initialised
+    # {"nll": 2.31, "perplexity": 10.1, "targets": 51234, "batches": 40, "repeats": 0}
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from reader.collate import IGNORE_INDEX
+from reader.batches import IGNORE_INDEX
 
 __all__ = ["evaluate", "token_nll"]
 
@@ -33,7 +35,7 @@ def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor,
     Args:
         logits: (B, T, V) unnormalised scores; position t predicts ``labels[:, t]``.
         labels: (B, T) target ids, −100 where nothing is scored (already shifted by
-            :func:`reader.collate`: do not shift again).
+            :func:`reader.collate`, ``batch["shift_labels"]``: do not shift again).
 
     Returns:
         ``(nll_sum, count)``: a scalar tensor (differentiable, in the logits' dtype) and an int.
@@ -58,38 +60,82 @@ def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor,
     return nll_sum, count
 
 
+def _sampler_of(loader: Iterable[Any]) -> Any:
+    """The loader's batch sampler if it names its deliberate repeats (ours do), else None."""
+    sampler = getattr(loader, "batch_sampler", None)
+    return sampler if callable(getattr(sampler, "repeat_batches", None)) else None
+
+
 def evaluate(
     model_fn: Callable[[Mapping[str, Any]], torch.Tensor],
     loader: Iterable[Mapping[str, Any]],
+    *,
+    distributed: bool | None = None,
 ) -> dict[str, float | int]:
-    """Mean NLL and perplexity over every scored target of ``loader``.
+    """Mean NLL and perplexity over every scored target of ``loader``, across ranks.
 
-    Runs under ``torch.no_grad()``; put the model in eval mode yourself.
+    Runs under ``torch.no_grad()``; put the model in eval mode yourself. When the loader's
+    ``batch_sampler`` is an :class:`reader.EpochSampler` or :class:`reader.PackedSampler`
+    (a ``DataLoader(ds, batch_sampler=sampler, ...)``), the batches it names as deliberate
+    repeats (a short tail dealt to more ranks than it has windows or rows) go through
+    ``model_fn`` like the others, so that every rank takes part in every forward (FSDP needs
+    it), but are not counted. With ``distributed``, the NLL sum (float64) and the target
+    and batch counts (int64) are summed over the ranks with ``all_reduce`` before dividing, so
+    every rank returns the figure of a one-process evaluation of the same windows: the
+    counts exactly, the NLL to float rounding.
 
     Args:
         model_fn: maps a collated batch to its logits (B, T, V).
         loader: the batches, e.g. a ``DataLoader`` with ``collate_fn=collate``.
+        distributed: sum over the ranks of the default process group; ``None`` (default):
+            when ``torch.distributed`` is initialised. Pass ``False`` to evaluate this
+            rank's batches alone.
 
     Returns:
-        ``{"nll": total NLL / targets, "perplexity": exp(nll), "targets": n, "batches": k}``.
+        ``{"nll": total NLL / targets, "perplexity": exp(nll), "targets": n, "batches": k,
+        "repeats": r}`` (``batches`` counts the batches scored, over all ranks; ``repeats``
+        this rank's batches run but not counted).
 
     Raises:
-        ValueError: the loader yields no batch (an empty evaluation set has no mean).
+        ValueError: no batch was scored (an empty evaluation set has no mean), or the
+            sampler's world size is not the process group's.
     """
-    total = 0.0
+    import torch.distributed as dist
+
+    if distributed is None:
+        distributed = dist.is_available() and dist.is_initialized()
+    sampler = _sampler_of(loader)
+    repeats = sampler.repeat_batches() if sampler is not None else frozenset()
+    if distributed and sampler is not None and sampler.world_size != dist.get_world_size():
+        raise ValueError(
+            f"the loader's sampler has world_size {sampler.world_size}, but the process group "
+            f"has {dist.get_world_size()} ranks; build it with world_size="
+            "torch.distributed.get_world_size() and rank=torch.distributed.get_rank()"
+        )
+    total = torch.zeros((), dtype=torch.float64)
     targets = 0
     batches = 0
+    skipped = 0
     with torch.no_grad():
-        for batch in loader:
-            nll_sum, count = token_nll(model_fn(batch), batch["labels"])
-            total += float(nll_sum.double())
+        for k, batch in enumerate(loader):
+            nll_sum, count = token_nll(model_fn(batch), batch["shift_labels"])
+            if k in repeats:
+                skipped += 1
+                continue
+            total += nll_sum.detach().double().cpu()
             targets += count
             batches += 1
+    if distributed:
+        counts = torch.tensor([targets, batches], dtype=torch.int64)
+        dist.all_reduce(total)
+        dist.all_reduce(counts)
+        targets, batches = (int(v) for v in counts.tolist())
     if targets == 0:
         raise ValueError("the evaluation set is empty: it has no scored target")
-    nll = total / targets
+    nll = float(total) / targets
     try:
         perplexity = math.exp(nll)
     except OverflowError:
         perplexity = math.inf
-    return {"nll": nll, "perplexity": perplexity, "targets": targets, "batches": batches}
+    return {"nll": nll, "perplexity": perplexity, "targets": targets, "batches": batches,
+            "repeats": skipped}

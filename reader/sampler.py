@@ -28,7 +28,8 @@ Contract:
   parts first). If ``m < world_size``, ranks ``r >= m`` would get nothing: each gets one
   window instead, wrapping around to the start of the epoch's order (rank m gets
   ``order[0]``, rank m+1 ``order[1]`` …). These are deliberate repeats, counted in
-  ``targets_seen`` like any other. So every rank yields the same number of batches each
+  ``targets_seen`` like any other and named by :meth:`EpochSampler.repeat_batches`, so that
+  :func:`reader.evaluate` does not count them. So every rank yields the same number of batches each
   epoch, no batch is empty, and DDP never waits on a rank that has stopped. With
   ``drop_last`` the last global batch is dropped on every rank.
 * The state is global: ``(epoch, cursor)`` with the cursor counted in windows consumed by all
@@ -78,7 +79,7 @@ import torch
 
 from reader.permutation import FeistelPermutation, round_keys
 
-__all__ = ["ORDERS", "EpochSampler", "epoch_seed"]
+__all__ = ["ORDERS", "EpochSampler", "epoch_seed", "rank_span", "tail_repeat"]
 
 ORDERS = ("global", "blocks")
 _STATE_FORMAT = "epoch-sampler"
@@ -98,6 +99,39 @@ def _check_int(name: str, value: Any, low: int | None) -> int:
     if low is not None and value < low:
         raise ValueError(f"`{name}` must be at least {low}, but got {value}")
     return int(value)
+
+
+def rank_span(lo: int, hi: int, *, rank: int, world_size: int, per_rank: int,
+              n: int) -> tuple[int, int, bool]:
+    """Rank ``rank``'s positions ``[a, b)`` of the global batch ``[lo, hi)``, and if a repeat.
+
+    The tail policy of the module docstring, shared by :class:`EpochSampler` (positions are
+    windows of the epoch's order) and :class:`reader.PackedSampler` (positions are rows):
+    a full batch gives each rank ``per_rank`` positions; a short one is split contiguously
+    into near-equal parts; with fewer positions than ranks, rank ``r >= m`` repeats position
+    ``(r - m) % n`` of the epoch.
+    """
+    m = hi - lo
+    if m == world_size * per_rank:
+        a = lo + rank * per_rank
+        return a, a + per_rank, False
+    if m >= world_size:
+        q, extra = divmod(m, world_size)
+        a = lo + rank * q + min(rank, extra)
+        return a, a + q + (rank < extra), False
+    if rank < m:
+        return lo + rank, lo + rank + 1, False
+    k = (rank - m) % n
+    return k, k + 1, True
+
+
+def tail_repeat(left: int, batches: int, *, rank: int, world_size: int, per_rank: int,
+                drop_last: bool) -> frozenset[int]:
+    """The ordinals among ``batches`` (cut from ``left`` positions) that are repeats here."""
+    m = left % (world_size * per_rank)
+    if drop_last or m == 0 or m >= world_size or rank < m:
+        return frozenset()
+    return frozenset({batches - 1})
 
 
 class _GlobalOrder:
@@ -290,18 +324,21 @@ class EpochSampler:
 
     def _rank_part(self, order: _Window, lo: int, hi: int) -> list[int]:
         """This rank's part of the global batch ``order[lo:hi]`` (the tail policy)."""
-        m, ws, r = hi - lo, self.world_size, self.rank
-        if m == self.global_batch:
-            a = lo + r * self.batch_size
-            return order.get(a, a + self.batch_size).tolist()
-        if m >= ws:
-            q, extra = divmod(m, ws)
-            a = lo + r * q + min(r, extra)
-            return order.get(a, a + q + (r < extra)).tolist()
-        if r < m:
-            return order.get(lo + r, lo + r + 1).tolist()
-        k = (r - m) % self.n  # a repeat from the epoch's start
-        return order.get(k, k + 1).tolist()
+        a, b, _ = rank_span(lo, hi, rank=self.rank, world_size=self.world_size,
+                            per_rank=self.batch_size, n=self.n)
+        return order.get(a, b).tolist()
+
+    def repeat_batches(self) -> frozenset[int]:
+        """Which of the next iteration's batches (0, 1, … on this rank) are deliberate repeats.
+
+        Only the epoch's last batch can be one (a short tail with fewer windows than ranks);
+        :func:`reader.evaluate` runs the model on it (every rank takes part in each forward,
+        as FSDP needs) but does not count it.
+        """
+        _, cursor = self._start()
+        return tail_repeat(self.n - cursor, len(self), rank=self.rank,
+                           world_size=self.world_size, per_rank=self.batch_size,
+                           drop_last=self.drop_last)
 
     def _start(self) -> tuple[int, int]:
         return (self._epoch, self._cursor) if self._tracking else self._issued

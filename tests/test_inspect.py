@@ -242,3 +242,36 @@ def test_inspect_never_imports_beam():
     names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     tops = {n.split(".")[0] for n in names}
     assert tops - set(sys.stdlib_module_names) == {"numpy", "pyarrow", "transforms", "matplotlib"}
+
+
+def test_a_split_shows_its_split_and_check_recomputes_it(tmp_path, capsys):
+    from tests.conftest import run_job, write_jsonl
+
+    src = write_jsonl(tmp_path / "c.jsonl", [{"text": f"doc {i} " * (i % 5)} for i in range(200)])
+    out = tmp_path / "out"
+    record = run_job(out, "--input", str(src), "--tokenizer", "bytes", "--window", "8",
+                     "--stride", "4", "--split", "val=0.25", "--sample", "0.5")
+    capsys.readouterr()
+    code, text = _run(capsys, str(out / "val"), "--check")
+    assert code == 0, text
+    job = record["counts"]
+    docs = {s["name"]: s["documents"] for s in record["splits"]}
+    assert "split        val of val 0.25, train 0.75 (split seed 0)" in text
+    assert (f"job          200 records: documents train {docs['train']}, val {docs['val']}; "
+            f"{sum(job['skipped'].values())} skipped, {job['sampled_out']} left out by the "
+            "sample") in text
+    assert "sample       0.5 of the documents (sample seed 0)" in text
+    assert "check: ok" in text
+    # The job's top directory names its splits and the fix.
+    code = inspect.run([str(out)])
+    text = capsys.readouterr().err
+    assert code == 2 and f"{out} holds the splits val, train of one job (_splits.json)" in text
+    assert f"open {out}/val" in text
+    # A manifest that claims the documents for another split fails --check, naming one.
+    path = out / "val" / MANIFEST_NAME
+    manifest = json.loads(path.read_text())
+    manifest["split"]["name"] = "train"
+    path.write_text(json.dumps(manifest))
+    code, text = _run(capsys, str(out / "val"), "--check")
+    assert code == 1 and re.search(r"split: doc_id 'c\.jsonl:\d+' belongs to split 'val', "
+                                   r"not to 'train'", text), text

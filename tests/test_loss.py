@@ -9,7 +9,7 @@ import torch
 
 from reader import collate, evaluate, token_nll
 from tests.reader_data import EOS, VOCAB
-from tests.test_collate import logits_for
+from tests.test_batches import logits_for
 
 
 def test_token_nll_rejects_a_batch_without_targets() -> None:
@@ -24,8 +24,8 @@ def test_evaluate_divides_the_total_once_not_a_mean_of_batch_means() -> None:
     small_batch = collate([{"tokens": [1, 2], "length": 1, "loss_start": 0}], pad_id=EOS)
     # Every target of the big batch has probability 1/2, the small one's 1/8.
     logits = {
-        id(big): logits_for(big["labels"], {(0, j): 0.5 for j in range(4)}),
-        id(small_batch): logits_for(small_batch["labels"], {(0, 0): 0.125}),
+        id(big): logits_for(big["shift_labels"], {(0, j): 0.5 for j in range(4)}),
+        id(small_batch): logits_for(small_batch["shift_labels"], {(0, 0): 0.125}),
     }
     result = evaluate(lambda b: logits[id(b)], [big, small_batch])
     expected = (4 * math.log(2) + 3 * math.log(2)) / 5

@@ -187,3 +187,52 @@ def test_written_shard_entry():
                      "bytes": 10, "sha256": "s"}
     with pytest.raises(TypeError):
         WrittenShard("f", 0, "s", 10, counts)  # keyword-only
+
+
+def test_a_sample_is_recorded_and_its_left_out_documents_counted():
+    shards = [shard(0, 1, [doc("a", "abc", SPEC)])]
+    sample = {"fraction": 0.5, "seed": 0}
+    manifest = build_manifest(skipped={"empty": 1}, records=5, shards=shards, sample=sample,
+                              sampled_out=3, **ARGS)
+    assert manifest["sample"] == sample and manifest["counts"]["sampled_out"] == 3
+    with pytest.raises(RuntimeError, match="1 skipped .*, 2 left out by the sample"):
+        build_manifest(skipped={"empty": 1}, records=5, shards=shards, sample=sample,
+                       sampled_out=2, **ARGS)
+    assert "sample" not in build_manifest(skipped={}, records=1, shards=shards, **ARGS)
+
+
+def test_the_splits_record_adds_up_the_splits():
+    from transforms.manifest import build_splits_record, parse_splits_record
+    from transforms.splits import SplitSpec
+
+    definition = SplitSpec(splits=(("val", 0.5),), sample=0.5).to_json()
+    manifests = {
+        "val": build_manifest(skipped={}, records=1, shards=[shard(0, 1, [doc("a", "ab", SPEC)])],
+                              **ARGS),
+        "train": build_manifest(skipped={}, records=2, shards=[
+            shard(0, 1, [doc("b", "abc", SPEC), doc("c", "abcd", SPEC)])], **ARGS),
+    }
+    args = {"manifests": manifests, "definition": definition, "skipped": {"empty": 1},
+            "fingerprints": {"val": "v", "train": "t"}, "fingerprint": "job"}
+    record = build_splits_record(records=7, sampled_out=3, **args)
+    assert record["counts"]["records"] == 7 and record["counts"]["documents"] == 3
+    assert record["counts"]["windows"] == sum(m["counts"]["windows"] for m in manifests.values())
+    assert [(s["name"], s["fraction"], s["documents"], s["fingerprint"])
+            for s in record["splits"]] == [("val", 0.5, 1, "v"), ("train", 0.5, 2, "t")]
+    assert record["sample"] == {"fraction": 0.5, "seed": 0} and record["split_seed"] == 0
+    assert parse_splits_record(dumps_manifest(record), where="x") == record
+    with pytest.raises(RuntimeError, match="7 records were read but the splits hold 3 "
+                                           "documents, 1 were skipped and 2 left out"):
+        build_splits_record(records=7, sampled_out=2, **args)
+    with pytest.raises(ValueError, match="x is not a token-windows split record"):
+        parse_splits_record(dumps_manifest(manifests["val"]), where="x")
+
+
+def test_the_fingerprint_names_the_split_definition_only_when_there_is_one():
+    from transforms.manifest import job_fingerprint
+
+    job = {"tokenizer": {"kind": "bytes"}, "windows": SPEC.to_json(), "reading": {},
+           "num_shards": None, "files": [(0, "a.jsonl", 3)]}
+    assert job_fingerprint(**job) == job_fingerprint(**job, splits=None)
+    assert job_fingerprint(**job, splits={"sample": {"fraction": 0.5, "seed": 0}}) != (
+        job_fingerprint(**job))

@@ -65,3 +65,16 @@ def test_runner_names():
     assert runner_name(PipelineOptions(["--runner=Dataflow"])) == "dataflowrunner"
     assert runner_name(PipelineOptions(["--runner=apache_beam.runners.DirectRunner"])) == (
         "directrunner")
+
+
+def test_split_and_sample_flags_become_a_split_spec():
+    from transforms.splits import SplitSpec
+
+    assert config().splits == SplitSpec() and not config().splits.active
+    c = config("--split", "val=0.01,test=0.02", "--split-seed", "7", "--sample", "0.5",
+               "--sample-seed", "3")
+    assert c.splits == SplitSpec(splits=(("val", 0.01), ("test", 0.02)), seed=7, sample=0.5,
+                                 sample_seed=3)
+    assert c.splits.names == ("val", "test", "train")
+    with pytest.raises(ValueError, match="--sample must be a number in"):
+        config("--sample", "1.5")

@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import pathlib
+import re
 import tempfile
 import unittest
 from collections import defaultdict
@@ -80,18 +81,18 @@ class PipelineTests(unittest.TestCase):
             windows = sorted((ds[i] for i in range(len(ds))), key=lambda w: w["doc_id"])
         batch = collate(windows, pad_id=ds.eos_id)
         self.assertEqual(batch["input_ids"].tolist(), [[256, 97], [256, 257]])
-        self.assertEqual(batch["labels"].tolist(), [[97, 257], [257, -100]])
+        self.assertEqual(batch["shift_labels"].tolist(), [[97, 257], [257, -100]])
         self.assertEqual(int(batch["num_targets"]), 3)
-        self.assertEqual(int((batch["labels"] == 257).sum()), 2)
+        self.assertEqual(int((batch["shift_labels"] == 257).sum()), 2)
         # The model gives its targets probabilities 1/2, 1/4, 1/8: mean NLL = 6 ln2 / 3.
         probs = {(0, 0): 0.5, (0, 1): 0.25, (1, 0): 0.125}
         logits = torch.full((2, 2, 258), -1e9, dtype=torch.float64)
         for (b, t), p in probs.items():
-            target = int(batch["labels"][b, t])
+            target = int(batch["shift_labels"][b, t])
             logits[b, t, :] = math.log((1 - p) / 257)
             logits[b, t, target] = math.log(p)
         logits[1, 1, :] = 0.0  # padding: whatever it predicts must not count
-        nll_sum, count = token_nll(logits, batch["labels"])
+        nll_sum, count = token_nll(logits, batch["shift_labels"])
         self.assertEqual(int(count), 3)
         self.assertAlmostEqual(float(nll_sum) / int(count), 2 * math.log(2), places=9)
 
@@ -431,3 +432,205 @@ def test_a_spilled_shuffle_writes_the_bytes_of_the_runner_s(tmp_path, monkeypatc
         spilled = job.result.metrics().query(MetricsFilter().with_name("spilled_bytes"))
         assert sum(c.committed for c in spilled["counters"]) > 0
         assert dir_bytes(tmp_path / name) == dir_bytes(tmp_path / "runner"), name
+
+
+# ------------------------------------------------------------------ splits and samples
+
+
+def _split_corpus(tmp_path, n=3000):
+    """``n`` short documents (ids FILE:LINE), a few of them long enough for several
+    overlapping windows, and two bad records."""
+    records = [{"text": f"document {i} " + "lorem ipsum " * (i % 7)} for i in range(n)]
+    records[5] = "{not json"
+    records[9] = {"text": ""}
+    return write_jsonl(tmp_path / "in" / "c.jsonl", records)
+
+
+def _docs_by_split(out, names):
+    return {name: {r["doc_id"] for r in read_rows(out / name)} for name in names}
+
+
+def test_split_job_writes_a_finished_dataset_per_split(tmp_path):
+    from reader import WindowDataset
+    from transforms.splits import SPLITS_NAME
+
+    src = _split_corpus(tmp_path)
+    out = tmp_path / "out"
+    record = run_job(out, "--input", str(src), "--tokenizer", "bytes", "--window", "16",
+                     "--stride", "4", "--split", "val=0.1,test=0.05", "--num-shards", "4")
+    assert sorted(p.name for p in out.iterdir()) == ["_rejects", SPLITS_NAME, "test", "train",
+                                                     "val"]
+    assert [(s["name"], s["num_shards"]) for s in record["splits"]] == [
+        ("val", 1), ("test", 1), ("train", 3)]
+    docs = _docs_by_split(out, ("val", "test", "train"))
+    # Disjoint and covering, although every document has several overlapping windows.
+    everything = {f"c.jsonl:{i + 1}" for i in range(3000)} - {"c.jsonl:6", "c.jsonl:10"}
+    assert set().union(*docs.values()) == everything
+    assert sum(map(len, docs.values())) == len(everything)
+    for name, p in (("val", 0.1), ("test", 0.05)):
+        assert abs(len(docs[name]) - 2998 * p) < 4 * math.sqrt(2998 * p * (1 - p))
+    # Each split is a dataset of its own that the reader opens as any other.
+    manifests = {}
+    for name in docs:
+        ds = WindowDataset(out / name, verify=True)
+        manifests[name] = ds.manifest
+        assert {ds[i]["doc_id"] for i in range(len(ds))} == docs[name]
+        assert ds.manifest["split"]["name"] == name
+        assert ds.manifest["counts"]["documents"] == len(docs[name])
+        assert ds.manifest["counts"]["records"] == len(docs[name])
+        assert ds.manifest["counts"]["skipped"] == {}
+        job = ds.manifest["split"]["job"]
+        assert job["records"] == 3000 and job["skipped"] == {"empty": 1, "malformed_json": 1}
+    # The counts add up across splits: records = Σ documents + skipped.
+    c = record["counts"]
+    assert c["records"] == 3000 == sum(m["counts"]["documents"] for m in manifests.values()) + 2
+    assert c["skipped"] == {"empty": 1, "malformed_json": 1} and c["sampled_out"] == 0
+    for key in ("windows", "tokens", "scored_targets", "pairs"):
+        assert c[key] == sum(m["counts"][key] for m in manifests.values())
+    assert sorted(p.name for p in (out / "_rejects").iterdir()) == ["empty.jsonl",
+                                                                    "malformed_json.jsonl"]
+    fingerprints = {m["fingerprint"] for m in manifests.values()}
+    assert len(fingerprints) == 3 and record["fingerprint"] not in fingerprints
+    with pytest.raises(FileNotFoundError,
+                       match=r"holds the splits val, test, train of one job .*: open .*/val$"):
+        WindowDataset(out)  # the job's top directory is not one dataset
+
+
+def test_split_assignment_ignores_windows_shards_seed_and_runner(tmp_path):
+    src = _split_corpus(tmp_path, n=400)
+    base = ["--input", str(src), "--tokenizer", "bytes", "--split", "val=0.2"]
+    variants = [
+        ["--window", "16"],
+        ["--window", "8", "--stride", "3", "--tail", "trace_back", "--score", "new",
+         "--num-shards", "3"],
+        ["--window", "32", "--stride", "40", "--offset", "random", "--seed", "5",
+         "--num-shards", "2", "--shuffle", "runner"],
+        ["--window", "12", "--stride", "6", "--min-tail", "4", "--seed", "9",
+         "--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+    ]
+    seen = []
+    for n, extra in enumerate(variants):
+        run_job(tmp_path / f"o{n}", *base, *extra)
+        seen.append(_docs_by_split(tmp_path / f"o{n}", ("val", "train")))
+    assert all(s == seen[0] for s in seen[1:])
+    # tail drop leaves the shortest documents without rows, never moves one.
+    run_job(tmp_path / "drop", *base, "--window", "40", "--tail", "drop")
+    dropped = _docs_by_split(tmp_path / "drop", ("val", "train"))
+    assert dropped["val"] < seen[0]["val"] and dropped["train"] < seen[0]["train"]
+    run_job(tmp_path / "other", *base, "--window", "16", "--split-seed", "1")
+    assert _docs_by_split(tmp_path / "other", ("val",))["val"] != seen[0]["val"]
+
+
+def test_split_job_bytes_are_reproducible_and_overwrite_replaces_them(tmp_path):
+    src = _split_corpus(tmp_path, n=300)
+    args = ["--input", str(src), "--tokenizer", "bytes", "--window", "8", "--split",
+            "val=0.1", "--sample", "0.5"]
+    run_job(tmp_path / "a", *args)
+    run_job(tmp_path / "b", *args, "--shuffle", "runner")
+    run_job(tmp_path / "b", *args, "--overwrite")
+    assert dir_bytes(tmp_path / "a") == dir_bytes(tmp_path / "b")
+    # A split job over a plain dataset, and a plain job over a split job's output.
+    run_job(tmp_path / "c", "--input", str(src), "--tokenizer", "bytes")
+    run_job(tmp_path / "c", *args, "--overwrite")
+    assert dir_bytes(tmp_path / "c") == dir_bytes(tmp_path / "a")
+    run_job(tmp_path / "a", "--input", str(src), "--tokenizer", "bytes", "--overwrite")
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == [
+        MANIFEST_NAME, REJECTS_DIR, "part-00000-of-00001.parquet"]
+
+
+def test_sample_nests_and_does_not_depend_on_the_windows(tmp_path):
+    src = _split_corpus(tmp_path, n=1000)
+    base = ["--input", str(src), "--tokenizer", "bytes"]
+    small = run_job(tmp_path / "s1", *base, "--window", "8", "--sample", "0.1")
+    run_job(tmp_path / "s1b", *base, "--window", "32", "--stride", "5", "--sample", "0.1",
+            "--num-shards", "3", "--seed", "4")
+    large = run_job(tmp_path / "s2", *base, "--window", "8", "--sample", "0.2")
+    ids = {k: {r["doc_id"] for r in read_rows(tmp_path / k)} for k in ("s1", "s1b", "s2")}
+    assert ids["s1"] == ids["s1b"] and ids["s1"] < ids["s2"]
+    assert abs(len(ids["s1"]) - 100) < 4 * math.sqrt(1000 * 0.1 * 0.9)
+    c = small["counts"]
+    assert small["sample"] == {"fraction": 0.1, "seed": 0}
+    assert c["records"] == 1000 == c["documents"] + sum(c["skipped"].values()) + c["sampled_out"]
+    assert c["documents"] == len(ids["s1"]) and large["counts"]["documents"] == len(ids["s2"])
+    # A sampled split job's validation set is the full job's, within the sample.
+    run_job(tmp_path / "full", *base, "--window", "8", "--split", "val=0.2")
+    run_job(tmp_path / "part", *base, "--window", "8", "--split", "val=0.2", "--sample", "0.2")
+    full = _docs_by_split(tmp_path / "full", ("val", "train"))
+    part = _docs_by_split(tmp_path / "part", ("val", "train"))
+    assert part["val"] == full["val"] & ids["s2"] and part["train"] == full["train"] & ids["s2"]
+    other = run_job(tmp_path / "s3", *base, "--window", "8", "--sample", "0.1",
+                    "--sample-seed", "1")
+    assert {r["doc_id"] for r in read_rows(tmp_path / "s3")} != ids["s1"]
+    assert other["fingerprint"] != small["fingerprint"]
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--split", "val=1.5"], r"--split `val` must be a number in \(0, 1\), but got 1.5"),
+    (["--split", "val=0.6,test=0.6"], "add up to 1.2, more than 1"),
+    (["--split", "_rejects=0.1"], "split name '_rejects' is not a safe directory name"),
+    (["--split", "val"], "is not NAME=FRACTION"),
+    (["--sample", "0"], r"--sample must be a number in \(0, 1\], but got 0.0"),
+    (["--split-seed", "-2", "--split", "val=0.1"], "--split-seed must be an integer"),
+    (["--split-seed", "3"], "--split-seed 3 does nothing without --split: add --split or drop "
+                            "--split-seed"),
+    (["--sample-seed", "0"], "--sample-seed 0 does nothing without --sample"),
+])
+def test_bad_split_or_sample_is_refused_before_any_work(tmp_path, capsys, flags, message):
+    from pipeline.run import main
+
+    src = _split_corpus(tmp_path, n=20)
+    with pytest.raises(SystemExit) as e:
+        main(["--input", str(src), "--tokenizer", "bytes", "--output", str(tmp_path / "o"),
+              *flags])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(message, err), err
+    assert not (tmp_path / "o").exists()
+
+
+def test_overwrite_takes_over_a_killed_split_job_and_refuses_strays(tmp_path, capsys):
+    from pipeline.run import main
+    from transforms.splits import SPLITS_NAME
+
+    src = _split_corpus(tmp_path, n=300)
+    args = ["--input", str(src), "--tokenizer", "bytes", "--window", "8", "--split",
+            "val=0.1,test=0.1"]
+    clean = tmp_path / "clean"
+    record = run_job(clean, *args)
+    # A killed job: its shards and one split's manifest written, no _splits.json, its claim.
+    out = tmp_path / "out"
+    run_job(out, *args)
+    (out / SPLITS_NAME).unlink()
+    (out / "test" / MANIFEST_NAME).unlink()
+    (out / ".claim").write_text(json.dumps({"attempt": "dead", "pid": 1, "host": "h",
+                                            "fingerprint": record["fingerprint"]}))
+    run_job(out, *args, "--overwrite")
+    assert dir_bytes(out) == dir_bytes(clean)
+    # A file no manifest lists, inside a split's directory, is refused and kept.
+    (out / "val" / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit) as e:
+        main(["--output", str(out), *args, "--overwrite"])
+    assert e.value.code == 2
+    assert "files that no manifest (nor a killed job's claim) accounts for, e.g. val/notes.txt" in (
+        capsys.readouterr().err)
+    assert (out / "val" / "notes.txt").read_text() == "mine"
+    assert (out / SPLITS_NAME).exists()
+
+
+def test_a_failed_split_job_removes_its_splits(tmp_path, capsys):
+    from pipeline.run import main
+
+    src = _split_corpus(tmp_path, n=300)  # two bad records: more than 0.1 % skipped
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        main(["--input", str(src), "--tokenizer", "bytes", "--output", str(out), "--split",
+              "val=0.1", "--max-skipped-share", "0.001"])
+    assert e.value.code == 1
+    assert "more than --max-skipped-share 0.001" in capsys.readouterr().err
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == []
+    with pytest.raises(SystemExit) as e:
+        main(["--input", str(src), "--tokenizer", "bytes", "--output", str(out), "--sample",
+              "0.0001"])
+    assert e.value.code == 1
+    assert ("--sample 0.0001 left out every one of the 298 documents; raise --sample"
+            in capsys.readouterr().err)

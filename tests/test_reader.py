@@ -69,7 +69,7 @@ def test_right_padding_never_changes_real_positions(tiny_model: torch.nn.Module)
 
 
 def batch_key(batch: dict) -> tuple:
-    return batch["input_ids"].tolist(), batch["labels"].tolist(), batch["num_targets"]
+    return batch["input_ids"].tolist(), batch["shift_labels"].tolist(), batch["num_targets"]
 
 
 def train_loop(ds: WindowDataset, sampler: EpochSampler, workers: int,
@@ -117,17 +117,18 @@ def test_dataloader_resume_continues_identically(small: tuple[Path, list], worke
 # -- end to end: the example trains, checkpoints mid-epoch, and resumes --------------------
 
 
-@pytest.mark.parametrize("order", ["global", "blocks"])
+@pytest.mark.parametrize(("order", "pack"), [("global", False), ("blocks", False),
+                                            ("global", True)])
 def test_train_tiny_resume_matches_an_uninterrupted_run(tmp_path: Path,
                                                         capsys: pytest.CaptureFixture,
-                                                        order: str) -> None:
+                                                        order: str, pack: bool) -> None:
     root = tmp_path / "ds"
     write_docs(root, random_docs(80, max_len=60), window=16, num_shards=2, rows_per_group=32)
     example = load_example()
     ckpt = str(tmp_path / "ckpt.pt")
     common = [str(root), "--steps", "24", "--batch-size", "4", "--d-model", "32",
               "--checkpoint", ckpt, "--eval-every", "12", "--log-every", "6", "--order", order,
-              "--buffer-blocks", "2"]
+              "--buffer-blocks", "2", *(["--pack"] if pack else [])]
     full = example.main([*common, "--save-at", "10", "--num-workers", "2"])
     resumed = example.main([*common, "--resume", "--num-workers", "0"])
     out = capsys.readouterr().out

@@ -323,3 +323,27 @@ def test_a_version_1_state_is_refused_with_what_to_do() -> None:
     assert (sampler.epoch, sampler.cursor) == (4, 0)
     with pytest.raises(ValueError, match="version 3 is not 2"):
         sampler.load_state_dict({**old, "version": 3})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 5), st.integers(1, 5), st.booleans(),
+       st.integers(0, 12))
+def test_repeat_batches_names_exactly_the_repeated_windows(n: int, bs: int, ws: int,
+                                                           drop: bool, cut: int) -> None:
+    if drop and n < bs * ws:
+        return
+    samplers = [EpochSampler(n, bs, seed=1, rank=r, world_size=ws, drop_last=drop)
+                for r in range(ws)]
+    done = min(cut, samplers[0].batches_per_epoch - 1)
+    for s in samplers:  # consume `done` batches, then name the rest's repeats
+        it = iter(s)
+        for _ in range(done):
+            next(it)
+            s.step(num_targets=1)
+    flagged = [s.repeat_batches() for s in samplers]
+    batches = [list(s) for s in samplers]
+    seen = [i for k in range(len(batches[0])) for r in range(ws) if k not in flagged[r]
+            for i in batches[r][k]]
+    assert len(seen) == len(set(seen))  # what is not flagged is never a repeat
+    kept = n - n % (bs * ws) if drop else n
+    assert len(seen) == kept - done * bs * ws  # and every window of the rest is there once

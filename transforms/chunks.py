@@ -106,6 +106,7 @@ class Receipt:
     end: int
     records: int
     mtime: float | None = None
+    sampled_out: int = 0  # records left out by --sample (`transforms.splits`), of ``records``
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -135,9 +136,10 @@ class Chunk:
     extent: int
     mtime: float | None = None
 
-    def receipt(self, records: int) -> Receipt:
+    def receipt(self, records: int, sampled_out: int = 0) -> Receipt:
         return Receipt(path=self.path, size=self.size, extent=self.extent, start=self.start,
-                       end=self.end, records=records, mtime=self.mtime)
+                       end=self.end, records=records, mtime=self.mtime,
+                       sampled_out=sampled_out)
 
 
 def pattern_base(pattern: str) -> str:

@@ -23,8 +23,9 @@ import numpy.typing as npt
 
 from transforms.blocks import pack_blocks
 from transforms.documents import Document, Reject
-from transforms.keys import doc_keys, shard_of
+from transforms.keys import ShardPlan, doc_keys, shard_of
 from transforms.params import WindowSpec
+from transforms.splits import SplitSpec
 from transforms.tokenizers import Tokenizer
 from transforms.windows import plan_windows_batch
 
@@ -80,12 +81,14 @@ def batch_documents(
 def pack_documents(
     docs: Sequence[Document], tokens: Sequence[npt.NDArray[np.int32]], *, windows: WindowSpec,
     num_shards: int, parts_per_shard: int = 1, keys: Sequence[int] | None = None,
+    part: int | None = None,
 ) -> Encoded:
     """Plan, key and pack documents whose z (``tokens``, one array each) is known.
 
     Blocks are packed by shard, or by part of a shard when ``parts_per_shard`` > 1
     (`transforms.keys.part_of`; the part's shard is ``part // parts_per_shard``). ``keys``
-    are the documents' `transforms.keys.doc_keys` when the caller has them already.
+    are the documents' `transforms.keys.doc_keys` when the caller has them already;
+    ``part``: every document goes to this part (the caller has placed them).
     """
     ids = [d.doc_id for d in docs]
     m = np.fromiter(map(len, tokens), np.int64, len(tokens))
@@ -97,8 +100,10 @@ def pack_documents(
         tokens=tokens,
         plans=plans,
         repaired=[d.repaired for d in docs],
-        num_shards=num_shards * parts_per_shard,
+        num_shards=1 if part is not None else num_shards * parts_per_shard,
     )
+    if part is not None:
+        blocks = [(part, block) for _, block in blocks]
     return Encoded(blocks=blocks, tokens=int(m.sum()), windows=len(plans.starts))
 
 
@@ -123,13 +128,18 @@ class PartBuffer:
         windows: the window parameters (and the seed of the keys).
         num_shards, parts_per_shard: the shard plan (`transforms.keys.ShardPlan`).
         max_tokens: flush once this many tokens are held.
+        plan, splits: with splits, the plan that numbers every split's shards and the split
+            definition: a document goes to its split's part (`ShardPlan.part_of`).
     """
 
     def __init__(self, *, windows: WindowSpec, num_shards: int, parts_per_shard: int = 1,
-                 max_tokens: int = BUFFER_TOKENS) -> None:
+                 max_tokens: int = BUFFER_TOKENS, plan: ShardPlan | None = None,
+                 splits: SplitSpec | None = None) -> None:
         self._windows = windows
         self._num_shards = num_shards
         self._parts_per_shard = parts_per_shard
+        self._plan = plan if splits is not None and splits.names else None
+        self._splits = splits
         self._max_tokens = max_tokens
         self._docs: dict[int, list[Document]] = {}
         self._tokens: dict[int, list[npt.NDArray[np.int32]]] = {}
@@ -140,9 +150,15 @@ class PartBuffer:
         """Hold documents (their z in ``tokens``); returns the blocks of a flush, if the
         buffer filled up, else none (``Encoded.tokens``/``windows`` count what was packed)."""
         parts = self._num_shards * self._parts_per_shard
-        keys = doc_keys(self._windows.seed, [d.doc_id for d in docs]).tolist()
-        for doc, z, key in zip(docs, tokens, keys, strict=True):
-            part = shard_of(key, parts)
+        ids = [d.doc_id for d in docs]
+        keys = doc_keys(self._windows.seed, ids).tolist()
+        if self._plan is None:
+            where = [shard_of(key, parts) for key in keys]
+        else:
+            split = self._splits.split_of(ids)  # type: ignore[union-attr]
+            where = [self._plan.part_of(key, s, self._parts_per_shard)
+                     for key, s in zip(keys, split, strict=True)]
+        for doc, z, key, part in zip(docs, tokens, keys, where, strict=True):
             # The text is encoded already: only the id, source and flag are held.
             self._docs.setdefault(part, []).append(doc._replace(text=""))
             self._tokens.setdefault(part, []).append(z)
@@ -160,7 +176,7 @@ class PartBuffer:
             packed = pack_documents(self._docs.pop(part), self._tokens.pop(part),
                                     windows=self._windows, num_shards=self._num_shards,
                                     parts_per_shard=self._parts_per_shard,
-                                    keys=self._keys.pop(part))
+                                    keys=self._keys.pop(part), part=part)
             blocks += packed.blocks
             tokens += packed.tokens
             windows += packed.windows

@@ -7,6 +7,11 @@ ranges, so reading shards 0 … n−1 in order, each sorted by key, is the globa
 
 Example: ``shard_of(2**63, 4) == 2`` (the middle of the key space starts the third shard).
 
+A job with splits (`transforms.splits`) numbers the shards of all its splits in one range:
+split s owns the shards ``[offset_s, offset_s + N_s)`` and a document of split s goes to
+``offset_s + shard_of(key, N_s)`` (`ShardPlan.part_of`), so the shuffle and the shard writers
+work on one index space and each split is still contiguous key ranges.
+
 A shard's range can be cut further into ``k`` parts the same way: ``part_of(key, n, k) =
 shard_of(key, n × k)``, and ``part_of(key, n, k) // k == shard_of(key, n)`` (floor division
 nests), so a shard's parts in order are its key order.
@@ -21,6 +26,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
+
+from transforms.splits import SplitSpec, apportion_shards
 
 __all__ = ["ShardPlan", "doc_key", "doc_keys", "part_of", "plan_shards", "shard_of"]
 
@@ -64,18 +71,42 @@ class ShardPlan:
     """How many shards the job writes, and into how many parts each is cut while shuffling.
 
     Parts only bound memory (`transforms.spill`); they never change a byte of a shard.
+    With splits, ``splits`` holds (name, shards) of each split in the order of their shard
+    ranges, and ``num_shards`` is their sum; () is a job without splits.
     """
 
     num_shards: int
     parts_per_shard: int = 1
+    splits: tuple[tuple[str, int], ...] = ()
 
     @property
     def num_parts(self) -> int:
         return self.num_shards * self.parts_per_shard
 
+    def part_of(self, key: int, split: int = 0, parts_per_shard: int | None = None) -> int:
+        """The part of a document of key ``key`` in split ``split`` (an index of ``splits``),
+        with ``parts_per_shard`` parts per shard (default the plan's; 1: its shard)."""
+        k = self.parts_per_shard if parts_per_shard is None else parts_per_shard
+        if not self.splits:
+            return shard_of(key, self.num_shards * k)
+        offset = sum(n for _, n in self.splits[:split])
+        return offset * k + shard_of(key, self.splits[split][1] * k)
+
+    def locate(self, shard: int) -> tuple[str | None, int, int]:
+        """(split name or None, index within the split, the split's shards) of a shard."""
+        if not self.splits:
+            return None, shard, self.num_shards
+        offset = 0
+        for name, n in self.splits:
+            if shard < offset + n:
+                return name, shard - offset, n
+            offset += n
+        raise ValueError(f"shard must be in [0, {self.num_shards}), but got {shard}")
+
 
 def plan_shards(input_bytes: int, *, num_shards: int | None, shard_bytes: int,
-                text_bytes: int | None = None, part_bytes: int | None = None) -> ShardPlan:
+                text_bytes: int | None = None, part_bytes: int | None = None,
+                splits: SplitSpec | None = None) -> ShardPlan:
     """The shard plan of a job.
 
     Args:
@@ -84,11 +115,22 @@ def plan_shards(input_bytes: int, *, num_shards: int | None, shard_bytes: int,
         shard_bytes: input bytes per shard when ``num_shards`` is None.
         text_bytes: an estimate of the input's text once decompressed (default: as stored).
         part_bytes: cut each shard into parts of about this much text; None: one part.
+        splits: the job's sample and splits; each split gets its own shards
+            (`transforms.splits.apportion_shards`), numbered one after the other.
 
     Example: ``plan_shards(200 << 20, num_shards=None, shard_bytes=64 << 20,
     part_bytes=16 << 20)`` is 4 shards of 4 parts each.
     """
-    shards = num_shards or max(1, math.ceil(input_bytes / shard_bytes))
     text = input_bytes if text_bytes is None else text_bytes
-    parts = 1 if part_bytes is None else max(1, math.ceil(text / shards / part_bytes))
-    return ShardPlan(num_shards=shards, parts_per_shard=parts)
+    if splits is None or not splits.active:
+        shards = num_shards or max(1, math.ceil(input_bytes / shard_bytes))
+        parts = 1 if part_bytes is None else max(1, math.ceil(text / shards / part_bytes))
+        return ShardPlan(num_shards=shards, parts_per_shard=parts)
+    counts = apportion_shards(splits, num_shards=num_shards, input_bytes=input_bytes,
+                              shard_bytes=shard_bytes)
+    # The largest expected text per shard of any split sets the parts (memory only).
+    shares = [float(f) * splits.sample for f in (splits.fractions() or (1,))]
+    per_shard = max(text * f / n for f, n in zip(shares, counts, strict=True))
+    parts = 1 if part_bytes is None else max(1, math.ceil(per_shard / part_bytes))
+    named = tuple(zip(splits.names, counts, strict=True)) if splits.names else ()
+    return ShardPlan(num_shards=sum(counts), parts_per_shard=parts, splits=named)

@@ -1,4 +1,4 @@
-"""Tests of reader.collate: seed 004's batch, masks, the per-token reference, bad windows."""
+"""Tests of reader.batches: seed 004's batch, masks, the per-token reference, bad windows."""
 
 from __future__ import annotations
 
@@ -41,20 +41,20 @@ def logits_for(labels: torch.Tensor, probs: dict[tuple[int, int], float]) -> tor
 def test_seed004_batch_scores_every_eos_target() -> None:
     batch = collate(seed004_windows(), pad_id=EOS)
     assert batch["input_ids"].tolist() == [[256, 97], [256, 257]]
-    assert batch["labels"].tolist() == [[97, 257], [257, -100]]
+    assert batch["shift_labels"].tolist() == [[97, 257], [257, -100]]
     assert batch["attention_mask"].tolist() == [[1, 1], [1, 0]]
     assert batch["position_ids"].tolist() == [[0, 1], [0, 0]]
     assert batch["num_targets"] == 3
-    assert int((batch["labels"] == EOS).sum()) == 2
-    for key in ("input_ids", "labels", "attention_mask", "position_ids"):
+    assert int((batch["shift_labels"] == EOS).sum()) == 2
+    for key in ("input_ids", "shift_labels", "attention_mask", "position_ids"):
         assert batch[key].dtype == torch.int64 and batch[key].shape == (2, 2)
 
-    logits = logits_for(batch["labels"], {(0, 0): 1 / 2, (0, 1): 1 / 4, (1, 0): 1 / 8})
-    nll_sum, count = token_nll(logits, batch["labels"])
+    logits = logits_for(batch["shift_labels"], {(0, 0): 1 / 2, (0, 1): 1 / 4, (1, 0): 1 / 8})
+    nll_sum, count = token_nll(logits, batch["shift_labels"])
     assert count == 3
     assert abs(nll_sum.item() / count - 2 * math.log(2)) < 1e-12
     # The bug seed 004 warns about: ignoring targets equal to EOS gives ln 2 instead.
-    wrong = batch["labels"].masked_fill(batch["labels"] == EOS, -100)
+    wrong = batch["shift_labels"].masked_fill(batch["shift_labels"] == EOS, -100)
     wrong_sum, wrong_count = token_nll(logits, wrong)
     assert wrong_count == 1 and abs(wrong_sum.item() - math.log(2)) < 1e-12
 
@@ -66,7 +66,7 @@ def test_collate_masks_context_before_loss_start() -> None:
     ]
     batch = collate(windows, pad_id=EOS)
     assert batch["input_ids"].tolist() == [[10, 11, 12, 13], [20, 21, EOS, EOS]]
-    assert batch["labels"].tolist() == [[-100, -100, 13, 14], [-100, 22, -100, -100]]
+    assert batch["shift_labels"].tolist() == [[-100, -100, 13, 14], [-100, 22, -100, -100]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
     assert batch["position_ids"].tolist() == [[0, 1, 2, 3], [0, 1, 0, 0]]
     assert batch["lengths"].tolist() == [4, 2]
@@ -76,11 +76,11 @@ def test_collate_masks_context_before_loss_start() -> None:
 def reference_collate(windows: list[dict], pad_id: int) -> dict[str, list]:
     """Seed 004's per-token loop, the slow obvious version of collate."""
     width = max(w["length"] for w in windows)
-    out: dict[str, list] = {"input_ids": [], "labels": [], "attention_mask": []}
+    out: dict[str, list] = {"input_ids": [], "shift_labels": [], "attention_mask": []}
     for w in windows:
         t, n, ls = list(w["tokens"]), w["length"], w["loss_start"]
         out["input_ids"].append(t[:n] + [pad_id] * (width - n))
-        out["labels"].append([-100] * ls + t[ls + 1 : n + 1] + [-100] * (width - n))
+        out["shift_labels"].append([-100] * ls + t[ls + 1 : n + 1] + [-100] * (width - n))
         out["attention_mask"].append([1] * n + [0] * (width - n))
     return out
 
@@ -105,7 +105,7 @@ def test_collate_matches_the_per_token_reference(windows: list[dict], pad_id: in
     for key, value in ref.items():
         assert batch[key].tolist() == value
     assert batch["num_targets"] == sum(w["length"] - w["loss_start"] for w in windows)
-    assert batch["num_targets"] == int((batch["labels"] != -100).sum())
+    assert batch["num_targets"] == int((batch["shift_labels"] != -100).sum())
 
 
 @pytest.mark.parametrize(
@@ -134,7 +134,7 @@ def test_collate_names_the_bad_window() -> None:
 
 
 def test_collate_docstring_example_runs() -> None:
-    result = doctest.testmod(sys.modules["reader.collate"])
+    result = doctest.testmod(sys.modules["reader.batches"])
     assert result.attempted >= 2 and result.failed == 0
 
 
@@ -149,7 +149,7 @@ def test_a_gathered_batch_collates_as_its_windows_do(tmp_path: Path) -> None:
         fast = collate(ds.__getitems__(indices), pad_id=EOS)
         slow = collate([ds[i] for i in indices], pad_id=EOS)
         assert fast.keys() == slow.keys()
-        for key in ("input_ids", "labels", "attention_mask", "position_ids", "lengths"):
+        for key in ("input_ids", "shift_labels", "attention_mask", "position_ids", "lengths"):
             assert fast[key].dtype == torch.int64
             assert torch.equal(fast[key], slow[key]), key
         assert fast["num_targets"] == slow["num_targets"] > 0
