@@ -1,12 +1,13 @@
 """The job end to end on object stores: corpus, tokenizer and output in the store.
 
 A real S3 server (moto's ``moto_server``) and a real GCS server (``gcp-storage-emulator``),
-each started by the test on 127.0.0.1 and stopped by its PID; the job on the local runner,
-as a user runs it (``python -m pipeline``); the shards byte-identical to the same job on
-local files; ``--overwrite`` and the removal of the job's temporary files checked in the
-bucket; the reader (`reader.WindowDataset`) reading the dataset back from the store through
-``pyarrow.fs``. Nothing here reaches anything but loopback: the GCS credential lookup is
-pointed at a closed loopback port (README "Running at scale").
+each started by the test on 127.0.0.1 and stopped by its PID; the job on the local runner
+through the command line's entry point (`pipeline.run.main`, in this process); the shards
+byte-identical to the same job on local files; ``--overwrite`` and the removal of the job's
+temporary files checked in the bucket; the reader (`reader.WindowDataset`) reading the
+dataset back from the store through ``pyarrow.fs``. Nothing here reaches anything but
+loopback: the AWS clients may not ask the EC2 metadata service, Beam's GCS credential lookup
+is replaced by anonymous credentials and the metadata host is a closed loopback port.
 """
 
 from __future__ import annotations
