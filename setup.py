@@ -29,9 +29,9 @@ setuptools.setup(
     extras_require={
         # torch is a range the CPU wheel 2.13.0 satisfies; install that wheel first.
         "reader": ["torch>=2.1,<3"],
-        # --tokenizer path/to/tokenizer.json (Hugging Face tokenizers); transformers for
-        # feeding reader batches to HF causal LMs (shift_labels, packed masks: 5.x).
-        "hf": ["tokenizers>=0.19", "transformers>=5,<6"],
+        # --tokenizer path/to/tokenizer.json (Hugging Face tokenizers). The reader needs no
+        # transformers: a trainer that feeds an HF model brings its own (README, 5.x).
+        "hf": ["tokenizers>=0.19"],
         # python -m reader.inspect OUT --plot FILE.png
         "plot": ["matplotlib>=3.7"],
         "gcp": ["apache-beam[gcp]>=2.77,<3"],
