@@ -196,12 +196,15 @@ def _split_files(out: str, entries: list[str], fingerprint: str) -> set[str]:
     return found
 
 
-def _remove_empty_dirs(output: str) -> None:
-    """Local file systems: the split directories that deleting left empty."""
+def _remove_emptied_dirs(output: str, deleted: list[str]) -> None:
+    """Local file systems: the split directories that deleting ``deleted`` left empty (never
+    a directory of the user's that held none of them)."""
     if fs.scheme(output) not in (None, "file") or not os.path.isdir(output):
         return
+    names = {e[len(output):].lstrip("/").split("/")[0] for e in deleted}
     for entry in os.scandir(output):
-        if entry.is_dir(follow_symlinks=False) and not entry.name.startswith((".", "_")):
+        if (entry.name in names and entry.is_dir(follow_symlinks=False)
+                and not entry.name.startswith((".", "_"))):
             with contextlib.suppress(OSError):
                 os.rmdir(entry.path)  # only if empty
 
@@ -241,7 +244,7 @@ def claim_output(config: JobConfig, attempt: str, fingerprint: str) -> None:
         manifests += [e for e in entries if e.endswith("/" + MANIFEST_NAME) and e not in manifests]
         fs.delete([m for m in manifests if m in entries])
         fs.delete([e for e in entries if e not in manifests])
-        _remove_empty_dirs(config.output)
+        _remove_emptied_dirs(config.output, entries)
         _LOG.info("--overwrite: deleted the %d files of the dataset in %s", len(entries),
                   config.output)
     except BaseException:
@@ -306,7 +309,7 @@ def release(config: JobConfig, *, attempt: str | None, fingerprint: str, tmp_dir
             if config.splits.names:
                 written += sorted(_split_files(config.output, entries, fingerprint))
             fs.delete(written)
-            _remove_empty_dirs(config.output)
+            _remove_emptied_dirs(config.output, written)
             directory = fs.join(config.output, REJECTS_DIR)
             if fs.scheme(directory) is None and os.path.isdir(directory) and not os.listdir(
                     directory):

@@ -33,9 +33,11 @@ class Outputs(dict):
                 from None
 
 
-def _only(item: tuple[str, Any], tag: str) -> Iterator[Any]:
+def _only(item: tuple[str, Any], tag: str, tags: frozenset[str]) -> Iterator[Any]:
     if item[0] == tag:
         yield item[1]
+    elif item[0] not in tags:  # a value no step receives would be lost without a trace
+        raise ValueError(f"a step emitted the tag {item[0]!r}, which is none of {sorted(tags)}")
 
 
 class SplitTags(beam.PTransform):
@@ -48,7 +50,8 @@ class SplitTags(beam.PTransform):
 
     def expand(self, tagged: beam.PCollection) -> Outputs:
         return Outputs({
-            tag: tagged | _label(tag) >> beam.FlatMap(_only, tag) for tag in self._tags
+            tag: tagged | _label(tag) >> beam.FlatMap(_only, tag, frozenset(self._tags))
+            for tag in self._tags
         })
 
 

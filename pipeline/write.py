@@ -337,7 +337,8 @@ class _FinalizeFn(beam.DoFn):
             raise RuntimeError(
                 f"--sample {self._splits.sample if self._splits else '?'} left out every one of "
                 f"the {sampled_out} documents; raise --sample; no manifest was written")
-        check_skipped_share(records=records - sampled_out, skipped=skipped,
+        # Records are skipped before the sample is drawn: the share is of every record read.
+        check_skipped_share(records=records, skipped=skipped,
                             first={reason: c.first for reason, c in rejects.items()},
                             max_share=self._max_skipped_share)
         shards = list(shards)
@@ -383,6 +384,11 @@ class _FinalizeFn(beam.DoFn):
         names = [name for name, _ in plan.splits]
         mine = {name: [s for s in shards if plan.locate(s.index)[0] == name] for name in names}
         documents = {name: sum(s.counts.documents for s in mine[name]) for name in names}
+        empty = [name for name in names if not documents[name]]
+        if empty:  # a dataset without a window: no sampler or evaluation could use it
+            raise RuntimeError(
+                f"the split {empty[0]} got none of the {sum(documents.values())} documents; "
+                "give it a larger fraction (or the job more documents); no manifest was written")
         fingerprints = {name: split_fingerprint(self._fingerprint, name) for name in names}
         job = {"records": records, "documents": documents,
                "skipped": {k: v for k, v in sorted(skipped.items()) if v},

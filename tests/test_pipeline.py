@@ -634,3 +634,45 @@ def test_a_failed_split_job_removes_its_splits(tmp_path, capsys):
     assert e.value.code == 1
     assert ("--sample 0.0001 left out every one of the 298 documents; raise --sample"
             in capsys.readouterr().err)
+
+
+def test_skipped_share_counts_every_record_read_and_a_split_has_the_job_s_sampled_out(tmp_path):
+    records = [{"text": "" if i % 10 == 0 else f"document {i}"} for i in range(2000)]
+    src = write_jsonl(tmp_path / "in" / "c.jsonl", records)  # 10 % empty, before sampling
+    base = ["--input", str(src), "--tokenizer", "bytes", "--window", "8",
+            "--max-skipped-share", "0.2"]
+    m = run_job(tmp_path / "s", *base, "--sample", "0.1")
+    c = m["counts"]
+    assert c["skipped"] == {"empty": 200} and c["records"] == 2000
+    assert c["documents"] + c["sampled_out"] == 1800
+    run_job(tmp_path / "sp", *base, "--sample", "0.5", "--split", "val=0.2")
+    val = json.loads((tmp_path / "sp" / "val" / MANIFEST_NAME).read_text())
+    assert "sampled_out" not in val["counts"]  # a split has none of its own: the job's
+    job = json.loads((tmp_path / "sp" / "_splits.json").read_text())["counts"]
+    assert val["split"]["job"]["sampled_out"] == job["sampled_out"] > 0
+    assert job["records"] == 2000 == job["documents"] + 200 + job["sampled_out"]
+
+
+def test_an_empty_split_fails_the_job_naming_it(tmp_path, capsys):
+    from pipeline.run import main
+
+    src = _split_corpus(tmp_path, n=20)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        main(["--input", str(src), "--tokenizer", "bytes", "--output", str(out), "--split",
+              "val=0.001"])
+    assert e.value.code == 1
+    assert ("the split val got none of the 18 documents; give it a larger fraction"
+            in capsys.readouterr().err)
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == []
+
+
+def test_overwrite_keeps_an_empty_directory_of_the_user_s(tmp_path):
+    src = _split_corpus(tmp_path, n=50)
+    out = tmp_path / "out"
+    args = ["--input", str(src), "--tokenizer", "bytes", "--window", "8"]
+    run_job(out, *args, "--split", "val=0.3")
+    (out / "mine").mkdir()
+    run_job(out, *args, "--overwrite")  # replaces the split job by a plain one
+    assert sorted(p.name for p in out.iterdir()) == [
+        "_manifest.json", "_rejects", "mine", "part-00000-of-00001.parquet"]

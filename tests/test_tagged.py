@@ -31,3 +31,11 @@ def test_steps_are_labelled_by_tag_and_a_missing_tag_is_named():
                                              r"\['dup_ids'\]"):
         _ = out.shards
     assert isinstance(out, Outputs)
+
+
+def test_a_tag_that_no_output_receives_fails_the_pipeline():
+    pairs = [("blocks", 1), ("rejets", 2)]
+    with (pytest.raises(Exception, match=r"a step emitted the tag 'rejets', which is none of "
+                                         r"\['blocks', 'rejects'\]"),
+          fn_api_pipeline() as p):
+        _ = p | beam.Create(pairs) | SplitTags(["blocks", "rejects"])

@@ -254,7 +254,8 @@ def build_manifest(
         manifest["fingerprint"] = fingerprint
     if sample is not None:
         manifest["sample"] = sample
-        manifest["counts"]["sampled_out"] = sampled_out  # type: ignore[index]
+        if split is None:  # a split's is the job's, under split.job (none has its own)
+            manifest["counts"]["sampled_out"] = sampled_out  # type: ignore[index]
     if split is not None:
         manifest["split"] = split
     return manifest
