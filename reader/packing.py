@@ -12,7 +12,7 @@ Contract:
   of (seed, epoch, the lengths, ``seq_len``, ``open_rows``) only, never of the rank or the
   world size, and every window of the epoch is in exactly one row.
 * Global batches of ``G = world_size * rows_per_batch`` rows are dealt to ranks exactly as
-  :class:`reader.EpochSampler` deals windows (:func:`reader.sampler.rank_span`): a short last
+  :class:`reader.EpochSampler` deals windows (:func:`reader.dealing.rank_span`): a short last
   global batch is split into near-equal parts, and with fewer rows than ranks, rank r ≥ m
   gets row r − m of the epoch again, a deliberate repeat (:meth:`PackedSampler.repeat_batches`
   names it, so :func:`reader.evaluate` does not count it); ``drop_last`` drops the short
@@ -49,7 +49,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from reader.sampler import EpochSampler, _check_int, rank_span, tail_repeat
+from reader.dealing import Dealt
+from reader.dealing import check_int as _check_int
+from reader.sampler import EpochSampler
 
 __all__ = ["PackedRows", "PackedSampler", "pack_rows"]
 
@@ -130,7 +132,7 @@ def pack_rows(lengths: npt.ArrayLike, *, seq_len: int, open_rows: int) -> Packed
     return PackedRows(members=members.astype(np.int64, copy=False), starts=starts)
 
 
-class PackedSampler:
+class PackedSampler(Dealt):
     """Batches of packed rows of window indices: seeded per epoch, split over ranks, resumable.
 
     See the module docstring for the packing, the tail policy and the state. The parameters
@@ -195,14 +197,8 @@ class PackedSampler:
         self.n = len(lens)
         self.seed = self._windows.seed
         self.order = order
-        self.world_size = _check_int("world_size", world_size, 1)
-        self.rank = _check_int("rank", rank, 0)
-        if self.rank >= self.world_size:
-            raise ValueError(f"`rank` must be in [0, {self.world_size}), but got {rank}")
-        if not isinstance(drop_last, bool):
-            raise ValueError(f"`drop_last` must be a bool, but got {drop_last!r}")
-        self.drop_last = drop_last
-        self.global_batch = self.world_size * self.rows_per_batch
+        self._init_dealing(world_size=world_size, rank=rank, per_rank=self.rows_per_batch,
+                           drop_last=drop_last)
         # Every epoch fills at least this many rows (its packing varies, this bound does not).
         fewest = -(-int(self._lengths.sum()) // self.seq_len)
         if drop_last and fewest < self.global_batch:
@@ -211,11 +207,6 @@ class PackedSampler:
                 f"which may be fewer than world_size * rows_per_batch ({self.global_batch}): "
                 "an epoch could have no batch; use fewer rows per batch or drop_last=False"
             )
-        self._epoch, self._cursor = 0, 0
-        self._issued = (0, 0)
-        self._tracking = False
-        self._targets_seen = 0
-        self._batches_seen = 0
         self._packed_epoch: int | None = None
         self._packed: PackedRows | None = None
 
@@ -232,87 +223,15 @@ class PackedSampler:
             self._packed, self._packed_epoch = packed, epoch
         return self._packed
 
-    def _end(self, epoch: int, cursor: int) -> int:
-        total = len(self.rows(epoch))
-        if self.drop_last:
-            return cursor + (total - cursor) // self.global_batch * self.global_batch
-        return total
-
-    def _normalise(self, epoch: int, cursor: int) -> tuple[int, int]:
-        return (epoch + 1, 0) if cursor >= self._end(epoch, cursor) else (epoch, cursor)
-
-    def _start(self) -> tuple[int, int]:
-        return (self._epoch, self._cursor) if self._tracking else self._issued
+    def _total(self, epoch: int) -> int:
+        return len(self.rows(epoch))
 
     def __iter__(self) -> Iterator[list[list[int]]]:
         """This rank's remaining batches of the current epoch, from the committed position."""
-        epoch, cursor = self._start()
-        self._issued = (epoch, cursor)
-        rows = self.rows(epoch)
-        total, end = len(rows), self._end(epoch, cursor)
-        members, starts = rows.members, rows.starts
-        while cursor < end:
-            stop = min(cursor + self.global_batch, total)
-            a, b, _ = rank_span(cursor, stop, rank=self.rank, world_size=self.world_size,
-                                per_rank=self.rows_per_batch, n=total)
-            part = [members[starts[k] : starts[k + 1]].tolist() for k in range(a, b)]
-            cursor = stop
-            self._issued = self._normalise(epoch, cursor)
-            yield part
-
-    def __len__(self) -> int:
-        """The number of batches the next iteration yields (the rest of the current epoch)."""
-        epoch, cursor = self._start()
-        return -(-(self._end(epoch, cursor) - cursor) // self.global_batch)
-
-    def repeat_batches(self) -> frozenset[int]:
-        """Which of the next iteration's batches on this rank are deliberate repeats.
-
-        As :meth:`reader.EpochSampler.repeat_batches`: at most the epoch's last batch.
-        """
-        epoch, cursor = self._start()
-        return tail_repeat(len(self.rows(epoch)) - cursor, len(self), rank=self.rank,
-                           world_size=self.world_size, per_rank=self.rows_per_batch,
-                           drop_last=self.drop_last)
-
-    # -- the committed state --------------------------------------------------------------
-
-    def step(
-        self, batch: Mapping[str, Any] | None = None, *, num_targets: int | None = None
-    ) -> None:
-        """Record that the training loop consumed one batch (see ``EpochSampler.step``).
-
-        Raises:
-            ValueError: more batches were recorded than the sampler has yielded.
-        """
-        if num_targets is None:
-            num_targets = 0 if batch is None else batch["num_targets"]
-        count = _check_int("num_targets", int(num_targets), 0)
-        if (self._epoch, self._cursor) >= self._issued:
-            raise ValueError(
-                "step() was called for more batches than the sampler has yielded; call it once "
-                "per batch the training loop has consumed"
-            )
-        self._tracking = True
-        stop = min(self._cursor + self.global_batch, len(self.rows(self._epoch)))
-        self._epoch, self._cursor = self._normalise(self._epoch, stop)
-        self._targets_seen += count
-        self._batches_seen += 1
-
-    @property
-    def epoch(self) -> int:
-        """The epoch of the position ``state_dict`` reports."""
-        return self._start()[0]
-
-    @property
-    def cursor(self) -> int:
-        """Rows of this epoch consumed by all ranks (the position ``state_dict`` reports)."""
-        return self._start()[1]
-
-    @property
-    def targets_seen(self) -> int:
-        """Scored targets recorded with :meth:`step` (repeats included, padding never)."""
-        return self._targets_seen
+        for epoch, a, b in self._spans():
+            rows = self.rows(epoch)
+            yield [rows.members[rows.starts[k] : rows.starts[k + 1]].tolist()
+                   for k in range(a, b)]
 
     def _identity(self) -> dict[str, Any]:
         base = self._windows.state_dict()
@@ -322,11 +241,9 @@ class PackedSampler:
 
     def state_dict(self) -> dict[str, Any]:
         """The global position, a small JSON-serialisable dict (committed once ``step`` is used)."""
-        epoch, cursor = self._start()
         return {"format": _STATE_FORMAT, "version": _STATE_VERSION, **self._identity(),
                 "global_batch": self.global_batch, "world_size": self.world_size,
-                "rows_per_batch": self.rows_per_batch, "epoch": epoch, "cursor": cursor,
-                "targets_seen": self._targets_seen, "batches_seen": self._batches_seen}
+                "rows_per_batch": self.rows_per_batch, **self._position()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state``: the next iteration yields exactly the batches that came next.
@@ -353,15 +270,7 @@ class PackedSampler:
                     "belongs to another dataset, packing or run"
                 )
         epoch = _check_int("epoch", state["epoch"], 0)
-        cursor = _check_int("cursor", state["cursor"], 0)
-        if cursor > len(self.rows(epoch)):
-            raise ValueError(f"the state's cursor {cursor} is beyond epoch {epoch}'s "
-                             f"{len(self.rows(epoch))} rows")
-        self._epoch, self._cursor = self._normalise(epoch, cursor)
-        self._issued = (self._epoch, self._cursor)
-        self._tracking = False
-        self._targets_seen = _check_int("targets_seen", state["targets_seen"], 0)
-        self._batches_seen = _check_int("batches_seen", state["batches_seen"], 0)
+        self._load_position(state, beyond=f"epoch {epoch}'s {len(self.rows(epoch))} rows")
 
     def __repr__(self) -> str:
         return (

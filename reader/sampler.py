@@ -69,7 +69,6 @@ Example::
 from __future__ import annotations
 
 import hashlib
-import numbers
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -77,9 +76,11 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from reader.dealing import Dealt
+from reader.dealing import check_int as _check_int
 from reader.permutation import FeistelPermutation, round_keys
 
-__all__ = ["ORDERS", "EpochSampler", "epoch_seed", "rank_span", "tail_repeat"]
+__all__ = ["ORDERS", "EpochSampler", "epoch_seed"]
 
 ORDERS = ("global", "blocks")
 _STATE_FORMAT = "epoch-sampler"
@@ -91,47 +92,6 @@ def epoch_seed(seed: int, epoch: int) -> int:
     """The seed of an epoch's order: 63 bits of SHA-256 of ``(seed, epoch)``."""
     digest = hashlib.sha256(f"{_STATE_FORMAT}:{seed}:{epoch}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
-
-
-def _check_int(name: str, value: Any, low: int | None) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"`{name}` must be an integer, but got {value!r}")
-    if low is not None and value < low:
-        raise ValueError(f"`{name}` must be at least {low}, but got {value}")
-    return int(value)
-
-
-def rank_span(lo: int, hi: int, *, rank: int, world_size: int, per_rank: int,
-              n: int) -> tuple[int, int, bool]:
-    """Rank ``rank``'s positions ``[a, b)`` of the global batch ``[lo, hi)``, and if a repeat.
-
-    The tail policy of the module docstring, shared by :class:`EpochSampler` (positions are
-    windows of the epoch's order) and :class:`reader.PackedSampler` (positions are rows):
-    a full batch gives each rank ``per_rank`` positions; a short one is split contiguously
-    into near-equal parts; with fewer positions than ranks, rank ``r >= m`` repeats position
-    ``(r - m) % n`` of the epoch.
-    """
-    m = hi - lo
-    if m == world_size * per_rank:
-        a = lo + rank * per_rank
-        return a, a + per_rank, False
-    if m >= world_size:
-        q, extra = divmod(m, world_size)
-        a = lo + rank * q + min(rank, extra)
-        return a, a + q + (rank < extra), False
-    if rank < m:
-        return lo + rank, lo + rank + 1, False
-    k = (rank - m) % n
-    return k, k + 1, True
-
-
-def tail_repeat(left: int, batches: int, *, rank: int, world_size: int, per_rank: int,
-                drop_last: bool) -> frozenset[int]:
-    """The ordinals among ``batches`` (cut from ``left`` positions) that are repeats here."""
-    m = left % (world_size * per_rank)
-    if drop_last or m == 0 or m >= world_size or rank < m:
-        return frozenset()
-    return frozenset({batches - 1})
 
 
 class _GlobalOrder:
@@ -200,7 +160,7 @@ class _Window:
         return self._values[lo - self._lo : hi - self._lo]
 
 
-class EpochSampler:
+class EpochSampler(Dealt):
     """Batches of window indices: seeded per epoch, split over ranks, resumable mid-epoch.
 
     See the module docstring for the orders, the tail policy and the committed state. The
@@ -240,14 +200,8 @@ class EpochSampler:
         self.n = _check_int("n", n, 1)
         self.batch_size = _check_int("batch_size", batch_size, 1)
         self.seed = _check_int("seed", seed, None)
-        self.world_size = _check_int("world_size", world_size, 1)
-        self.rank = _check_int("rank", rank, 0)
-        if self.rank >= self.world_size:
-            raise ValueError(f"`rank` must be in [0, {self.world_size}), but got {rank}")
-        if not isinstance(drop_last, bool):
-            raise ValueError(f"`drop_last` must be a bool, but got {drop_last!r}")
-        self.drop_last = drop_last
-        self.global_batch = self.world_size * self.batch_size
+        self._init_dealing(world_size=world_size, rank=rank, per_rank=self.batch_size,
+                           drop_last=drop_last)
         if drop_last and self.n < self.global_batch:
             raise ValueError(
                 f"with drop_last, n ({self.n}) must be at least world_size * batch_size "
@@ -273,12 +227,6 @@ class EpochSampler:
                 ",".join(map(str, sizes)).encode()).hexdigest()
         elif blocks is not None:
             raise ValueError(f"`blocks` must be None with order={order!r}, but got a sequence")
-        # The committed position (advanced by step) and the iterator's position.
-        self._epoch, self._cursor = 0, 0
-        self._issued = (0, 0)
-        self._tracking = False
-        self._targets_seen = 0
-        self._batches_seen = 0
         self._window_epoch: int | None = None
         self._window: _Window | None = None
 
@@ -313,110 +261,21 @@ class EpochSampler:
         """
         return torch.from_numpy(self.indices(epoch, 0, self.n))
 
-    def _end(self, cursor: int) -> int:
-        """Where the epoch ends for batches cut from ``cursor``."""
-        if self.drop_last:
-            return cursor + (self.n - cursor) // self.global_batch * self.global_batch
+    def _total(self, epoch: int) -> int:
         return self.n
-
-    def _normalise(self, epoch: int, cursor: int) -> tuple[int, int]:
-        return (epoch + 1, 0) if cursor >= self._end(cursor) else (epoch, cursor)
-
-    def _rank_part(self, order: _Window, lo: int, hi: int) -> list[int]:
-        """This rank's part of the global batch ``order[lo:hi]`` (the tail policy)."""
-        a, b, _ = rank_span(lo, hi, rank=self.rank, world_size=self.world_size,
-                            per_rank=self.batch_size, n=self.n)
-        return order.get(a, b).tolist()
-
-    def repeat_batches(self) -> frozenset[int]:
-        """Which of the next iteration's batches (0, 1, … on this rank) are deliberate repeats.
-
-        Only the epoch's last batch can be one (a short tail with fewer windows than ranks);
-        :func:`reader.evaluate` runs the model on it (every rank takes part in each forward,
-        as FSDP needs) but does not count it.
-        """
-        _, cursor = self._start()
-        return tail_repeat(self.n - cursor, len(self), rank=self.rank,
-                           world_size=self.world_size, per_rank=self.batch_size,
-                           drop_last=self.drop_last)
-
-    def _start(self) -> tuple[int, int]:
-        return (self._epoch, self._cursor) if self._tracking else self._issued
 
     def __iter__(self) -> Iterator[list[int]]:
         """This rank's remaining batches of the current epoch, from the committed position."""
-        epoch, cursor = self._start()
-        self._issued = (epoch, cursor)
-        order = self._order(epoch)
-        end = self._end(cursor)
-        while cursor < end:
-            stop = min(cursor + self.global_batch, self.n)
-            part = self._rank_part(order, cursor, stop)
-            cursor = stop
-            self._issued = self._normalise(epoch, cursor)
-            yield part
-
-    def __len__(self) -> int:
-        """The number of batches the next iteration yields (the rest of the current epoch)."""
-        _, cursor = self._start()
-        return -(-(self._end(cursor) - cursor) // self.global_batch)
+        for epoch, a, b in self._spans():
+            yield self._order(epoch).get(a, b).tolist()
 
     @property
     def batches_per_epoch(self) -> int:
         """Batches per rank in a whole epoch."""
-        return -(-self._end(0) // self.global_batch)
-
-    # -- the committed state --------------------------------------------------------------
-
-    def step(
-        self, batch: Mapping[str, Any] | None = None, *, num_targets: int | None = None
-    ) -> None:
-        """Record that the training loop consumed one batch from this sampler.
-
-        Advances the committed position by one global batch (the batch of every rank) and
-        adds the scored targets to ``targets_seen``.
-
-        Args:
-            batch: the collated batch; its ``num_targets`` is added unless ``num_targets`` is
-                given.
-            num_targets: the targets to add instead, e.g. the sum over ranks (all-reduced) so
-                that every rank holds the same global ``targets_seen``.
-
-        Raises:
-            ValueError: more batches were recorded than the sampler has yielded.
-        """
-        if num_targets is None:
-            num_targets = 0 if batch is None else batch["num_targets"]
-        count = _check_int("num_targets", int(num_targets), 0)
-        if (self._epoch, self._cursor) >= self._issued:
-            raise ValueError(
-                "step() was called for more batches than the sampler has yielded; call it once "
-                "per batch the training loop has consumed"
-            )
-        self._tracking = True
-        stop = min(self._cursor + self.global_batch, self.n)
-        self._epoch, self._cursor = self._normalise(self._epoch, stop)
-        self._targets_seen += count
-        self._batches_seen += 1
-
-    @property
-    def epoch(self) -> int:
-        """The epoch of the position ``state_dict`` reports."""
-        return self._start()[0]
-
-    @property
-    def cursor(self) -> int:
-        """Windows of this epoch consumed by all ranks (the position ``state_dict`` reports)."""
-        return self._start()[1]
-
-    @property
-    def targets_seen(self) -> int:
-        """Scored targets recorded with :meth:`step` (repeats included, padding never)."""
-        return self._targets_seen
+        return -(-self._end(0, 0) // self.global_batch)
 
     def state_dict(self) -> dict[str, Any]:
         """The global position, a small JSON-serialisable dict (committed once ``step`` is used)."""
-        epoch, cursor = self._start()
         return {
             "format": _STATE_FORMAT,
             "version": _STATE_VERSION,
@@ -426,10 +285,7 @@ class EpochSampler:
             "global_batch": self.global_batch,
             "world_size": self.world_size,
             "batch_size": self.batch_size,
-            "epoch": epoch,
-            "cursor": cursor,
-            "targets_seen": self._targets_seen,
-            "batches_seen": self._batches_seen,
+            **self._position(),
             "order": self.order,
             "blocks": None if self._blocks is None else {
                 "count": len(self._blocks), "sha256": self._blocks_digest,
@@ -475,15 +331,7 @@ class EpochSampler:
                     f"the state has {key} {state[key]!r}, but this sampler has "
                     f"{mine[key]!r}; it belongs to another dataset or run"
                 )
-        epoch = _check_int("epoch", state["epoch"], 0)
-        cursor = _check_int("cursor", state["cursor"], 0)
-        if cursor > self.n:
-            raise ValueError(f"the state's cursor {cursor} is beyond n ({self.n})")
-        self._epoch, self._cursor = self._normalise(epoch, cursor)
-        self._issued = (self._epoch, self._cursor)
-        self._tracking = False
-        self._targets_seen = _check_int("targets_seen", state["targets_seen"], 0)
-        self._batches_seen = _check_int("batches_seen", state["batches_seen"], 0)
+        self._load_position(state, beyond=f"n ({self.n})")
 
     def __repr__(self) -> str:
         return (
