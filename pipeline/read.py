@@ -8,7 +8,7 @@ pass that counts each range's lines, so that ids keep true line numbers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 import apache_beam as beam
 
@@ -16,18 +16,20 @@ from pipeline import fs
 from transforms.chunks import (
     CHUNK_BYTES,
     Chunk,
+    compression_of,
     count_lines,
     disambiguated_name,
     number_chunks,
     pattern_base,
     plan_chunks,
     relative_name,
+    shown_name,
 )
 from transforms.keys import ShardPlan, plan_shards
 from transforms.params import ReadSpec
 from transforms.splits import SplitSpec
 
-__all__ = ["COMPRESSED_TEXT_RATIO", "TARGET_SHARD_INPUT_BYTES", "PlanShards", "SplitInputs"]
+__all__ = ["COMPRESSED_TEXT_RATIO", "TARGET_SHARD_INPUT_BYTES", "SplitInputs", "plan_for_files"]
 
 # Without --num-shards: one shard per this many bytes of input files.
 TARGET_SHARD_INPUT_BYTES = 64 << 20
@@ -124,37 +126,26 @@ class SplitInputs(beam.PTransform):
 COMPRESSED_TEXT_RATIO = 4
 
 
-def _file_size(chunk: Chunk) -> tuple[None, tuple[int, int]]:
-    """(None, (bytes as stored, estimated text bytes)), counted on each file's first chunk."""
-    if chunk.start != 0:
-        return None, (0, 0)
-    return None, (chunk.size, chunk.size * (COMPRESSED_TEXT_RATIO if chunk.compression else 1))
+def plan_for_files(files: Mapping[str, int] | Mapping[str, tuple[int, float | None]] | None, *,
+                   num_shards: int | None,
+                   shard_bytes: int = TARGET_SHARD_INPUT_BYTES, part_bytes: int | None = None,
+                   splits: SplitSpec | None = None) -> ShardPlan:
+    """The `transforms.keys.ShardPlan` of the files the launcher matched ({path: size} or
+    {path: (size, mtime)}, each file once): ``num_shards``, or one shard per ``shard_bytes``
+    of input files (their sizes as stored); and, for the file shuffle, parts of about
+    ``part_bytes`` of text per shard (None: one part), a compressed file (as its name tells,
+    `transforms.chunks.compression_of`, whatever ``--format`` says) taken to hold
+    `COMPRESSED_TEXT_RATIO` times its size in text. With ``splits``, each split gets its own shards
+    (`transforms.splits.apportion_shards`).
 
-
-def _plan(item: tuple[None, Iterable[tuple[int, int]]], *, num_shards: int | None,
-          shard_bytes: int, part_bytes: int | None, splits: SplitSpec | None) -> ShardPlan:
-    sizes = list(item[1])
-    return plan_shards(sum(s for s, _ in sizes), num_shards=num_shards, shard_bytes=shard_bytes,
-                       text_bytes=sum(t for _, t in sizes), part_bytes=part_bytes,
-                       splits=splits)
-
-
-class PlanShards(beam.PTransform):
-    """Chunks → the `transforms.keys.ShardPlan` (a singleton): ``num_shards``, or one shard
-    per ``shard_bytes`` of input files (their sizes as stored, each file once); and, for the
-    file shuffle, parts of about ``part_bytes`` of text per shard (None: one part). With
-    ``splits``, each split gets its own shards (`transforms.splits.apportion_shards`)."""
-
-    def __init__(self, num_shards: int | None, *, shard_bytes: int = TARGET_SHARD_INPUT_BYTES,
-                 part_bytes: int | None = None, splits: SplitSpec | None = None) -> None:
-        super().__init__()
-        self._args = {"num_shards": num_shards, "shard_bytes": shard_bytes,
-                      "part_bytes": part_bytes, "splits": splits}
-
-    def expand(self, chunks: beam.PCollection) -> beam.PCollection:
-        return (
-            chunks
-            | "FileSizes" >> beam.Map(_file_size)
-            | "AllSizes" >> beam.GroupByKey()
-            | "FromInputBytes" >> beam.Map(_plan, **self._args)
-        )
+    It is computed once, at launch, and handed to the steps as a constant: as a side input,
+    Beam's DaskRunner would compute it again inside every task that reads it. ``files``
+    None: a graph that is only translated (a dry run), planned as if there were no input.
+    """
+    stored = text = 0
+    for path, matched in (files or {}).items():
+        size = matched if isinstance(matched, int) else matched[0]
+        stored += size
+        text += size * (COMPRESSED_TEXT_RATIO if compression_of(shown_name(path)) else 1)
+    return plan_shards(stored, num_shards=num_shards, shard_bytes=shard_bytes, text_bytes=text,
+                       part_bytes=part_bytes, splits=splits)

@@ -44,12 +44,10 @@ from apache_beam.runners.runner import PipelineResult, PipelineState
 
 from pipeline import fs, progress
 from pipeline.encode import load_tokenizer
-from pipeline.graph import build_pipeline
+from pipeline.graph import build_pipeline, shard_plan
 from pipeline.options import JobConfig, TokenWindowsOptions, runner_name
 from pipeline.output import absolute, check_outside_inputs, claim_output, release
-from pipeline.read import TARGET_SHARD_INPUT_BYTES
 from transforms.chunks import pattern_base, relative_name, shown_name
-from transforms.keys import plan_shards
 from transforms.manifest import (
     MANIFEST_NAME,
     job_fingerprint,
@@ -379,8 +377,7 @@ def _start_progress(config: JobConfig, options: PipelineOptions,
     if mode == "multi_processing":
         mode += f" x{direct.direct_num_workers or os.cpu_count() or 1}"
     sizes = {path: size for path, (size, _) in files.items()}
-    shards = plan_shards(sum(sizes.values()), num_shards=config.num_shards,
-                         shard_bytes=TARGET_SHARD_INPUT_BYTES, splits=config.splits).num_shards
+    shards = shard_plan(config, files).num_shards
     tok = config.tokenizer_path.rsplit("/", 1)[-1] if config.tokenizer_path else "bytes"
     return progress.start(files=sizes, shards=shards, tokenizer=tok,
                           runner=f"local runner ({mode})")

@@ -13,7 +13,7 @@ import json
 import apache_beam as beam
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline.read import PlanShards, SplitInputs
+from pipeline.read import SplitInputs, plan_for_files
 from tests.conftest import fn_api_pipeline
 from transforms.keys import ShardPlan
 from transforms.params import ReadSpec
@@ -62,10 +62,13 @@ def test_shard_plan_from_input_sizes_counts_each_file_once(tmp_path):
         chunks = p | SplitInputs([str(tmp_path / "*")], spec=ReadSpec(), chunk_bytes=64)
         assert_that(chunks | "Chunks" >> beam.combiners.Count.Globally(),
                     equal_to([(size - 120 - gz + 63) // 64 + 2]), label="CheckChunks")
-        assert_that(chunks | "Auto" >> PlanShards(None, shard_bytes=100),
-                    equal_to([ShardPlan(num_shards=-(-size // 100))]), label="CheckAuto")
-        assert_that(chunks | "Given" >> PlanShards(7, shard_bytes=100),
-                    equal_to([ShardPlan(num_shards=7)]), label="CheckGiven")
-        assert_that(chunks | "Parts" >> PlanShards(2, part_bytes=50),
-                    equal_to([ShardPlan(num_shards=2, parts_per_shard=-(-text // 2 // 50))]),
-                    label="CheckParts")
+    files = {str(f): (f.stat().st_size, None) for f in tmp_path.iterdir()}
+    assert plan_for_files(files, num_shards=None, shard_bytes=100) == ShardPlan(
+        num_shards=-(-size // 100))
+    assert plan_for_files(files, num_shards=7, shard_bytes=100) == ShardPlan(num_shards=7)
+    assert plan_for_files(files, num_shards=2, part_bytes=50) == ShardPlan(
+        num_shards=2, parts_per_shard=-(-text // 2 // 50))
+    # {path: size} as well; a dry run (no files matched) plans as if there were no input.
+    assert plan_for_files({p: s for p, (s, _) in files.items()}, num_shards=None,
+                          shard_bytes=100) == ShardPlan(num_shards=-(-size // 100))
+    assert plan_for_files(None, num_shards=None) == ShardPlan(num_shards=1)

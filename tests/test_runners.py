@@ -366,7 +366,7 @@ def test_gs_job_translates_for_dataflow_offline(offline):
     assert job.dry_run and job.result is not None
     translated = job.result.job.proto_pipeline
     names = {t.unique_name for t in translated.components.transforms.values()}
-    for step in ("SplitInputs", "SplitInputs/MatchFiles", "PlanShards", "EncodeChunks",
+    for step in ("SplitInputs", "SplitInputs/MatchFiles", "EncodeChunks",
                  "ShuffleDocuments", "ShuffleDocuments/GroupByShard",
                  "WriteShards", "WriteRejects", "FinalizeDataset",
                  "FinalizeDataset/WriteManifest"):
