@@ -39,7 +39,7 @@ import apache_beam as beam
 from pipeline import fs
 from pipeline.encode import RECORDS, REJECTS, EncodeChunks
 from pipeline.options import JobConfig
-from pipeline.read import SplitInputs, plan_for_files
+from pipeline.read import Matched, SplitInputs, plan_for_files
 from pipeline.write import FinalizeDataset, ShuffleDocuments, WriteRejects, WriteShards
 from transforms.chunks import CHUNK_BYTES
 from transforms.keys import ShardPlan
@@ -68,6 +68,7 @@ def build_pipeline(
     fingerprint: str = "",
     tmp_dir: str | None = None,
     attempt: str | None = None,
+    matched: list[Matched] | None = None,
 ) -> beam.PCollection:
     """Wire the job into ``p``; returns the PCollection holding the manifest.
 
@@ -81,12 +82,15 @@ def build_pipeline(
         tmp_dir: the job's temporary directory: every step that writes a temporary file
             writes it there, and the last step removes it. Default ``OUTPUT/.tmp/job``.
         attempt: the id in the job's claim on the output (`pipeline.run`), or None.
+        matched: every (pattern index, path, size, mtime) the launcher matched: the graph
+            starts from one element per file instead of matching the patterns on a worker
+            (`pipeline.read.SplitInputs`; the launcher passes it to Beam's DaskRunner only).
     """
     if tmp_dir is None:
         tmp_dir = fs.join(config.output, TMP_DIR, "job")
     files = config.shuffle == "files"
     chunks = p | "SplitInputs" >> SplitInputs(config.inputs, spec=config.read,
-                                              chunk_bytes=CHUNK_BYTES)
+                                              chunk_bytes=CHUNK_BYTES, matched=matched)
     splits = config.splits if config.splits.active else None
     plan = shard_plan(config, expected_files)
     encoded = chunks | "EncodeChunks" >> EncodeChunks(

@@ -1,9 +1,10 @@
 """Input patterns → numbered chunks, each file's exactly once; and the shard plan.
 
 The steps wire `transforms.chunks`: files are matched on the workers (nothing is listed while
-the graph is built), a file matched by several patterns is read once (as the first pattern's),
-and uncompressed line files larger than the chunk size become byte ranges after a parallel
-pass that counts each range's lines, so that ids keep true line numbers.
+the graph is built) or taken as the launcher matched them (``matched``, on Dask), a file
+matched by several patterns is read once (as the first pattern's), and uncompressed line
+files larger than the chunk size become byte ranges after a parallel pass that counts each
+range's lines, so that ids keep true line numbers.
 """
 
 from __future__ import annotations
@@ -29,18 +30,29 @@ from transforms.keys import ShardPlan, plan_shards
 from transforms.params import ReadSpec
 from transforms.splits import SplitSpec
 
-__all__ = ["COMPRESSED_TEXT_RATIO", "TARGET_SHARD_INPUT_BYTES", "SplitInputs", "plan_for_files"]
+__all__ = ["COMPRESSED_TEXT_RATIO", "TARGET_SHARD_INPUT_BYTES", "Matched", "SplitInputs",
+           "plan_for_files"]
 
 # Without --num-shards: one shard per this many bytes of input files.
 TARGET_SHARD_INPUT_BYTES = 64 << 20
 
 
 _Match = tuple[int, str, int, float | None]  # pattern index, relative name, size, mtime
+Matched = tuple[int, str, int, float | None]  # a file as a pattern matched it: index, path, …
+
+
+def _named(found: Matched, bases: list[str]) -> tuple[str, tuple[str, _Match]]:
+    """(relative name, (path, (pattern index, relative name, size, mtime)))."""
+    index, path, size, mtime = found
+    rel = relative_name(path, bases[index])
+    return rel, (path, (index, rel, size, mtime))
 
 
 class _MatchPatternFn(beam.DoFn):
-    """(pattern index, pattern) → (relative name, (path, (pattern index, relative name, size,
-    mtime))) per file."""
+    """(pattern index, pattern) → `_named` per file it matches."""
+
+    def __init__(self, bases: list[str]) -> None:
+        self._bases = bases
 
     def process(self, item: tuple[int, str]) -> Iterator[tuple[str, tuple[str, _Match]]]:
         index, pattern = item
@@ -48,8 +60,7 @@ class _MatchPatternFn(beam.DoFn):
         if not found:
             raise ValueError(f"--input {pattern} matches no file; check the path and quoting")
         for path, size, mtime in found:
-            rel = relative_name(path, pattern_base(pattern))
-            yield rel, (path, (index, rel, size, mtime))
+            yield _named((index, path, size, mtime), self._bases)
 
 
 def _distinct_names(item: tuple[str, Iterable[tuple[str, _Match]]],
@@ -94,23 +105,37 @@ class SplitInputs(beam.PTransform):
         patterns: the ``--input`` patterns, in order.
         spec: how to read the inputs.
         chunk_bytes: uncompressed line files larger than this are read in ranges.
+        matched: every (pattern index, path, size, mtime) the launcher matched, a file once
+            per pattern that matched it: the graph starts from one element per match, so
+            that a runner that parallelizes by its source's partitions (Beam's DaskRunner,
+            ``--dask_npartitions``) spreads the files; they are embedded in the graph. None:
+            the graph starts from the patterns, which the workers match (``MatchFiles``).
+            Either way the same chunks, named the same.
     """
 
     def __init__(self, patterns: Iterable[str], *, spec: ReadSpec,
-                 chunk_bytes: int = CHUNK_BYTES) -> None:
+                 chunk_bytes: int = CHUNK_BYTES,
+                 matched: Iterable[Matched] | None = None) -> None:
         super().__init__()
         self._patterns = list(patterns)
         self._spec = spec
         self._chunk_bytes = chunk_bytes
+        self._matched = None if matched is None else list(matched)
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+        bases = [pattern_base(p) for p in self._patterns]
+        if self._matched is None:
+            named = (pbegin
+                     | "Patterns" >> beam.Create(list(enumerate(self._patterns)))
+                     | "MatchFiles" >> beam.ParDo(_MatchPatternFn(bases)))
+        else:
+            named = (pbegin
+                     | "Files" >> beam.Create(self._matched)
+                     | "Named" >> beam.Map(_named, bases))
         return (
-            pbegin
-            | "Patterns" >> beam.Create(list(enumerate(self._patterns)))
-            | "MatchFiles" >> beam.ParDo(_MatchPatternFn())
+            named
             | "GroupByName" >> beam.GroupByKey()
-            | "DistinctNames" >> beam.FlatMap(
-                _distinct_names, [pattern_base(p) for p in self._patterns])
+            | "DistinctNames" >> beam.FlatMap(_distinct_names, bases)
             | "ReadEachFileOnce" >> beam.GroupByKey()
             | "PlanChunks" >> beam.ParDo(_PlanChunksFn(spec=self._spec,
                                                        chunk_bytes=self._chunk_bytes))

@@ -36,6 +36,33 @@ def test_each_file_once_with_its_first_pattern_s_relative_name(tmp_path):
                     equal_to([("one.txt", 0, 5, 1), ("b/two.txt", 0, 11, 1)]))
 
 
+def test_from_the_launcher_s_matches_the_same_chunks_as_from_the_patterns(tmp_path):
+    """What the DaskRunner gets (one element per matched file) names and reads every file as
+    matching on the workers does: a file of several patterns once, clashing names disambiguated."""
+    from pipeline import fs
+
+    for d in ("en", "zh"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "part-0.jsonl").write_text("\n".join(LINES[:5]) + "\n")
+    (tmp_path / "en" / "big.jsonl").write_text("\n".join(LINES) + "\n")
+    patterns = [str(tmp_path / "en" / "*"), str(tmp_path / "zh" / "*"),
+                str(tmp_path / "en" / "big.jsonl")]
+    matched = [(i, path, size, mtime) for i, pattern in enumerate(patterns)
+               for path, size, mtime in fs.match_files(pattern)]
+    assert len(matched) == 4  # big.jsonl twice
+    want = []
+    for rel, path in (("big.jsonl", "en/big.jsonl"), ("en/part-0.jsonl", "en/part-0.jsonl"),
+                      ("zh/part-0.jsonl", "zh/part-0.jsonl")):
+        size = (tmp_path / path).stat().st_size
+        want += [(rel, start, min(start + 100, size)) for start in range(0, size, 100)]
+    with fn_api_pipeline() as p:
+        for label, given in (("Patterns", None), ("Files", matched)):
+            chunks = p | f"By{label}" >> SplitInputs(patterns, spec=ReadSpec(), chunk_bytes=100,
+                                                     matched=given)
+            assert_that(chunks | f"{label}Summary" >> beam.Map(lambda c: (c.rel, c.start, c.end)),
+                        equal_to(want), label=f"Check{label}")
+
+
 def test_a_split_file_s_chunks_are_numbered_by_their_first_line(tmp_path):
     path = tmp_path / "big.jsonl"
     path.write_text("\n".join(LINES) + "\n")
