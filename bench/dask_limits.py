@@ -10,7 +10,11 @@ Runs three tiny pipelines on a ``distributed.LocalCluster`` of two worker proces
    per computation.
 3. ``partitions``: 8 elements from one ``Create``, a ``Reshuffle`` and a ``GroupByKey`` on 8
    keys: every task of the job runs on one worker, since ``Create`` makes one partition of up
-   to 128 elements, ``Reshuffle`` is a no-op and ``GroupByKey`` keeps its input's partitions.
+   to 128 elements, ``Reshuffle`` is a no-op and ``GroupByKey`` keeps its input's partitions;
+   then the same with ``--dask_npartitions 4``: the ``Create`` is cut into 4 partitions,
+   which every later step keeps, and the tasks run on both workers. (A ``Create`` of one
+   element stays one partition whatever the flag says: the job therefore starts from one
+   element per input file on Dask.)
 
     python bench/dask_limits.py
 """
@@ -77,14 +81,16 @@ def main() -> None:
         _run(p)
 
         print("3. partitions: tasks per worker")
-        client.get_task_stream()  # start recording
-        p = beam.Pipeline(runner=DaskRunner(), options=options)
-        _ = (p | "Eight" >> beam.Create(list(range(8))) | "Spread" >> beam.Reshuffle()
-             | "Key" >> beam.Map(lambda x: (x, x)) | "Group" >> beam.GroupByKey()
-             | "Keys" >> beam.Map(lambda kv: kv[0]))
-        _run(p)
-        per_worker = collections.Counter(t["worker"] for t in client.get_task_stream())
-        _show("tasks per worker", dict(per_worker))
+        for flags in ([], ["--dask_npartitions=4"]):
+            client.get_task_stream()  # start recording
+            p = beam.Pipeline(runner=DaskRunner(), options=PipelineOptions(
+                [f"--dask_client_address={cluster.scheduler_address}", *flags]))
+            _ = (p | "Eight" >> beam.Create(list(range(8))) | "Spread" >> beam.Reshuffle()
+                 | "Key" >> beam.Map(lambda x: (x, x)) | "Group" >> beam.GroupByKey()
+                 | "Keys" >> beam.Map(lambda kv: kv[0]))
+            _run(p)
+            per_worker = collections.Counter(t["worker"] for t in client.get_task_stream())
+            _show(f"tasks per worker {' '.join(flags) or '(no flag)'}", dict(per_worker))
         _show("workers", len(cluster.workers))
 
 

@@ -107,9 +107,10 @@ class _EncodeChunkFn(beam.DoFn):
 
     def __init__(self, *, spec: ReadSpec, windows: WindowSpec,
                  tokenizer: TokenizerSpec | str | None,
-                 threads: int, batch_chars: int, spill_dir: str | None,
+                 plan: ShardPlan, threads: int, batch_chars: int, spill_dir: str | None,
                  splits: SplitSpec | None = None) -> None:
         self._spec = spec
+        self._plan = plan
         self._splits = splits if splits is not None and splits.active else None
         self._windows = windows
         self._tokenizer_spec = tokenizer
@@ -135,7 +136,8 @@ class _EncodeChunkFn(beam.DoFn):
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
 
-    def process(self, chunk: Chunk, plan: ShardPlan) -> Iterator[Any]:
+    def process(self, chunk: Chunk) -> Iterator[Any]:
+        plan = self._plan
         if self._spill_dir is None:
             yield from self._encode(chunk, plan, None)
             return
@@ -225,8 +227,7 @@ class EncodeChunks(beam.PTransform):
         windows: the window parameters (and the seed of the keys).
         tokenizer: the ``--tokenizer`` (`transforms.tokenizers.TokenizerSpec`, or a model's
             path), None for the bytes tokenizer.
-        plan: the `transforms.keys.ShardPlan`, a singleton PCollection
-            (`pipeline.read.PlanShards`).
+        plan: the `transforms.keys.ShardPlan` (`pipeline.graph.shard_plan`).
         threads: SentencePiece threads per worker process. Each document is encoded alone,
             so the ids do not depend on it.
         batch_chars: documents are encoded in batches of about this many characters (the
@@ -240,17 +241,16 @@ class EncodeChunks(beam.PTransform):
 
     def __init__(self, *, spec: ReadSpec, windows: WindowSpec,
                  tokenizer: TokenizerSpec | str | None,
-                 plan: beam.PCollection, threads: int = 1, batch_chars: int = BATCH_CHARS,
+                 plan: ShardPlan, threads: int = 1, batch_chars: int = BATCH_CHARS,
                  spill_dir: str | None = None, splits: SplitSpec | None = None) -> None:
         super().__init__()
         self._fn = _EncodeChunkFn(spec=spec, windows=windows, tokenizer=tokenizer,
-                                  threads=threads, batch_chars=batch_chars, spill_dir=spill_dir,
-                                  splits=splits)
-        self._plan = plan
+                                  plan=plan, threads=threads, batch_chars=batch_chars,
+                                  spill_dir=spill_dir, splits=splits)
 
     def expand(self, chunks: beam.PCollection) -> Outputs:
         return (
             chunks
-            | "Encode" >> beam.ParDo(self._fn, plan=beam.pvalue.AsSingleton(self._plan))
+            | "Encode" >> beam.ParDo(self._fn)
             | "ByTag" >> SplitTags([BLOCKS, REJECTS, RECORDS])
         )

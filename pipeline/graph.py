@@ -1,14 +1,17 @@
 """The job's graph: which step feeds which.
 
     SplitInputs ─▶ EncodeChunks ─▶ ShuffleDocuments ─▶ WriteShards
-     (chunks)       │ ▲        (blocks by shard)            │
-                    │ └── PlanShards (from the chunks)       │
+     (chunks)       │          (blocks by shard)            │
                     ├── rejects ─────────▶ WriteRejects ◀────┤ duplicate ids
                     └── input receipts ─▶ FinalizeDataset ◀──┘ written shards
                                           (_manifest.json, written last)
 
-`pipeline.read` holds the first two steps, `pipeline.encode` the third, `pipeline.write` the
-rest; each wraps pure functions of `transforms`.
+`pipeline.read` holds the first step, `pipeline.encode` the second, `pipeline.write` the
+rest; each wraps pure functions of `transforms`. The shard plan (`transforms.keys.ShardPlan`:
+how many shards, of how many parts, for which split) is computed at launch from the sizes of
+the files the launcher matched (`shard_plan`) and given to EncodeChunks, WriteShards and
+FinalizeDataset as a constant, not a side input: Beam's DaskRunner computes a side input
+again inside every task that reads it.
 
 The shuffle (``--shuffle``): ``runner`` sends the blocks themselves through the runner's
 GroupByKey (ShuffleDocuments); ``files`` spills each chunk's blocks to one indexed file under
@@ -36,15 +39,25 @@ import apache_beam as beam
 from pipeline import fs
 from pipeline.encode import RECORDS, REJECTS, EncodeChunks
 from pipeline.options import JobConfig
-from pipeline.read import PlanShards, SplitInputs
+from pipeline.read import Matched, SplitInputs, plan_for_files
 from pipeline.write import FinalizeDataset, ShuffleDocuments, WriteRejects, WriteShards
 from transforms.chunks import CHUNK_BYTES
+from transforms.keys import ShardPlan
 from transforms.schema import TMP_DIR
 
-__all__ = ["PART_TEXT_BYTES", "build_pipeline"]
+__all__ = ["PART_TEXT_BYTES", "build_pipeline", "shard_plan"]
 
 # With the file shuffle, a shard writer holds one part of about this much text at a time.
 PART_TEXT_BYTES = 16 << 20
+
+
+def shard_plan(config: JobConfig,
+               files: dict[str, int] | dict[str, tuple[int, float | None]] | None) -> ShardPlan:
+    """The job's shard plan from the files the launcher matched (`pipeline.read.plan_for_files`;
+    None: a dry run's graph, planned as if there were no input)."""
+    return plan_for_files(files, num_shards=config.num_shards,
+                          part_bytes=PART_TEXT_BYTES if config.shuffle == "files" else None,
+                          splits=config.splits if config.splits.active else None)
 
 
 def build_pipeline(
@@ -55,27 +68,31 @@ def build_pipeline(
     fingerprint: str = "",
     tmp_dir: str | None = None,
     attempt: str | None = None,
+    matched: list[Matched] | None = None,
 ) -> beam.PCollection:
     """Wire the job into ``p``; returns the PCollection holding the manifest.
 
     Args:
         expected_files: {path: (size, mtime)} (or {path: size}) as the launcher matched
-            them: the last step checks that exactly these files were read, each exactly
-            once, and that none changed.
+            them: the shard plan is computed from their sizes (`shard_plan`), and the last
+            step checks that exactly these files were read, each exactly once, and that none
+            changed. None only for a graph that is translated, not run (a dry run).
         fingerprint: the job's fingerprint (`transforms.manifest.job_fingerprint`), written
             into the manifest and every shard's footer.
         tmp_dir: the job's temporary directory: every step that writes a temporary file
             writes it there, and the last step removes it. Default ``OUTPUT/.tmp/job``.
         attempt: the id in the job's claim on the output (`pipeline.run`), or None.
+        matched: every (pattern index, path, size, mtime) the launcher matched: the graph
+            starts from one element per file instead of matching the patterns on a worker
+            (`pipeline.read.SplitInputs`; the launcher passes it to Beam's DaskRunner only).
     """
     if tmp_dir is None:
         tmp_dir = fs.join(config.output, TMP_DIR, "job")
     files = config.shuffle == "files"
     chunks = p | "SplitInputs" >> SplitInputs(config.inputs, spec=config.read,
-                                              chunk_bytes=CHUNK_BYTES)
+                                              chunk_bytes=CHUNK_BYTES, matched=matched)
     splits = config.splits if config.splits.active else None
-    plan = chunks | "PlanShards" >> PlanShards(
-        config.num_shards, part_bytes=PART_TEXT_BYTES if files else None, splits=splits)
+    plan = shard_plan(config, expected_files)
     encoded = chunks | "EncodeChunks" >> EncodeChunks(
         spec=config.read, windows=config.windows, tokenizer=config.tokenizer_spec,
         plan=plan, threads=config.encode_threads,
@@ -83,7 +100,7 @@ def build_pipeline(
     )
     if files:
         # Only the spill files' paths go on; the shard writers read their parts from them.
-        written = plan | "WriteShards" >> WriteShards(
+        written = p | "WriteShards" >> WriteShards(
             output=config.output, window=config.windows.window, plan=plan,
             fingerprint=fingerprint, tmp_dir=tmp_dir, spills=encoded.blocks)
     else:

@@ -1,14 +1,15 @@
 """Input patterns → numbered chunks, each file's exactly once; and the shard plan.
 
 The steps wire `transforms.chunks`: files are matched on the workers (nothing is listed while
-the graph is built), a file matched by several patterns is read once (as the first pattern's),
-and uncompressed line files larger than the chunk size become byte ranges after a parallel
-pass that counts each range's lines, so that ids keep true line numbers.
+the graph is built) or taken as the launcher matched them (``matched``, on Dask), a file
+matched by several patterns is read once (as the first pattern's), and uncompressed line
+files larger than the chunk size become byte ranges after a parallel pass that counts each
+range's lines, so that ids keep true line numbers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 import apache_beam as beam
 
@@ -16,29 +17,42 @@ from pipeline import fs
 from transforms.chunks import (
     CHUNK_BYTES,
     Chunk,
+    compression_of,
     count_lines,
     disambiguated_name,
     number_chunks,
     pattern_base,
     plan_chunks,
     relative_name,
+    shown_name,
 )
 from transforms.keys import ShardPlan, plan_shards
 from transforms.params import ReadSpec
 from transforms.splits import SplitSpec
 
-__all__ = ["COMPRESSED_TEXT_RATIO", "TARGET_SHARD_INPUT_BYTES", "PlanShards", "SplitInputs"]
+__all__ = ["COMPRESSED_TEXT_RATIO", "TARGET_SHARD_INPUT_BYTES", "Matched", "SplitInputs",
+           "plan_for_files"]
 
 # Without --num-shards: one shard per this many bytes of input files.
 TARGET_SHARD_INPUT_BYTES = 64 << 20
 
 
 _Match = tuple[int, str, int, float | None]  # pattern index, relative name, size, mtime
+Matched = tuple[int, str, int, float | None]  # a file as a pattern matched it: index, path, …
+
+
+def _named(found: Matched, bases: list[str]) -> tuple[str, tuple[str, _Match]]:
+    """(relative name, (path, (pattern index, relative name, size, mtime)))."""
+    index, path, size, mtime = found
+    rel = relative_name(path, bases[index])
+    return rel, (path, (index, rel, size, mtime))
 
 
 class _MatchPatternFn(beam.DoFn):
-    """(pattern index, pattern) → (relative name, (path, (pattern index, relative name, size,
-    mtime))) per file."""
+    """(pattern index, pattern) → `_named` per file it matches."""
+
+    def __init__(self, bases: list[str]) -> None:
+        self._bases = bases
 
     def process(self, item: tuple[int, str]) -> Iterator[tuple[str, tuple[str, _Match]]]:
         index, pattern = item
@@ -46,8 +60,7 @@ class _MatchPatternFn(beam.DoFn):
         if not found:
             raise ValueError(f"--input {pattern} matches no file; check the path and quoting")
         for path, size, mtime in found:
-            rel = relative_name(path, pattern_base(pattern))
-            yield rel, (path, (index, rel, size, mtime))
+            yield _named((index, path, size, mtime), self._bases)
 
 
 def _distinct_names(item: tuple[str, Iterable[tuple[str, _Match]]],
@@ -92,23 +105,37 @@ class SplitInputs(beam.PTransform):
         patterns: the ``--input`` patterns, in order.
         spec: how to read the inputs.
         chunk_bytes: uncompressed line files larger than this are read in ranges.
+        matched: every (pattern index, path, size, mtime) the launcher matched, a file once
+            per pattern that matched it: the graph starts from one element per match, so
+            that a runner that parallelizes by its source's partitions (Beam's DaskRunner,
+            ``--dask_npartitions``) spreads the files; they are embedded in the graph. None:
+            the graph starts from the patterns, which the workers match (``MatchFiles``).
+            Either way the same chunks, named the same.
     """
 
     def __init__(self, patterns: Iterable[str], *, spec: ReadSpec,
-                 chunk_bytes: int = CHUNK_BYTES) -> None:
+                 chunk_bytes: int = CHUNK_BYTES,
+                 matched: Iterable[Matched] | None = None) -> None:
         super().__init__()
         self._patterns = list(patterns)
         self._spec = spec
         self._chunk_bytes = chunk_bytes
+        self._matched = None if matched is None else list(matched)
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+        bases = [pattern_base(p) for p in self._patterns]
+        if self._matched is None:
+            named = (pbegin
+                     | "Patterns" >> beam.Create(list(enumerate(self._patterns)))
+                     | "MatchFiles" >> beam.ParDo(_MatchPatternFn(bases)))
+        else:
+            named = (pbegin
+                     | "Files" >> beam.Create(self._matched)
+                     | "Named" >> beam.Map(_named, bases))
         return (
-            pbegin
-            | "Patterns" >> beam.Create(list(enumerate(self._patterns)))
-            | "MatchFiles" >> beam.ParDo(_MatchPatternFn())
+            named
             | "GroupByName" >> beam.GroupByKey()
-            | "DistinctNames" >> beam.FlatMap(
-                _distinct_names, [pattern_base(p) for p in self._patterns])
+            | "DistinctNames" >> beam.FlatMap(_distinct_names, bases)
             | "ReadEachFileOnce" >> beam.GroupByKey()
             | "PlanChunks" >> beam.ParDo(_PlanChunksFn(spec=self._spec,
                                                        chunk_bytes=self._chunk_bytes))
@@ -124,37 +151,26 @@ class SplitInputs(beam.PTransform):
 COMPRESSED_TEXT_RATIO = 4
 
 
-def _file_size(chunk: Chunk) -> tuple[None, tuple[int, int]]:
-    """(None, (bytes as stored, estimated text bytes)), counted on each file's first chunk."""
-    if chunk.start != 0:
-        return None, (0, 0)
-    return None, (chunk.size, chunk.size * (COMPRESSED_TEXT_RATIO if chunk.compression else 1))
+def plan_for_files(files: Mapping[str, int] | Mapping[str, tuple[int, float | None]] | None, *,
+                   num_shards: int | None,
+                   shard_bytes: int = TARGET_SHARD_INPUT_BYTES, part_bytes: int | None = None,
+                   splits: SplitSpec | None = None) -> ShardPlan:
+    """The `transforms.keys.ShardPlan` of the files the launcher matched ({path: size} or
+    {path: (size, mtime)}, each file once): ``num_shards``, or one shard per ``shard_bytes``
+    of input files (their sizes as stored); and, for the file shuffle, parts of about
+    ``part_bytes`` of text per shard (None: one part), a compressed file (as its name tells,
+    `transforms.chunks.compression_of`, whatever ``--format`` says) taken to hold
+    `COMPRESSED_TEXT_RATIO` times its size in text. With ``splits``, each split gets its own shards
+    (`transforms.splits.apportion_shards`).
 
-
-def _plan(item: tuple[None, Iterable[tuple[int, int]]], *, num_shards: int | None,
-          shard_bytes: int, part_bytes: int | None, splits: SplitSpec | None) -> ShardPlan:
-    sizes = list(item[1])
-    return plan_shards(sum(s for s, _ in sizes), num_shards=num_shards, shard_bytes=shard_bytes,
-                       text_bytes=sum(t for _, t in sizes), part_bytes=part_bytes,
-                       splits=splits)
-
-
-class PlanShards(beam.PTransform):
-    """Chunks → the `transforms.keys.ShardPlan` (a singleton): ``num_shards``, or one shard
-    per ``shard_bytes`` of input files (their sizes as stored, each file once); and, for the
-    file shuffle, parts of about ``part_bytes`` of text per shard (None: one part). With
-    ``splits``, each split gets its own shards (`transforms.splits.apportion_shards`)."""
-
-    def __init__(self, num_shards: int | None, *, shard_bytes: int = TARGET_SHARD_INPUT_BYTES,
-                 part_bytes: int | None = None, splits: SplitSpec | None = None) -> None:
-        super().__init__()
-        self._args = {"num_shards": num_shards, "shard_bytes": shard_bytes,
-                      "part_bytes": part_bytes, "splits": splits}
-
-    def expand(self, chunks: beam.PCollection) -> beam.PCollection:
-        return (
-            chunks
-            | "FileSizes" >> beam.Map(_file_size)
-            | "AllSizes" >> beam.GroupByKey()
-            | "FromInputBytes" >> beam.Map(_plan, **self._args)
-        )
+    It is computed once, at launch, and handed to the steps as a constant: as a side input,
+    Beam's DaskRunner would compute it again inside every task that reads it. ``files``
+    None: a graph that is only translated (a dry run), planned as if there were no input.
+    """
+    stored = text = 0
+    for path, matched in (files or {}).items():
+        size = matched if isinstance(matched, int) else matched[0]
+        stored += size
+        text += size * (COMPRESSED_TEXT_RATIO if compression_of(shown_name(path)) else 1)
+    return plan_shards(stored, num_shards=num_shards, shard_bytes=shard_bytes, text_bytes=text,
+                       part_bytes=part_bytes, splits=splits)

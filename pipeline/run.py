@@ -44,12 +44,11 @@ from apache_beam.runners.runner import PipelineResult, PipelineState
 
 from pipeline import fs, progress
 from pipeline.encode import load_tokenizer
-from pipeline.graph import build_pipeline
+from pipeline.graph import build_pipeline, shard_plan
 from pipeline.options import JobConfig, TokenWindowsOptions, runner_name
 from pipeline.output import absolute, check_outside_inputs, claim_output, release
-from pipeline.read import TARGET_SHARD_INPUT_BYTES
+from pipeline.read import Matched
 from transforms.chunks import pattern_base, relative_name, shown_name
-from transforms.keys import plan_shards
 from transforms.manifest import (
     MANIFEST_NAME,
     job_fingerprint,
@@ -98,6 +97,8 @@ class Plan(NamedTuple):
     fingerprint: str
     attempt: str | None  # the id in the claim on the output; None: no claim (dry run)
     tmp_dir: str  # OUTPUT/.tmp/<attempt>: every temporary file of this job
+    # (pattern index, path, size, mtime) of every match, a file once per pattern; None: dry run
+    matched: list[Matched] | None = None
 
 
 def preflight(config: JobConfig, options: PipelineOptions) -> Plan:
@@ -131,6 +132,7 @@ def preflight(config: JobConfig, options: PipelineOptions) -> Plan:
         return Plan(None, "", None, fs.join(config.output, TMP_DIR, "dry-run"))
     files: dict[str, tuple[int, float | None]] = {}
     names: list[tuple[int, str, int]] = []
+    matched: list[Matched] = []
     out = absolute(config.output).rstrip("/") + "/"
     for index, pattern in enumerate(config.inputs):
         found = fs.match_files(pattern)
@@ -156,6 +158,7 @@ def preflight(config: JobConfig, options: PipelineOptions) -> Plan:
                     f"{config.output}: the job would read its own output; choose an output "
                     "outside the input pattern"
                 )
+            matched.append((index, path, size, mtime))
             if path not in files:
                 names.append((index, relative_name(path, base), size))
             files.setdefault(path, (size, mtime))
@@ -165,7 +168,7 @@ def preflight(config: JobConfig, options: PipelineOptions) -> Plan:
                                   files=names, splits=config.splits.to_json() or None)
     attempt = uuid.uuid4().hex[:16]  # temporary names only: it never reaches the output
     claim_output(config, attempt, fingerprint)
-    return Plan(files, fingerprint, attempt, fs.join(config.output, TMP_DIR, attempt))
+    return Plan(files, fingerprint, attempt, fs.join(config.output, TMP_DIR, attempt), matched)
 
 
 def _check_dataflow(config: JobConfig, options: PipelineOptions) -> None:
@@ -348,8 +351,13 @@ def _start(job: _Prepared) -> Submitted:
 
         started = time.monotonic()
         p = beam.Pipeline(runner=_runner(options), options=options)
+        # On Dask the work spreads only as far as the first Create's partitions: start from
+        # the matched files (--dask_npartitions). Elsewhere the workers match the patterns
+        # (a Create of 10^5 paths would sit in the job graph, whose size Dataflow limits)
+        # and Reshuffle spreads the chunks.
+        matched = plan.matched if runner_name(options) == "daskrunner" else None
         build_pipeline(p, config, plan.files, fingerprint=plan.fingerprint,
-                       tmp_dir=plan.tmp_dir, attempt=plan.attempt)
+                       tmp_dir=plan.tmp_dir, attempt=plan.attempt, matched=matched)
         if dry_run and not _is_dataflow(options):
             p.to_runner_api()  # the graph translates; nothing runs
             return Submitted(config, None, dry_run, started, plan)
@@ -379,8 +387,7 @@ def _start_progress(config: JobConfig, options: PipelineOptions,
     if mode == "multi_processing":
         mode += f" x{direct.direct_num_workers or os.cpu_count() or 1}"
     sizes = {path: size for path, (size, _) in files.items()}
-    shards = plan_shards(sum(sizes.values()), num_shards=config.num_shards,
-                         shard_bytes=TARGET_SHARD_INPUT_BYTES, splits=config.splits).num_shards
+    shards = shard_plan(config, files).num_shards
     tok = config.tokenizer_path.rsplit("/", 1)[-1] if config.tokenizer_path else "bytes"
     return progress.start(files=sizes, shards=shards, tokenizer=tok,
                           runner=f"local runner ({mode})")

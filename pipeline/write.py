@@ -139,9 +139,11 @@ class _WriteShardFn(beam.DoFn):
     DaskRunner) get every shard.
     """
 
-    def __init__(self, *, output: str, window: int, fingerprint: str, tmp_dir: str) -> None:
+    def __init__(self, *, output: str, window: int, plan: ShardPlan, fingerprint: str,
+                 tmp_dir: str) -> None:
         self._output = output
         self._window = window
+        self._plan = plan
         self._fingerprint = fingerprint
         self._tmp_dir = tmp_dir
         self._handle = shared.Shared()
@@ -154,8 +156,9 @@ class _WriteShardFn(beam.DoFn):
             lambda: ThreadPoolExecutor(self._at_once, thread_name_prefix="write-shard"),
             tag="write-shard")
 
-    def process(self, item: tuple[int, Iterable[bytes]] | list[int], plan: ShardPlan,
+    def process(self, item: tuple[int, Iterable[bytes]] | list[int],
                 spills: list[str] | None = None) -> Iterator[tuple[str, Any]]:
+        plan = self._plan
         if spills is None:
             index, blocks = item  # type: ignore[misc]
             # On the process's pool all the same: however many bundle threads a runner runs
@@ -198,13 +201,13 @@ class WriteShards(beam.PTransform):
     Args:
         output: the output directory.
         window: W, which sets the row-group size.
-        plan: the `transforms.keys.ShardPlan`, a singleton PCollection.
+        plan: the `transforms.keys.ShardPlan` (`pipeline.graph.shard_plan`).
         fingerprint: the job's fingerprint, written into each shard's footer.
         tmp_dir: the job's temporary directory.
         spills: the spill files' paths (the file shuffle), or None.
     """
 
-    def __init__(self, *, output: str, window: int, plan: beam.PCollection,
+    def __init__(self, *, output: str, window: int, plan: ShardPlan,
                  fingerprint: str, tmp_dir: str,
                  spills: beam.PCollection | None = None) -> None:
         super().__init__()
@@ -215,18 +218,18 @@ class WriteShards(beam.PTransform):
         self._tmp_dir = tmp_dir
         self._spills = spills
 
-    def expand(self, groups: beam.PCollection) -> Outputs:
-        side: dict[str, Any] = {"plan": beam.pvalue.AsSingleton(self._plan)}
+    def expand(self, groups: beam.PCollection | beam.pvalue.PBegin) -> Outputs:
+        side: dict[str, Any] = {}
         if self._spills is not None:
             # Every shard, in batches spread over the workers; each shard reads its parts
             # from every file.
-            groups = (groups | "EveryShard" >> beam.FlatMap(_shard_batches)
+            groups = (groups | "EveryShard" >> beam.Create(list(_shard_batches(self._plan)))
                       | "SpreadShards" >> beam.Reshuffle())
             side["spills"] = beam.pvalue.AsList(self._spills)
         return (
             groups
             | "WriteShard" >> beam.ParDo(
-                _WriteShardFn(output=self._output, window=self._window,
+                _WriteShardFn(output=self._output, window=self._window, plan=self._plan,
                               fingerprint=self._fingerprint, tmp_dir=self._tmp_dir), **side)
             | "ByTag" >> SplitTags([SHARDS, REJECTS])
         )
@@ -302,9 +305,10 @@ class _FinalizeFn(beam.DoFn):
     def __init__(self, *, output: str, windows: WindowSpec, inputs: list[str],
                  reading: dict[str, Any], tokenizer: TokenizerSpec | str | None,
                  expected_files: dict[str, tuple[int, float | None]] | None, fingerprint: str,
-                 tmp_dir: str, attempt: str | None, max_skipped_share: float,
+                 tmp_dir: str, attempt: str | None, max_skipped_share: float, plan: ShardPlan,
                  splits: SplitSpec | None = None) -> None:
         self._output = output
+        self._plan = plan
         self._windows = windows
         self._inputs = inputs
         self._reading = reading
@@ -317,12 +321,11 @@ class _FinalizeFn(beam.DoFn):
         self._splits = splits if splits is not None and splits.active else None
 
     def process(self, group: tuple[None, Iterable[tuple[str, Any]]]) -> Iterator[dict]:
-        found: dict[str, list[Any]] = {_SHARDS: [], _REJECTS: [], _RECEIPTS: [], _PLAN: []}
+        found: dict[str, list[Any]] = {_SHARDS: [], _REJECTS: [], _RECEIPTS: []}
         for tag, value in group[1]:
             found[tag].append(value)
-        (plan,) = found[_PLAN]
         yield self._finalize(shards=found[_SHARDS], rejects=dict(found[_REJECTS]),
-                             receipts=found[_RECEIPTS], plan=plan)
+                             receipts=found[_RECEIPTS], plan=self._plan)
 
     def _finalize(self, *, shards: list[WrittenShard], rejects: dict[str, RejectCount],
                   receipts: list[Receipt], plan: ShardPlan) -> dict:
@@ -460,7 +463,7 @@ def _versions() -> dict[str, str]:
 class FinalizeDataset(beam.PTransform):
     """Writes ``_manifest.json`` once every shard and reject file is written, then cleans up.
 
-    The shards, reject counts, input receipts and the plan arrive as one group (each tagged,
+    The shards, reject counts and input receipts arrive as one group (each tagged,
     flattened, grouped under one key), so the runner cannot start this step before they are
     complete. Not side inputs: Beam's DaskRunner computes a side input inside the task that
     reads it, again for each reader, so three side inputs here ran EncodeChunks three times
@@ -481,7 +484,8 @@ class FinalizeDataset(beam.PTransform):
         attempt: the id in this job's claim on the output (None: no claim was taken).
         max_skipped_share: the job fails if more records than this share are skipped, and
             always if all are.
-        shards, reject_counts, receipts, plan: what the other steps emit.
+        shards, reject_counts, receipts: what the other steps emit.
+        plan: the `transforms.keys.ShardPlan` (`pipeline.graph.shard_plan`).
         splits: the job's sample and splits: with splits, one manifest per split in
             OUTPUT/NAME/ and the job's ``_splits.json`` last (`transforms.manifest`).
     """
@@ -490,16 +494,15 @@ class FinalizeDataset(beam.PTransform):
                  reading: dict[str, Any], tokenizer: TokenizerSpec | str | None,
                  expected_files: dict[str, tuple[int, float | None]] | None,
                  shards: beam.PCollection, reject_counts: beam.PCollection,
-                 receipts: beam.PCollection, plan: beam.PCollection, fingerprint: str,
+                 receipts: beam.PCollection, plan: ShardPlan, fingerprint: str,
                  tmp_dir: str, attempt: str | None = None,
                  max_skipped_share: float = 1.0, splits: SplitSpec | None = None) -> None:
         super().__init__()
         self._fn = _FinalizeFn(output=output, windows=windows, inputs=inputs, reading=reading,
                                tokenizer=tokenizer, expected_files=expected_files,
                                fingerprint=fingerprint, tmp_dir=tmp_dir, attempt=attempt,
-                               max_skipped_share=max_skipped_share, splits=splits)
-        self._parts = {_SHARDS: shards, _REJECTS: reject_counts, _RECEIPTS: receipts,
-                       _PLAN: plan}
+                               max_skipped_share=max_skipped_share, plan=plan, splits=splits)
+        self._parts = {_SHARDS: shards, _REJECTS: reject_counts, _RECEIPTS: receipts}
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         tagged = [
@@ -514,7 +517,7 @@ class FinalizeDataset(beam.PTransform):
         )
 
 
-_SHARDS, _REJECTS, _RECEIPTS, _PLAN = "shards", "rejects", "receipts", "plan"
+_SHARDS, _REJECTS, _RECEIPTS = "shards", "rejects", "receipts"
 
 
 def _tag_for_finalize(value: Any, tag: str) -> tuple[None, tuple[str, Any]]:

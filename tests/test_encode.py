@@ -15,9 +15,9 @@ import sentencepiece as spm
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline.encode import EncodeChunks, load_tokenizer
-from pipeline.read import PlanShards, SplitInputs
+from pipeline.read import SplitInputs
 from tests.conftest import DATA, block_documents, fn_api_pipeline
-from transforms.keys import doc_key, shard_of
+from transforms.keys import ShardPlan, doc_key, shard_of
 from transforms.params import ReadSpec, WindowSpec
 from transforms.windows import plan_windows
 
@@ -29,9 +29,8 @@ LINES = [json.dumps({"text": f"line {i} " + "x" * (i % 13)}) for i in range(200)
 def encode(p, patterns, *, spec=DEFAULT, windows=WINDOWS, tokenizer=None, num_shards=1,
            **kwargs):
     chunks = p | SplitInputs(patterns, spec=spec, chunk_bytes=1 << 20)
-    plan = chunks | PlanShards(num_shards)
     return chunks | EncodeChunks(spec=spec, windows=windows, tokenizer=tokenizer,
-                                 plan=plan, **kwargs)
+                                 plan=ShardPlan(num_shards=num_shards), **kwargs)
 
 
 def documents(kv):

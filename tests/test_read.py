@@ -13,7 +13,7 @@ import json
 import apache_beam as beam
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline.read import PlanShards, SplitInputs
+from pipeline.read import SplitInputs, plan_for_files
 from tests.conftest import fn_api_pipeline
 from transforms.keys import ShardPlan
 from transforms.params import ReadSpec
@@ -34,6 +34,33 @@ def test_each_file_once_with_its_first_pattern_s_relative_name(tmp_path):
                                   str(tmp_path / "a" / "b" / "two.txt")], spec=ReadSpec())
         assert_that(chunks | beam.Map(summary),
                     equal_to([("one.txt", 0, 5, 1), ("b/two.txt", 0, 11, 1)]))
+
+
+def test_from_the_launcher_s_matches_the_same_chunks_as_from_the_patterns(tmp_path):
+    """What the DaskRunner gets (one element per matched file) names and reads every file as
+    matching on the workers does: a file of several patterns once, clashing names disambiguated."""
+    from pipeline import fs
+
+    for d in ("en", "zh"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "part-0.jsonl").write_text("\n".join(LINES[:5]) + "\n")
+    (tmp_path / "en" / "big.jsonl").write_text("\n".join(LINES) + "\n")
+    patterns = [str(tmp_path / "en" / "*"), str(tmp_path / "zh" / "*"),
+                str(tmp_path / "en" / "big.jsonl")]
+    matched = [(i, path, size, mtime) for i, pattern in enumerate(patterns)
+               for path, size, mtime in fs.match_files(pattern)]
+    assert len(matched) == 4  # big.jsonl twice
+    want = []
+    for rel, path in (("big.jsonl", "en/big.jsonl"), ("en/part-0.jsonl", "en/part-0.jsonl"),
+                      ("zh/part-0.jsonl", "zh/part-0.jsonl")):
+        size = (tmp_path / path).stat().st_size
+        want += [(rel, start, min(start + 100, size)) for start in range(0, size, 100)]
+    with fn_api_pipeline() as p:
+        for label, given in (("Patterns", None), ("Files", matched)):
+            chunks = p | f"By{label}" >> SplitInputs(patterns, spec=ReadSpec(), chunk_bytes=100,
+                                                     matched=given)
+            assert_that(chunks | f"{label}Summary" >> beam.Map(lambda c: (c.rel, c.start, c.end)),
+                        equal_to(want), label=f"Check{label}")
 
 
 def test_a_split_file_s_chunks_are_numbered_by_their_first_line(tmp_path):
@@ -62,10 +89,13 @@ def test_shard_plan_from_input_sizes_counts_each_file_once(tmp_path):
         chunks = p | SplitInputs([str(tmp_path / "*")], spec=ReadSpec(), chunk_bytes=64)
         assert_that(chunks | "Chunks" >> beam.combiners.Count.Globally(),
                     equal_to([(size - 120 - gz + 63) // 64 + 2]), label="CheckChunks")
-        assert_that(chunks | "Auto" >> PlanShards(None, shard_bytes=100),
-                    equal_to([ShardPlan(num_shards=-(-size // 100))]), label="CheckAuto")
-        assert_that(chunks | "Given" >> PlanShards(7, shard_bytes=100),
-                    equal_to([ShardPlan(num_shards=7)]), label="CheckGiven")
-        assert_that(chunks | "Parts" >> PlanShards(2, part_bytes=50),
-                    equal_to([ShardPlan(num_shards=2, parts_per_shard=-(-text // 2 // 50))]),
-                    label="CheckParts")
+    files = {str(f): (f.stat().st_size, None) for f in tmp_path.iterdir()}
+    assert plan_for_files(files, num_shards=None, shard_bytes=100) == ShardPlan(
+        num_shards=-(-size // 100))
+    assert plan_for_files(files, num_shards=7, shard_bytes=100) == ShardPlan(num_shards=7)
+    assert plan_for_files(files, num_shards=2, part_bytes=50) == ShardPlan(
+        num_shards=2, parts_per_shard=-(-text // 2 // 50))
+    # {path: size} as well; a dry run (no files matched) plans as if there were no input.
+    assert plan_for_files({p: s for p, (s, _) in files.items()}, num_shards=None,
+                          shard_bytes=100) == ShardPlan(num_shards=-(-size // 100))
+    assert plan_for_files(None, num_shards=None) == ShardPlan(num_shards=1)

@@ -5,7 +5,8 @@
   embedded job server and executed by SDK workers that a separate worker pool process starts,
   as on Flink), and ``--runner=DirectRunner`` (which tries Prism first and falls back).
 * A Dask cluster: a ``dask scheduler`` and two ``dask worker`` processes on 127.0.0.1, the
-  job submitted with ``--runner DaskRunner``: the same bytes, each step run once.
+  job submitted with ``--runner DaskRunner --dask_npartitions 4``: the same bytes, each
+  chunk encoded and each shard written once, both workers encoding.
 * The Dataflow translation, offline: with gs:// input, tokenizer and output, the job builds
   and translates for Dataflow with ``--setup_file ./setup.py`` while every socket, GCS client
   and credential lookup is made to fail, and the staged package holds the project.
@@ -254,7 +255,7 @@ def dask_cluster(tmp_path: pathlib.Path):
 
 
 @needs_dask
-def test_same_bytes_on_a_dask_cluster_each_step_once(tmp_path, dask_cluster):
+def test_same_bytes_on_a_dask_cluster_each_step_once_on_both_workers(tmp_path, dask_cluster):
     address, pids, worker_logs = dask_cluster
     for pid in pids:  # nothing of the cluster listens beyond this machine
         assert set(_listening(pid)) == {"127.0.0.1"}, (pid, _listening(pid))
@@ -263,23 +264,28 @@ def test_same_bytes_on_a_dask_cluster_each_step_once(tmp_path, dask_cluster):
     with distributed.Client(address, timeout=30) as client:
         client.get_task_stream()  # starts recording (the scheduler's task stream plugin)
         dask = _cli(*args, "--output", str(tmp_path / "dask"), "--runner=DaskRunner",
-                    f"--dask_client_address={address}")
+                    f"--dask_client_address={address}", "--dask_npartitions=4")
         assert dask.returncode == 0, dask.stderr
         tasks = client.get_task_stream()
     assert dir_bytes(tmp_path / "dask") == dir_bytes(tmp_path / "in_memory")
 
-    logged = "".join(p.read_text(errors="replace") for p in worker_logs)
-    # Each chunk (here: each of the 7 files) encoded once, each shard written once: with
-    # FinalizeDataset's inputs as side inputs, EncodeChunks ran 3 times and WriteShards twice.
-    chunks = re.findall(r"encoded chunk (\S+): ", logged)
-    assert len(chunks) == len(set(chunks)) == 7, chunks
-    shards = re.findall(r"wrote (part-\d+-of-00003\.parquet)", logged)
+    # Each chunk (here: each of the 7 files) encoded once, each shard written once (the
+    # shard plan is no side input, which the DaskRunner would compute again in each task).
+    logs = [p.read_text(errors="replace") for p in worker_logs]
+    chunks = [re.findall(r"encoded chunk (\S+): ", log) for log in logs]
+    every = [c for mine in chunks for c in mine]
+    assert len(every) == len(set(every)) == 7, chunks
+    shards = re.findall(r"wrote (part-\d+-of-00003\.parquet)", "".join(logs))
     assert sorted(shards) == [f"part-0000{i}-of-00003.parquet" for i in range(3)], shards
+    # The graph starts from one element per file, so --dask_npartitions cuts the files into
+    # partitions, and both workers encode some of them.
+    assert all(chunks), chunks
     per_worker: dict[str, int] = {}
     for task in tasks:
         per_worker[task["worker"]] = per_worker.get(task["worker"], 0) + 1
-    print(f"dask tasks per worker: {per_worker}")  # README: one partition, one worker
-    assert sum(per_worker.values()) > 0
+    print(f"dask tasks per worker: {per_worker}; chunks encoded per worker: "
+          f"{[len(c) for c in chunks]}")
+    assert len(per_worker) == 2, per_worker
 
 
 def test_the_file_shuffle_is_refused_on_dask(tmp_path):
@@ -366,7 +372,7 @@ def test_gs_job_translates_for_dataflow_offline(offline):
     assert job.dry_run and job.result is not None
     translated = job.result.job.proto_pipeline
     names = {t.unique_name for t in translated.components.transforms.values()}
-    for step in ("SplitInputs", "SplitInputs/MatchFiles", "PlanShards", "EncodeChunks",
+    for step in ("SplitInputs", "SplitInputs/MatchFiles", "EncodeChunks",
                  "ShuffleDocuments", "ShuffleDocuments/GroupByShard",
                  "WriteShards", "WriteRejects", "FinalizeDataset",
                  "FinalizeDataset/WriteManifest"):

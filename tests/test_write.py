@@ -10,10 +10,10 @@ import apache_beam as beam
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline.encode import EncodeChunks
-from pipeline.read import PlanShards, SplitInputs
+from pipeline.read import SplitInputs
 from pipeline.write import ShuffleDocuments
 from tests.conftest import block_documents, fn_api_pipeline
-from transforms.keys import doc_key, shard_of
+from transforms.keys import ShardPlan, doc_key, shard_of
 from transforms.params import ReadSpec, WindowSpec
 
 
@@ -21,7 +21,7 @@ def shuffled(p, path, *, windows, num_shards):
     spec = ReadSpec(format="lines")
     chunks = p | SplitInputs([str(path)], spec=spec)
     encoded = chunks | EncodeChunks(spec=spec, windows=windows, tokenizer=None,
-                                    plan=chunks | PlanShards(num_shards))
+                                    plan=ShardPlan(num_shards=num_shards))
     return encoded.blocks | ShuffleDocuments()
 
 

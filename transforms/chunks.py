@@ -54,6 +54,7 @@ __all__ = [
     "Receipt",
     "account_inputs",
     "common_base",
+    "compression_of",
     "count_lines",
     "decompressed",
     "detect_format",
@@ -194,17 +195,22 @@ def disambiguated_name(path: str, bases: Iterable[str]) -> str:
     return shown_name(path[len(base) :] if base and path.startswith(base) else path)
 
 
+def compression_of(path: str) -> str | None:
+    """gzip, bzip2 or zstd, as the file name's last extension says; None: not compressed."""
+    for ext, kind in COMPRESSIONS.items():
+        if path.endswith(ext):
+            return kind
+    return None
+
+
 def detect_format(path: str, forced: str | None) -> tuple[str, str | None]:
     """(format, compression) of a file from its extension, unless ``forced``.
 
     Raises:
         ValueError: the extension says nothing and no format was given.
     """
-    stem, compression = path, None
-    for ext, kind in COMPRESSIONS.items():
-        if path.endswith(ext):
-            stem, compression = path[: -len(ext)], kind
-            break
+    compression = compression_of(path)
+    stem = path if compression is None else path[: path.rfind(".")]  # .gz, .bz2, .zst
     if forced is not None:
         return forced, compression
     dot = stem.rfind(".")
