@@ -128,7 +128,8 @@ def engine_args(engine: str, port: int, address: str) -> list[str]:
                              "--direct_num_workers=2"],
         "portable": ["--runner=PortableRunner", "--job_endpoint=embed",
                      "--environment_type=EXTERNAL", f"--environment_config=localhost:{port}"],
-        "dask": ["--runner=DaskRunner", f"--dask_client_address={address}"],
+        "dask": ["--runner=DaskRunner", f"--dask_client_address={address}",
+                 "--dask_npartitions=8"],
     }[engine]
 
 
