@@ -7,11 +7,11 @@
                                           (_manifest.json, written last)
 
 `pipeline.read` holds the first step, `pipeline.encode` the second, `pipeline.write` the
-rest; each wraps pure functions of `transforms`. The shard plan (`transforms.keys.ShardPlan`:
-how many shards, of how many parts, for which split) is computed at launch from the sizes of
-the files the launcher matched (`shard_plan`) and given to EncodeChunks, WriteShards and
-FinalizeDataset as a constant, not a side input: Beam's DaskRunner computes a side input
-again inside every task that reads it.
+shuffle, shards and rejects, `pipeline.finalize` the last step; each wraps pure functions of
+`transforms`. The shard plan (`transforms.keys.ShardPlan`: how many shards, of how many parts,
+for which split) is computed at launch from the sizes of the files the launcher matched
+(`shard_plan`) and given to EncodeChunks, WriteShards and FinalizeDataset as a constant, not a
+side input: Beam's DaskRunner computes a side input again inside every task that reads it.
 
 The shuffle (``--shuffle``): ``runner`` sends the blocks themselves through the runner's
 GroupByKey (ShuffleDocuments); ``files`` spills each chunk's blocks to one indexed file under
@@ -38,9 +38,10 @@ import apache_beam as beam
 
 from pipeline import fs
 from pipeline.encode import RECORDS, REJECTS, EncodeChunks
+from pipeline.finalize import FinalizeDataset
 from pipeline.options import JobConfig
 from pipeline.read import Matched, SplitInputs, plan_for_files
-from pipeline.write import FinalizeDataset, ShuffleDocuments, WriteRejects, WriteShards
+from pipeline.write import ShuffleDocuments, WriteRejects, WriteShards
 from transforms.chunks import CHUNK_BYTES
 from transforms.keys import ShardPlan
 from transforms.schema import TMP_DIR

@@ -114,7 +114,7 @@ def test_two_jobs_into_one_output_at_once_the_second_stops_early(corpus, tmp_pat
 
 
 def test_a_shard_of_another_job_never_sits_under_the_manifest(corpus, tmp_path):
-    from pipeline.write import _check_shard_footer
+    from pipeline.finalize import _check_shard_footer
 
     run_job(tmp_path / "a", "--input", str(corpus), "--tokenizer", "bytes", "--seed", "1")
     b = run_job(tmp_path / "b", "--input", str(corpus), "--tokenizer", "bytes", "--seed", "2")
