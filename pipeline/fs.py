@@ -47,6 +47,11 @@ def join(base: str, *parts: str) -> str:
     return FileSystems.join(base.rstrip("/"), *parts)
 
 
+def split(path: str) -> tuple[str, str]:
+    """(the directory holding ``path``, its last component), on any file system."""
+    return FileSystems.split(path.rstrip("/"))
+
+
 def scheme(path: str) -> str | None:
     """The path's scheme (``gs``, ``s3`` …), or None for a plain local path."""
     return FileSystems.get_scheme(path)

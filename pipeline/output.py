@@ -209,6 +209,24 @@ def _remove_emptied_dirs(output: str, deleted: list[str]) -> None:
                 os.rmdir(entry.path)  # only if empty
 
 
+def _refuse_a_split_of_another_job(output: str) -> None:
+    """A split of a split job (OUTPUT/val) is that job's to rewrite: a job of its own there
+    would leave the job's ``_splits.json`` describing a dataset that is gone."""
+    parent, name = fs.split(output)
+    record_path = fs.join(parent or ".", SPLITS_NAME)
+    if not fs.is_file(record_path):
+        return
+    try:
+        names = [s.get("name") for s in json.loads(fs.read_bytes(record_path))["splits"]]
+    except Exception:  # not a record of ours: nothing to protect
+        return
+    if name in names:
+        raise ValueError(
+            f"--output {output} is the split {name} of the job in {parent} ({SPLITS_NAME}): "
+            f"rerun that job (--output {parent} --overwrite), or choose another directory"
+        )
+
+
 def claim_output(config: JobConfig, attempt: str, fingerprint: str) -> None:
     """Claim the output, then make sure it is empty or (--overwrite) holds only what the old
     dataset accounts for, and delete that. Raises ValueError (and releases the claim)."""
@@ -216,6 +234,7 @@ def claim_output(config: JobConfig, attempt: str, fingerprint: str) -> None:
         raise ValueError(
             f"--output {config.output} is a file, not a directory: choose a directory"
         )
+    _refuse_a_split_of_another_job(config.output)
     stale = _take_claim(config, attempt, fingerprint)
     try:
         claim = fs.join(config.output, CLAIM_NAME)

@@ -676,3 +676,19 @@ def test_overwrite_keeps_an_empty_directory_of_the_user_s(tmp_path):
     run_job(out, *args, "--overwrite")  # replaces the split job by a plain one
     assert sorted(p.name for p in out.iterdir()) == [
         "_manifest.json", "_rejects", "mine", "part-00000-of-00001.parquet"]
+
+
+def test_a_job_into_one_split_of_a_split_job_is_refused(tmp_path, capsys):
+    from pipeline.run import main
+
+    src = _split_corpus(tmp_path, n=50)
+    out = tmp_path / "out"
+    args = ["--input", str(src), "--tokenizer", "bytes", "--window", "8"]
+    run_job(out, *args, "--split", "val=0.3")
+    before = dir_bytes(out)
+    with pytest.raises(SystemExit) as e:
+        main([*args, "--output", str(out / "val"), "--overwrite"])
+    assert e.value.code == 2
+    assert (f"--output {out / 'val'} is the split val of the job in {out} (_splits.json): "
+            f"rerun that job (--output {out} --overwrite)") in capsys.readouterr().err
+    assert dir_bytes(out) == before
