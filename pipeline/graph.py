@@ -40,7 +40,7 @@ from pipeline import fs
 from pipeline.encode import RECORDS, REJECTS, EncodeChunks
 from pipeline.finalize import FinalizeDataset
 from pipeline.options import JobConfig
-from pipeline.read import Matched, SplitInputs, plan_for_files
+from pipeline.read import PatternMatch, SplitInputs, plan_for_files
 from pipeline.write import ShuffleDocuments, WriteRejects, WriteShards
 from transforms.chunks import CHUNK_BYTES
 from transforms.keys import ShardPlan
@@ -69,7 +69,7 @@ def build_pipeline(
     fingerprint: str = "",
     tmp_dir: str | None = None,
     attempt: str | None = None,
-    matched: list[Matched] | None = None,
+    matched: list[PatternMatch] | None = None,
 ) -> beam.PCollection:
     """Wire the job into ``p``; returns the PCollection holding the manifest.
 

@@ -30,7 +30,7 @@ from transforms.keys import ShardPlan, plan_shards
 from transforms.params import ReadSpec
 from transforms.splits import SplitSpec
 
-__all__ = ["COMPRESSED_TEXT_RATIO", "TARGET_SHARD_INPUT_BYTES", "Matched", "SplitInputs",
+__all__ = ["COMPRESSED_TEXT_RATIO", "TARGET_SHARD_INPUT_BYTES", "PatternMatch", "SplitInputs",
            "plan_for_files"]
 
 # Without --num-shards: one shard per this many bytes of input files.
@@ -38,10 +38,10 @@ TARGET_SHARD_INPUT_BYTES = 64 << 20
 
 
 _Match = tuple[int, str, int, float | None]  # pattern index, relative name, size, mtime
-Matched = tuple[int, str, int, float | None]  # a file as a pattern matched it: index, path, …
+PatternMatch = tuple[int, str, int, float | None]  # pattern index, path, size, mtime
 
 
-def _named(found: Matched, bases: list[str]) -> tuple[str, tuple[str, _Match]]:
+def _named(found: PatternMatch, bases: list[str]) -> tuple[str, tuple[str, _Match]]:
     """(relative name, (path, (pattern index, relative name, size, mtime)))."""
     index, path, size, mtime = found
     rel = relative_name(path, bases[index])
@@ -115,7 +115,7 @@ class SplitInputs(beam.PTransform):
 
     def __init__(self, patterns: Iterable[str], *, spec: ReadSpec,
                  chunk_bytes: int = CHUNK_BYTES,
-                 matched: Iterable[Matched] | None = None) -> None:
+                 matched: Iterable[PatternMatch] | None = None) -> None:
         super().__init__()
         self._patterns = list(patterns)
         self._spec = spec

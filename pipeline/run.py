@@ -47,7 +47,7 @@ from pipeline.encode import load_tokenizer
 from pipeline.graph import build_pipeline, shard_plan
 from pipeline.options import JobConfig, TokenWindowsOptions, runner_name
 from pipeline.output import absolute, check_outside_inputs, claim_output, release
-from pipeline.read import Matched
+from pipeline.read import PatternMatch
 from transforms.chunks import pattern_base, relative_name, shown_name
 from transforms.manifest import (
     MANIFEST_NAME,
@@ -98,7 +98,7 @@ class Plan(NamedTuple):
     attempt: str | None  # the id in the claim on the output; None: no claim (dry run)
     tmp_dir: str  # OUTPUT/.tmp/<attempt>: every temporary file of this job
     # (pattern index, path, size, mtime) of every match, a file once per pattern; None: dry run
-    matched: list[Matched] | None = None
+    matched: list[PatternMatch] | None = None
 
 
 def preflight(config: JobConfig, options: PipelineOptions) -> Plan:
@@ -132,7 +132,7 @@ def preflight(config: JobConfig, options: PipelineOptions) -> Plan:
         return Plan(None, "", None, fs.join(config.output, TMP_DIR, "dry-run"))
     files: dict[str, tuple[int, float | None]] = {}
     names: list[tuple[int, str, int]] = []
-    matched: list[Matched] = []
+    matched: list[PatternMatch] = []
     out = absolute(config.output).rstrip("/") + "/"
     for index, pattern in enumerate(config.inputs):
         found = fs.match_files(pattern)
