@@ -11,8 +11,7 @@ Any failure names the window. pyarrow only: no Beam, no torch.
 
 from __future__ import annotations
 
-import typing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -22,7 +21,7 @@ from transforms.params import WindowSpec
 from transforms.splits import SplitSpec
 from transforms.windows import random_offset
 
-if typing.TYPE_CHECKING:
+if TYPE_CHECKING:
     from reader.inspect import Dataset
 
 __all__ = ["COLUMNS", "SHOWN_FAILURES", "check"]
