@@ -30,7 +30,15 @@ from importlib import metadata
 
 import pytest
 
-from tests.conftest import ROOT, SAMPLES, dir_bytes, run_job, write_jsonl
+from tests.conftest import (
+    ROOT,
+    SAMPLES,
+    dir_bytes,
+    run_job,
+    stop_processes,
+    wait_listening,
+    write_jsonl,
+)
 from transforms.manifest import MANIFEST_NAME
 from transforms.schema import REJECTS_DIR
 
@@ -100,18 +108,7 @@ def worker_pool(tmp_path: pathlib.Path):
             start_new_session=True,  # one process group: the pool and its workers
         )
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                if proc.poll() is not None:
-                    pytest.fail(f"the worker pool exited ({proc.returncode}):\n"
-                                f"{log_path.read_text(errors='replace')}")
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        pytest.fail(f"the worker pool did not listen on port {port} in 60 s")
-                    time.sleep(0.2)
+            wait_listening(proc, port, "the worker pool", log_path)
             yield port, log_path
         finally:
             _stop_group(proc)
@@ -190,19 +187,6 @@ needs_dask = pytest.mark.skipif(
 )
 
 
-def _stop(procs: list[subprocess.Popen]) -> None:
-    """Stop each process by its PID: politely, then for sure."""
-    for proc in reversed(procs):
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
-    for proc in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=20)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
 def _listening(pid: int) -> list[str]:
     """The addresses the process and its children listen on (TCP)."""
     import psutil
@@ -251,7 +235,7 @@ def dask_cluster(tmp_path: pathlib.Path):
             client.wait_for_workers(2, timeout=60)
         yield address, [p.pid for p in procs], logs[1:]
     finally:
-        _stop(procs)
+        stop_processes(procs)
 
 
 @needs_dask

@@ -19,12 +19,11 @@ import os
 import pathlib
 import socket
 import subprocess
-import time
 from collections.abc import Callable
 
 import pytest
 
-from tests.conftest import SAMPLES, dir_bytes, run_job, write_jsonl
+from tests.conftest import SAMPLES, dir_bytes, run_job, stop_processes, wait_listening, write_jsonl
 from transforms.manifest import MANIFEST_NAME
 from transforms.schema import REJECTS_DIR
 
@@ -41,25 +40,10 @@ def _server(cmd: list[str], port: int, log: pathlib.Path, env: dict[str, str] | 
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"{cmd[0]} exited ({proc.returncode}):\n{log.read_text()}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"{cmd[0]} did not listen on port {port} in 60 s")
-                time.sleep(0.2)
+        wait_listening(proc, port, cmd[0], log)
         yield proc
     finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_processes([proc], timeout=10)
 
 
 def _job(*args: str) -> tuple[int, str]:
