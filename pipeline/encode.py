@@ -165,9 +165,9 @@ class _EncodeChunkFn(beam.DoFn):
 
     def _encode(self, chunk: Chunk, plan: ShardPlan, spill: SpillWriter | None) -> Iterator[Any]:
         pending: collections.deque[tuple[list[Document], Future]] = collections.deque()
-        held = PartBuffer(windows=self._windows, num_shards=plan.num_shards,
+        held = PartBuffer(windows=self._windows, plan=plan,
                           parts_per_shard=1 if spill is None else plan.parts_per_shard,
-                          plan=plan, splits=self._splits)
+                          splits=self._splits)
         records = sampled_out = 0
         items = read_chunk(chunk, self._spec, fs.open_raw)
         for batch in batch_documents(items, max_chars=self._batch_chars):

@@ -26,7 +26,7 @@ from transforms.encoding import (
     encode_documents,
     pack_documents,
 )
-from transforms.keys import doc_key, part_of, shard_of
+from transforms.keys import ShardPlan, doc_key, part_of, shard_of
 from transforms.params import ReadSpec, WindowSpec
 from transforms.parquet import write_rows
 from transforms.rows import ShardRows
@@ -206,8 +206,8 @@ def test_part_buffer_packs_one_block_per_part_and_flush_whatever_it_holds(max_to
     docs = [Document(doc_id=f"d{i}", text="abc" * (i % 7 + 1), source=f"f:{i + 1}")
             for i in range(90)]
     tok = ByteTokenizer()
-    buffer = PartBuffer(windows=spec, num_shards=2, parts_per_shard=parts_per_shard,
-                        max_tokens=max_tokens)
+    buffer = PartBuffer(windows=spec, plan=ShardPlan(num_shards=2),
+                        parts_per_shard=parts_per_shard, max_tokens=max_tokens)
     flushes, tokens = [], 0
     for lo in range(0, len(docs), 20):
         batch = docs[lo : lo + 20]
@@ -234,3 +234,9 @@ def test_part_buffer_packs_one_block_per_part_and_flush_whatever_it_holds(max_to
         want = ShardRows([b for s, b in whole.blocks if s == shard])
         got = ShardRows(mine)
         assert got.table(0, got.num_rows).equals(want.table(0, want.num_rows))
+
+
+def test_part_buffer_refuses_a_plan_with_splits_but_no_split_definition():
+    plan = ShardPlan(num_shards=3, splits=(("val", 1), ("train", 2)))
+    with pytest.raises(ValueError, match=r"the plan has splits: give their definition"):
+        PartBuffer(windows=WINDOWS, plan=plan)

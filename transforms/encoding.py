@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from transforms.blocks import pack_blocks
 from transforms.documents import Document, Reject
-from transforms.keys import ShardPlan, doc_keys, shard_of
+from transforms.keys import ShardPlan, doc_keys
 from transforms.params import WindowSpec
 from transforms.splits import SplitSpec
 from transforms.tokenizers import Tokenizer
@@ -126,20 +126,24 @@ class PartBuffer:
 
     Args:
         windows: the window parameters (and the seed of the keys).
-        num_shards, parts_per_shard: the shard plan (`transforms.keys.ShardPlan`).
+        plan: the shard plan (`transforms.keys.ShardPlan`): a document goes to its split's
+            part, `ShardPlan.part_of`.
+        parts_per_shard: parts per shard (1: a part is a shard).
+        splits: the split definition, which a plan with splits needs.
         max_tokens: flush once this many tokens are held.
-        plan, splits: with splits, the plan that numbers every split's shards and the split
-            definition: a document goes to its split's part (`ShardPlan.part_of`).
+
+    Raises:
+        ValueError: the plan has splits but no ``splits`` are given.
     """
 
-    def __init__(self, *, windows: WindowSpec, num_shards: int, parts_per_shard: int = 1,
-                 max_tokens: int = BUFFER_TOKENS, plan: ShardPlan | None = None,
-                 splits: SplitSpec | None = None) -> None:
+    def __init__(self, *, windows: WindowSpec, plan: ShardPlan, parts_per_shard: int = 1,
+                 splits: SplitSpec | None = None, max_tokens: int = BUFFER_TOKENS) -> None:
+        if plan.splits and splits is None:
+            raise ValueError("the plan has splits: give their definition (splits=)")
         self._windows = windows
-        self._num_shards = num_shards
+        self._plan = plan
         self._parts_per_shard = parts_per_shard
-        self._plan = plan if splits is not None and splits.names else None
-        self._splits = splits
+        self._splits = splits if plan.splits else None
         self._max_tokens = max_tokens
         self._docs: dict[int, list[Document]] = {}
         self._tokens: dict[int, list[npt.NDArray[np.int32]]] = {}
@@ -149,16 +153,11 @@ class PartBuffer:
     def add(self, docs: Sequence[Document], tokens: Sequence[npt.NDArray[np.int32]]) -> Encoded:
         """Hold documents (their z in ``tokens``); returns the blocks of a flush, if the
         buffer filled up, else none (``Encoded.tokens``/``windows`` count what was packed)."""
-        parts = self._num_shards * self._parts_per_shard
         ids = [d.doc_id for d in docs]
         keys = doc_keys(self._windows.seed, ids).tolist()
-        if self._plan is None:
-            where = [shard_of(key, parts) for key in keys]
-        else:
-            split = self._splits.split_of(ids)  # type: ignore[union-attr]
-            where = [self._plan.part_of(key, s, self._parts_per_shard)
-                     for key, s in zip(keys, split, strict=True)]
-        for doc, z, key, part in zip(docs, tokens, keys, where, strict=True):
+        split = [0] * len(ids) if self._splits is None else self._splits.split_of(ids)
+        for doc, z, key, s in zip(docs, tokens, keys, split, strict=True):
+            part = self._plan.part_of(key, s, self._parts_per_shard)
             # The text is encoded already: only the id, source and flag are held.
             self._docs.setdefault(part, []).append(doc._replace(text=""))
             self._tokens.setdefault(part, []).append(z)
@@ -174,7 +173,7 @@ class PartBuffer:
         tokens = windows = 0
         for part in sorted(self._docs):
             packed = pack_documents(self._docs.pop(part), self._tokens.pop(part),
-                                    windows=self._windows, num_shards=self._num_shards,
+                                    windows=self._windows, num_shards=self._plan.num_shards,
                                     parts_per_shard=self._parts_per_shard,
                                     keys=self._keys.pop(part), part=part)
             blocks += packed.blocks
