@@ -90,8 +90,8 @@ class _FinalizeFn(beam.DoFn):
         for index in sorted(set(range(num_shards)) - done):
             # A key range that no document fell in still gets its (empty) file.
             shards.append(write_placed_shard(plan=plan, index=index, output=self._output,
-                                        fingerprint=self._fingerprint, rows=ShardRows([]),
-                                        window=window, tmp_dir=self._tmp_dir))
+                                             fingerprint=self._fingerprint, rows=ShardRows([]),
+                                             window=window, tmp_dir=self._tmp_dir))
         check_claim(self._output, self._attempt)
         for shard in shards:  # a concurrent job's shard must never sit under our manifest
             directory, _, _, footer = place_shard(plan, shard.index, self._output,

@@ -217,9 +217,10 @@ def _refuse_a_split_of_another_job(output: str) -> None:
     if not fs.is_file(record_path):
         return
     try:
-        names = [s.get("name") for s in json.loads(fs.read_bytes(record_path))["splits"]]
-    except Exception:  # not a record of ours: nothing to protect
+        record = parse_splits_record(fs.read_bytes(record_path), where=record_path)
+    except ValueError:  # not a record of ours: nothing to protect
         return
+    names = [s["name"] for s in record["splits"]]
     if name in names:
         raise ValueError(
             f"--output {output} is the split {name} of the job in {parent} ({SPLITS_NAME}): "

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import json
 import os
 import time
 import urllib.parse
@@ -59,7 +58,7 @@ import pyarrow.parquet as pq
 from reader import integrity
 from reader.layout import COLUMNS as LAYOUT_COLUMNS
 from reader.layout import RECORD, LayoutCache, ShardLayout, ShardSource, default_cache_dir
-from transforms.manifest import MANIFEST_NAME, parse_manifest
+from transforms.manifest import MANIFEST_NAME, parse_manifest, parse_splits_record
 from transforms.schema import ARROW_SCHEMA, SHARD_PATTERN
 from transforms.splits import SPLITS_NAME, split_job_message
 
@@ -196,7 +195,7 @@ class WindowDataset:
             splits = f"{self._root}/{SPLITS_NAME}"
             if self._fs.get_file_info(splits).type == pafs.FileType.File:
                 with self._fs.open_input_stream(splits) as f:
-                    record = json.loads(f.read())
+                    record = parse_splits_record(f.read(), where=self._where(SPLITS_NAME))
                 raise FileNotFoundError(split_job_message(self.path, record))
             raise FileNotFoundError(
                 f"{where} not found: a directory without a manifest is not a finished dataset "

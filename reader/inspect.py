@@ -52,7 +52,12 @@ import pyarrow.parquet as pq
 
 from reader.check import COLUMNS as _COLUMNS
 from reader.check import SHOWN_FAILURES, check
-from transforms.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME, parse_manifest
+from transforms.manifest import (
+    LEGACY_MANIFEST_NAME,
+    MANIFEST_NAME,
+    parse_manifest,
+    parse_splits_record,
+)
 from transforms.params import WindowSpec
 from transforms.splits import SPLITS_NAME, split_job_message
 from transforms.tokenizers import BYTES, Tokenizer, tokenizer_from_bytes
@@ -114,7 +119,7 @@ def open_dataset(root: str) -> Dataset:
             )
         if _exists(fs, f"{path}/{SPLITS_NAME}"):
             with fs.open_input_stream(f"{path}/{SPLITS_NAME}") as f:
-                record = json.loads(f.read())
+                record = parse_splits_record(f.read(), where=f"{root}/{SPLITS_NAME}")
             raise ValueError(split_job_message(root, record))
         raise ValueError(f"{where} does not exist: {root} is not a finished dataset")
     with fs.open_input_stream(f"{path}/{MANIFEST_NAME}") as f:
