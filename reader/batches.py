@@ -87,6 +87,29 @@ def _field(window: Mapping[str, Any], name: str, b: int) -> int:
     return int(value)
 
 
+def _checked(window: Mapping[str, Any], b: int,
+             where: str = "") -> tuple[npt.NDArray[Any], int, int]:
+    """(tokens, length, loss_start) of window ``b`` (``where``: more of where it is), checked:
+    1-D integer ids, length ≥ 1, length + 1 ids, 0 ≤ loss_start < length."""
+    at = _describe(window, b) + where
+    if "tokens" not in window:
+        raise ValueError(f"{at} lacks the key 'tokens'")
+    tokens = np.asarray(window["tokens"])
+    length = _field(window, "length", b)
+    loss_start = _field(window, "loss_start", b)
+    if tokens.ndim != 1 or (tokens.size and not np.issubdtype(tokens.dtype, np.integer)):
+        raise ValueError(f"{at}: tokens must be a 1-D array of integer ids, but got shape "
+                         f"{tokens.shape} of {tokens.dtype}")
+    if length < 1:
+        raise ValueError(f"{at}: length must be at least 1, but got {length}")
+    if tokens.size != length + 1:
+        raise ValueError(f"{at}: tokens has {tokens.size} ids, but length {length} needs "
+                         f"{length + 1} (inputs tokens[:-1], targets tokens[1:])")
+    if not 0 <= loss_start < length:
+        raise ValueError(f"{at}: loss_start must be in [0, {length}), but got {loss_start}")
+    return tokens, length, loss_start
+
+
 def _alloc(numel: int) -> torch.Tensor:
     """An int64 buffer; in a ``DataLoader`` worker, in shared memory (no copy to send it)."""
     if torch.utils.data.get_worker_info() is not None:
@@ -172,27 +195,7 @@ def collate(windows: Sequence[Mapping[str, Any]], pad_id: int) -> dict[str, Any]
     loss_starts = np.empty(batch_size, dtype=np.int64)
     spans = []
     for b, window in enumerate(windows):
-        if "tokens" not in window:
-            raise ValueError(f"{_describe(window, b)} lacks the key 'tokens'")
-        tokens = np.asarray(window["tokens"])
-        length = _field(window, "length", b)
-        loss_start = _field(window, "loss_start", b)
-        if tokens.ndim != 1 or (tokens.size and not np.issubdtype(tokens.dtype, np.integer)):
-            raise ValueError(
-                f"{_describe(window, b)}: tokens must be a 1-D array of integer ids, but got "
-                f"shape {tokens.shape} of {tokens.dtype}"
-            )
-        if length < 1:
-            raise ValueError(f"{_describe(window, b)}: length must be at least 1, but got {length}")
-        if tokens.size != length + 1:
-            raise ValueError(
-                f"{_describe(window, b)}: tokens has {tokens.size} ids, but length {length} "
-                f"needs {length + 1} (inputs tokens[:-1], targets tokens[1:])"
-            )
-        if not 0 <= loss_start < length:
-            raise ValueError(
-                f"{_describe(window, b)}: loss_start must be in [0, {length}), but got {loss_start}"
-            )
+        tokens, length, loss_start = _checked(window, b)
         lengths[b] = length
         loss_starts[b] = loss_start
         spans.append(tokens)
@@ -225,16 +228,7 @@ def _row_arrays(rows: Sequence[Sequence[Mapping[str, Any]]]) -> tuple[npt.NDArra
             row_of.append(np.full(len(row), r, dtype=np.int64))
             continue
         for b, window in enumerate(row):
-            if "tokens" not in window:
-                raise ValueError(f"{_describe(window, b)} of row {r} lacks the key 'tokens'")
-            t = np.asarray(window["tokens"])
-            length, loss_start = _field(window, "length", b), _field(window, "loss_start", b)
-            if t.ndim != 1 or t.size != length + 1 or not 0 <= loss_start < length:
-                raise ValueError(
-                    f"{_describe(window, b)} of row {r}: needs tokens of length + 1 ids and "
-                    f"0 <= loss_start < length, but got {t.size} ids, length {length}, "
-                    f"loss_start {loss_start}"
-                )
+            t, length, loss_start = _checked(window, b, f" of row {r}")
             tokens.append(t)
             lengths.append(np.array([length], dtype=np.int64))
             loss_starts.append(np.array([loss_start], dtype=np.int64))
