@@ -13,6 +13,8 @@ returns int64 tensors of shape (B, T), T = the longest L in the batch:
 * ``attention_mask[b, t]`` = 1 for t < L, else 0;
 * ``position_ids[b, t]``   = t for t < L, else 0 (positions restart in every window);
 * ``lengths[b]`` = L (shape (B,));
+* ``index[b]`` = the window's global index in its dataset (shape (B,)), when the windows
+  carry one (``WindowDataset`` items do): ``ds.doc_id(batch["index"])`` names their documents;
 
 and ``num_targets``, a Python int: the number of labels that are not −100.
 
@@ -118,8 +120,18 @@ def _alloc(numel: int) -> torch.Tensor:
     return torch.empty(numel, dtype=torch.int64)
 
 
+def _window_index(windows: Sequence[Mapping[str, Any]]) -> npt.NDArray[np.int64] | None:
+    """Each window's dataset index, or None unless every window names one."""
+    if isinstance(windows, WindowBatch):
+        return windows.index
+    if not all(isinstance(w, Mapping) and "index" in w for w in windows):
+        return None
+    return np.array([int(w["index"]) for w in windows], dtype=np.int64)
+
+
 def _pad(flat: npt.NDArray[Any], offsets: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64],
-         loss_starts: npt.NDArray[np.int64], pad_id: int) -> dict[str, Any]:
+         loss_starts: npt.NDArray[np.int64], pad_id: int,
+         index: npt.NDArray[np.int64] | None = None) -> dict[str, Any]:
     """The batch tensors from checked windows: window b is ``flat[offsets[b]:offsets[b+1]]``."""
     batch_size = len(lengths)
     num_targets = int((lengths - loss_starts).sum())
@@ -156,7 +168,7 @@ def _pad(flat: npt.NDArray[Any], offsets: npt.NDArray[np.int64], lengths: npt.ND
             input_ids[b, :n] = flat[o : o + n]
             labels[b, ls:n] = flat[o + ls + 1 : o + n + 1]
     planes = buffer[: 4 * plane].view(4, batch_size, width)
-    return Batch({
+    batch = Batch({
         "input_ids": planes[0],
         "shift_labels": planes[1],
         "attention_mask": planes[2],
@@ -164,6 +176,9 @@ def _pad(flat: npt.NDArray[Any], offsets: npt.NDArray[np.int64], lengths: npt.ND
         "lengths": buffer[4 * plane :],
         "num_targets": num_targets,
     })
+    if index is not None:
+        batch["index"] = torch.from_numpy(np.array(index, dtype=np.int64))
+    return batch
 
 
 def collate(windows: Sequence[Mapping[str, Any]], pad_id: int) -> dict[str, Any]:
@@ -176,7 +191,8 @@ def collate(windows: Sequence[Mapping[str, Any]], pad_id: int) -> dict[str, Any]
 
     Returns:
         A :class:`Batch`: ``input_ids``, ``shift_labels``, ``attention_mask``,
-        ``position_ids`` (int64, (B, T)), ``lengths`` (int64, (B,)) and ``num_targets`` (int).
+        ``position_ids`` (int64, (B, T)), ``lengths`` (int64, (B,)), ``num_targets`` (int),
+        and ``index`` (int64, (B,)) when every window carries its dataset index.
 
     Raises:
         ValueError: an empty batch, a malformed window, or a batch with no scored target.
@@ -190,7 +206,8 @@ def collate(windows: Sequence[Mapping[str, Any]], pad_id: int) -> dict[str, Any]
         # Gathered from a layout whose rows were checked when it was built.
         return _pad(windows.tokens, windows.offsets,
                     windows.columns["length"].astype(np.int64),
-                    windows.columns["loss_start"].astype(np.int64), int(pad_id))
+                    windows.columns["loss_start"].astype(np.int64), int(pad_id),
+                    windows.index)
     lengths = np.empty(batch_size, dtype=np.int64)
     loss_starts = np.empty(batch_size, dtype=np.int64)
     spans = []
@@ -204,7 +221,17 @@ def collate(windows: Sequence[Mapping[str, Any]], pad_id: int) -> dict[str, Any]
         raise ValueError(f"the batch holds a negative token id ({int(flat.min())})")
     offsets = np.zeros(batch_size + 1, dtype=np.int64)
     np.cumsum(lengths + 1, out=offsets[1:])
-    return _pad(flat, offsets, lengths, loss_starts, int(pad_id))
+    return _pad(flat, offsets, lengths, loss_starts, int(pad_id), _window_index(windows))
+
+
+def _rows_index(rows: Sequence[Sequence[Mapping[str, Any]]]) -> npt.NDArray[np.int64] | None:
+    """Every window's dataset index, row by row, or None unless every window names one."""
+    if isinstance(rows, WindowRows):
+        return rows.windows.index
+    parts = [_window_index(row) for row in rows]
+    if any(p is None for p in parts):
+        return None
+    return np.concatenate([np.zeros(0, np.int64), *parts]).astype(np.int64)
 
 
 def _row_arrays(rows: Sequence[Sequence[Mapping[str, Any]]]) -> tuple[npt.NDArray[Any], ...]:
@@ -256,6 +283,9 @@ def collate_packed(rows: Sequence[Sequence[Mapping[str, Any]]], seq_len: int,
       row (the padding of a row is a segment of its own, so the last entry is B·seq_len), and
       ``max_seqlen`` (int), for varlen attention (flash-attention's ``cu_seqlens``);
     * ``num_targets`` (int) and ``num_windows`` (int);
+    * ``index`` (int64, (B, K), K the most windows in a row) when every window carries its
+      dataset index: ``index[b, k]`` is the window of segment k of row b, −1 past a row's
+      last window, so ``index[b, segment_ids[b, t]]`` is the window at position t;
     * ``use_cache`` = ``False``, for ``model(**batch)`` on a Hugging Face model (below).
 
     There is no ``attention_mask``: a 2-D mask cannot say where a window ends. Attend with a
@@ -340,7 +370,7 @@ def collate_packed(rows: Sequence[Sequence[Mapping[str, Any]]], seq_len: int,
     cuts = np.sort(np.concatenate([ends, (pad_rows + 1) * seq_len]))
     cu = np.concatenate([bounds, cuts]).astype(np.int32)
     planes = buffer.view(4, batch_size, seq_len)
-    return Batch({
+    batch = Batch({
         "input_ids": planes[0],
         "shift_labels": planes[1],
         "position_ids": planes[2],
@@ -351,6 +381,12 @@ def collate_packed(rows: Sequence[Sequence[Mapping[str, Any]]], seq_len: int,
         "num_windows": nw,
         "use_cache": False,
     })
+    index = _rows_index(rows)
+    if index is not None:
+        table = np.full((batch_size, int(seg.max()) + 1), -1, dtype=np.int64)
+        table[row_of, seg] = index
+        batch["index"] = torch.from_numpy(table)
+    return batch
 
 
 def block_causal_mask(segment_ids: torch.Tensor) -> torch.Tensor:

@@ -425,6 +425,16 @@ class WindowDataset:
     def _doc_id(self, s: int, i: int) -> str:
         return self._layout(s).doc_id(i - self._shard_starts[s])
 
+    def doc_id(self, index: Any) -> str | list[str]:
+        """The ``doc_id`` of window ``index`` (an int), or a list for each of a sequence or
+        tensor of them (``batch["index"]``; in ``[0, len)``: a packed batch's −1 is refused)."""
+        if np.ndim(index) == 0:
+            i = int(index)
+            if not 0 <= i < self._len:
+                raise IndexError(f"index {i} is out of range for {self._len} windows")
+            return self._doc_id(self._locate(i)[0], i)
+        return [self.doc_id(i) for i in np.asarray(index).reshape(-1).tolist()]
+
     def __getitems__(self, indices: Sequence[Any]) -> Any:
         """Several windows at once, gathered vectorised (``DataLoader`` calls this per batch).
 

@@ -97,8 +97,11 @@ def evaluate(
         this rank's batches run but not counted).
 
     Raises:
-        ValueError: no batch was scored (an empty evaluation set has no mean), or the
-            sampler's world size is not the process group's.
+        ValueError: no batch was scored (an empty evaluation set has no mean), the
+            sampler's world size is not the process group's, or, summing over more than one
+            rank, the loader's batch sampler is not one of ours (a plain ``DataLoader``, a
+            ``DistributedSampler``: each would count windows once per rank, or pad with
+            repeats).
     """
     import torch.distributed as dist
 
@@ -106,6 +109,17 @@ def evaluate(
         distributed = dist.is_available() and dist.is_initialized()
     sampler = _sampler_of(loader)
     repeats = sampler.repeat_batches() if sampler is not None else frozenset()
+    if distributed and sampler is None and dist.get_world_size() > 1:
+        # Each rank would score whatever its loader gives (every window, for a plain
+        # DataLoader) and the all-reduce would add them up: refuse rather than double-count.
+        raise ValueError(
+            f"the loader is not dealt over the {dist.get_world_size()} ranks of the process "
+            "group (its batch_sampler is not an EpochSampler or PackedSampler), so summing over "
+            "ranks would count its windows once per rank; build it with batch_sampler="
+            "EpochSampler(len(ds), batch_size, seed=0, rank=torch.distributed.get_rank(), "
+            "world_size=torch.distributed.get_world_size()), or pass distributed=False to "
+            "evaluate this rank's batches alone"
+        )
     if distributed and sampler is not None and sampler.world_size != dist.get_world_size():
         raise ValueError(
             f"the loader's sampler has world_size {sampler.world_size}, but the process group "

@@ -153,3 +153,36 @@ def test_a_gathered_batch_collates_as_its_windows_do(tmp_path: Path) -> None:
             assert fast[key].dtype == torch.int64
             assert torch.equal(fast[key], slow[key]), key
         assert fast["num_targets"] == slow["num_targets"] > 0
+
+
+def test_batches_carry_each_windows_index_and_it_names_the_document(tmp_path: Path) -> None:
+    from reader import PackedSampler, collate_packed
+
+    rows = write_docs(tmp_path / "ds", random_docs(30), window=6, stride=4, score_new=True,
+                      num_shards=3)
+    ds = WindowDataset(tmp_path / "ds")
+    picked = [17, 3, len(ds) - 1, 0, 9]
+    for windows in (ds.__getitems__(picked), [ds[i] for i in picked]):
+        batch = collate(windows, pad_id=ds.eos_id)
+        assert batch["index"].tolist() == picked
+        assert ds.doc_id(batch["index"]) == [rows[i]["doc_id"] for i in picked]
+    assert ds.doc_id(5) == rows[5]["doc_id"]
+    assert "index" not in collate(seed004_windows(), pad_id=EOS)  # hand-made windows: none
+    sampler = PackedSampler(ds.lengths, 4, 12, seed=1)
+    for rows_of_batch in sampler:
+        for windows in (ds.__getitems__(rows_of_batch),
+                        [[ds[i] for i in row] for row in rows_of_batch]):
+            batch = collate_packed(windows, seq_len=12, pad_id=ds.eos_id)
+            index, seg = batch["index"], batch["segment_ids"]
+            width = max(len(r) for r in rows_of_batch)
+            assert index.tolist() == [r + [-1] * (width - len(r)) for r in rows_of_batch]
+            # The window at each position: index[b, segment_ids[b, t]].
+            at = index.gather(1, seg.clamp(min=0))
+            for b, row in enumerate(rows_of_batch):
+                for t in range(12):
+                    if seg[b, t] >= 0:
+                        i = int(at[b, t])
+                        assert i == row[int(seg[b, t])]
+                        assert int(batch["input_ids"][b, t]) in ds[i]["tokens"].tolist()
+    with pytest.raises(IndexError, match="index -1 is out of range"):
+        ds.doc_id(torch.tensor([0, -1]))

@@ -34,3 +34,39 @@ def test_evaluate_divides_the_total_once_not_a_mean_of_batch_means() -> None:
     assert abs(result["perplexity"] - math.exp(expected)) < 1e-9
     with pytest.raises(ValueError, match="evaluation set is empty"):
         evaluate(lambda b: logits[id(b)], [])
+
+
+def test_evaluate_refuses_a_loader_not_dealt_over_the_ranks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a process group of two ranks, a plain loader would be scored once per rank.
+
+    (The real two-process run is tests/test_trainer.py's torchrun test.)
+    """
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader
+
+    from reader import EpochSampler
+
+    windows = [{"tokens": [1, 2, 3], "length": 2, "loss_start": 0, "index": i} for i in range(4)]
+    reduced: list[torch.Tensor] = []
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+    monkeypatch.setattr(dist, "get_rank", lambda group=None: 0)
+    monkeypatch.setattr(dist, "all_reduce", lambda t, *a, **k: reduced.append(t))
+
+    def forward(b: dict) -> torch.Tensor:
+        return torch.zeros(*b["input_ids"].shape, VOCAB)
+
+    def pad(b: list) -> dict:
+        return collate(b, pad_id=EOS)
+
+    for loader in (DataLoader(windows, batch_size=2, collate_fn=pad),
+                   [pad(windows[:2]), pad(windows[2:])]):
+        with pytest.raises(ValueError, match=r"not dealt over the 2 ranks.*distributed=False"):
+            evaluate(forward, loader)
+        assert reduced == []  # refused before any forward or collective
+        assert evaluate(forward, loader, distributed=False)["targets"] == 8
+    dealt = DataLoader(windows, collate_fn=pad,
+                       batch_sampler=EpochSampler(4, 1, seed=0, rank=0, world_size=2))
+    assert evaluate(forward, dealt)["targets"] == 4  # this rank's half; the sum is mocked
+    assert len(reduced) == 2
