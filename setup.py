@@ -1,15 +1,22 @@
 """token-windows: raw corpora → document-bounded token windows in seeded Parquet shards.
 
 Also the ``--setup_file`` that Beam workers (Dataflow, Flink SDK harness) install, as in
-Beam's ``examples/complete/juliaset``: the three packages and their requirements.
+Beam's ``examples/complete/juliaset``: the three packages and their requirements. Apache Beam
+itself is not among them: the workers' SDK image brings it, and a trainer's environment never
+needs it (the reader does not import it). Install what the place needs:
+
+* ``pip install -e '.[job]'``: the job (``python -m pipeline``, ``token-windows``), with Beam;
+* ``pip install -e '.[reader]'``: the reader and torch, without Beam;
+* ``pip install -e '.[hf-train]'``: the reader with transformers' Trainer (``reader.hf``).
 """
 
 import setuptools
 
 VERSION = "0.1.0"
+BEAM = "apache-beam>=2.77,<3"
 
+# What transforms/ and reader/ import (and the job's workers, whose image has Beam already).
 REQUIRES = [
-    "apache-beam>=2.77,<3",
     "numpy>=1.26",
     "orjson>=3.9",
     "pyarrow>=15",
@@ -27,8 +34,12 @@ setuptools.setup(
     packages=setuptools.find_packages(include=["transforms", "pipeline", "reader"]),
     install_requires=REQUIRES,
     extras_require={
+        # The job's launcher: python -m pipeline / token-windows (Beam workers have it).
+        "job": [BEAM],
         # torch is a range the CPU wheel 2.13.0 satisfies; install that wheel first.
         "reader": ["torch>=2.1,<3"],
+        # reader.hf.WindowTrainer (transformers.Trainer needs accelerate).
+        "hf-train": ["torch>=2.1,<3", "transformers>=5,<6", "accelerate>=1.2"],
         # --tokenizer path/to/tokenizer.json (Hugging Face tokenizers). The reader needs no
         # transformers: a trainer that feeds an HF model brings its own (README, 5.x).
         "hf": ["tokenizers>=0.19"],
@@ -46,7 +57,11 @@ setuptools.setup(
             "pandas>=2",
             "polars>=1.0",
             "tokenizers>=0.19",
-            "transformers>=5,<6",  # tests/test_hf.py (skipped without it)
+            "transformers>=5,<6",  # tests/test_hf.py, tests/test_trainer.py
+            "accelerate>=1.2",  # transformers.Trainer
+            "datasets>=2.19",  # docs/training.md, the Parquet reader recipes
+            "lightning>=2.2",  # docs/training.md's LightningDataModule
+            "torchdata>=0.10",  # docs/training.md's StatefulDataLoader
             "matplotlib>=3.7",
             "moto[server]>=5",  # an S3 server on loopback (reader and job on s3://)
             # A Dask cluster and S3 for the job (tests/test_runners.py, tests/test_stores.py).
@@ -60,7 +75,7 @@ setuptools.setup(
         "bench": ["datasets>=2.19", "psutil>=5.9", "megatron-core>=0.16"],
     },
     entry_points={"console_scripts": [
-        "token-windows=pipeline.run:cli",
+        "token-windows=pipeline.__main__:main",  # says what to install where Beam is missing
         # Never imports Beam: works in a trainer's environment.
         "token-windows-inspect=reader.inspect:main",
     ]},

@@ -31,7 +31,7 @@ writes every measurement to ``bench/work/results-<time>.json``::
 
     # The figures in the README: the job and the reference in a virtualenv holding only
     # this project (as `pip install token-windows` gives it), datasets in this one.
-    python -m venv bench/work/venv && bench/work/venv/bin/pip install -e .
+    python -m venv bench/work/venv && bench/work/venv/bin/pip install -e '.[job]'
     python bench/bench_job.py --python bench/work/venv/bin/python
 """
 

@@ -1,6 +1,25 @@
-"""``python -m pipeline --input … --output … --tokenizer …``"""
+"""``python -m pipeline --input … --output … --tokenizer …`` (and the ``token-windows`` command)."""
 
-from pipeline.run import cli
+import sys
+
+NO_BEAM = ("token-windows: the job needs Apache Beam, which is not installed in this "
+           "environment: pip install 'token-windows[job]' (from a checkout: pip install -e "
+           "'.[job]'); the reader alone needs only '.[reader]'")
+
+
+def main() -> None:
+    """Run the job's command line; exit 2, saying what to install, where Beam is missing."""
+    try:
+        import apache_beam  # noqa: F401
+    except ModuleNotFoundError as e:
+        if e.name != "apache_beam":
+            raise  # Beam is there but broken: its own error says more
+        print(NO_BEAM, file=sys.stderr)
+        sys.exit(2)
+    from pipeline.run import cli
+
+    cli()
+
 
 if __name__ == "__main__":
-    cli()
+    main()

@@ -1,0 +1,89 @@
+"""A reader without Beam: what ``.[reader]`` installs, and the job's entry point without Beam.
+
+The trainer's environment gets the reader, numpy, pyarrow and torch, never Apache Beam (whose
+pins collide with training stacks); where Beam is missing, ``python -m pipeline`` and
+``token-windows`` say in one line what to install and exit 2 (refused before any work).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Runs CODE in a fresh interpreter in which `import apache_beam` fails as if not installed.
+WITHOUT_BEAM = "import sys; sys.modules['apache_beam'] = None\n"
+
+
+def without_beam(code: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", WITHOUT_BEAM + code, *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+
+
+@pytest.mark.parametrize("entry", [
+    # python -m pipeline …
+    "import runpy; sys.argv = ['pipeline', *sys.argv[1:]]; "
+    "runpy.run_module('pipeline', run_name='__main__', alter_sys=True)",
+    # the token-windows console script (setup.py's entry point)
+    "from pipeline.__main__ import main; main()",
+])
+def test_without_beam_the_job_says_what_to_install(entry: str) -> None:
+    done = without_beam(entry, "--input", "x.jsonl", "--tokenizer", "bytes", "--output", "out")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "needs Apache Beam" in lines[0] and "pip install -e '.[job]'" in lines[0]
+    assert done.stdout == ""
+
+
+def test_the_reader_runs_without_beam(tmp_path: Path) -> None:
+    code = (
+        "from tests.reader_data import random_docs, write_docs\n"
+        "from reader import WindowDataset, collate\n"
+        f"write_docs(__import__('pathlib').Path({str(tmp_path / 'ds')!r}), random_docs(5), "
+        "window=8)\n"
+        f"ds = WindowDataset({str(tmp_path / 'ds')!r}, cache_dir={str(tmp_path / 'c')!r})\n"
+        "b = collate(ds.__getitems__(list(range(len(ds)))), pad_id=ds.eos_id)\n"
+        "print(b['num_targets'] == ds.scored_targets, 'apache_beam' in sys.modules "
+        "and sys.modules['apache_beam'] is not None)\n"
+    )
+    done = without_beam(code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False"]
+
+
+def resolve(tmp_path: Path, extra: str, *first: str) -> set[str]:
+    """The distributions a fresh ``pip install *first -e '.[extra]'`` would install.
+
+    pip's own resolver on the project's metadata, with nothing installed counted
+    (``--ignore-installed``), in a copy of the project so that no metadata is written here.
+    """
+    project = tmp_path / f"project-{extra}"
+    project.mkdir()
+    shutil.copy(REPO / "setup.py", project)
+    for package in ("transforms", "pipeline", "reader"):
+        shutil.copytree(REPO / package, project / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    report = tmp_path / f"{extra}.json"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
+                    "--no-build-isolation", "--quiet", "--report", str(report),
+                    *first, "-e", f".[{extra}]"],
+                   cwd=project, check=True, timeout=900, capture_output=True)
+    return {item["metadata"]["name"].lower()
+            for item in json.loads(report.read_text())["install"]}
+
+
+@pytest.mark.slow
+def test_a_reader_install_has_no_beam_and_a_job_install_has(tmp_path: Path) -> None:
+    reader = resolve(tmp_path, "reader", "torch==2.13.0")  # the README's CPU wheel first
+    assert {"torch", "numpy", "pyarrow", "token-windows"} <= reader
+    assert "apache-beam" not in reader
+    job = resolve(tmp_path, "job")
+    assert "apache-beam" in job and "torch" not in job
