@@ -119,6 +119,18 @@ class _Stream:
                 raise ValueError(f"the sampler {self.batch_sampler!r} yielded no batch")
 
 
+class _OnDevice:
+    """A loader's batches moved to the trainer's device; its batch sampler still shows, so
+    :func:`reader.evaluate` knows the deliberate repeats and the ranks it was dealt over."""
+
+    def __init__(self, loader: DataLoader, prepare: Any) -> None:
+        self.batch_sampler = loader.batch_sampler
+        self._loader, self._prepare = loader, prepare
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self._prepare(batch) for batch in self._loader)
+
+
 class WindowTrainer(transformers.Trainer):
     """A ``transformers.Trainer`` that reads our shards the way the format means (see above).
 
@@ -127,7 +139,8 @@ class WindowTrainer(transformers.Trainer):
         args: ``TrainingArguments``. ``per_device_train_batch_size`` counts windows (rows when
             packed), ``per_device_eval_batch_size`` likewise; ``dataloader_drop_last`` drops a
             short last global batch of each epoch; ``max_steps`` or ``num_train_epochs`` (whole
-            epochs of the sampler, exact; a mixture has no epochs and needs ``max_steps``).
+            epochs of the sampler, exact, turned into ``args.max_steps``; a mixture has no
+            epochs and needs ``max_steps``). ``args.ignore_data_skip`` is set to ``True``.
         train_dataset: a :class:`reader.WindowDataset` (or a mixture of them with ``weights``).
         eval_dataset: a :class:`reader.WindowDataset`, a mapping of names to them (one
             ``eval_<name>_loss`` each), or a mixture (one figure per source and the whole).
@@ -390,11 +403,11 @@ class WindowTrainer(transformers.Trainer):
     def _evaluate_one(self, dataset: Any) -> dict[str, float | int]:
         model = self._wrap_model(self.model, training=False)
         model.eval()
-        loader = self.get_eval_dataloader(dataset)
+        loader = _OnDevice(self.get_eval_dataloader(dataset), self._prepare_inputs)
 
         def forward(batch: Mapping[str, Any]) -> torch.Tensor:
             with self.compute_loss_context_manager():
-                return causal_lm_logits(model, self._prepare_inputs(batch))
+                return causal_lm_logits(model, batch)
 
         return evaluate_loader(forward, loader, distributed=self.args.world_size > 1)
 

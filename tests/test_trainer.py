@@ -208,6 +208,45 @@ def test_refusals(data: Path, tmp_path: Path) -> None:
         WindowTrainer(model=gpt2(), args=args, train_dataset=ds, weights={"a": 1.0})
 
 
+class StandIn:
+    """What WindowTrainer's evaluation reads of a mixture (reader.MixedDataset's API):
+    ``sources`` (names to datasets, in order), ``source_of`` and ``len``."""
+
+    def __init__(self, sources: dict) -> None:
+        self.sources = sources
+
+    def source_of(self, k: int) -> tuple[str, int]:
+        for name, ds in self.sources.items():
+            if k < len(ds):
+                return name, k
+            k -= len(ds)
+        raise IndexError(k)
+
+    def __len__(self) -> int:
+        return sum(len(ds) for ds in self.sources.values())
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_mixture_eval_of_the_api_gives_each_source_and_the_whole(data: Path, tmp_path: Path,
+                                                                 packed: bool) -> None:
+    other = tmp_path / "other"
+    write_docs(other, random_docs(12, seed=5, max_len=50), window=SEQ, stride=16,
+               score_new=True, num_shards=1)
+    a, b = WindowDataset(data), WindowDataset(other)
+    trainer = WindowTrainer(model=gpt2(), args=arguments(tmp_path / "run"), train_dataset=a,
+                            eval_dataset=StandIn({"web": a, "code": b}), packed=packed)
+    metrics = trainer.evaluate()
+    ra, rb = reference_eval(trainer.model, a), reference_eval(trainer.model, b)
+    assert abs(metrics["eval_web_loss"] - ra["nll"]) < 1e-6
+    assert abs(metrics["eval_code_loss"] - rb["nll"]) < 1e-6
+    assert metrics["eval_web_targets"] == a.scored_targets
+    assert metrics["eval_code_targets"] == b.scored_targets
+    whole = (ra["nll"] * ra["targets"] + rb["nll"] * rb["targets"]) / (ra["targets"]
+                                                                         + rb["targets"])
+    assert abs(metrics["eval_loss"] - whole) < 1e-6
+    assert metrics["eval_targets"] == a.scored_targets + b.scored_targets
+
+
 def test_mixture_eval_gives_each_source_and_the_whole(data: Path, tmp_path: Path) -> None:
     import reader
 
@@ -231,6 +270,34 @@ def test_mixture_eval_gives_each_source_and_the_whole(data: Path, tmp_path: Path
                                                                          + rb["targets"])
     assert abs(metrics["eval_loss"] - whole) < 1e-6
     assert metrics["eval_targets"] == a.scored_targets + b.scored_targets
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_mixture_training_resumes_exactly(data: Path, tmp_path: Path, packed: bool) -> None:
+    import reader
+
+    mixed_cls = getattr(reader, "MixedDataset", None)
+    if mixed_cls is None:
+        pytest.skip("reader.MixedDataset is not in this release")
+    other = tmp_path / "other"
+    write_docs(other, random_docs(12, seed=5, max_len=50), window=SEQ, stride=16,
+               score_new=True, num_shards=1)
+
+    def mixed_run(out: Path, resume: str | None = None) -> Any:
+        mixed = mixed_cls({"web": WindowDataset(data), "code": WindowDataset(other)})
+        trainer = Recording(model=gpt2(), args=arguments(out, max_steps=8, save_steps=3,
+                                                         gradient_accumulation_steps=2),
+                            train_dataset=mixed, weights={"web": 3, "code": 1}, packed=packed)
+        trainer.train(resume_from_checkpoint=resume)
+        return trainer
+
+    whole = mixed_run(tmp_path / "whole")
+    resumed = mixed_run(tmp_path / "resumed", str(tmp_path / "whole" / "checkpoint-3"))
+    assert resumed.seen == whole.seen[6:]
+    assert resumed.train_sampler.state_dict() == whole.train_sampler.state_dict()
+    for (name, a), b in zip(whole.model.state_dict().items(),
+                            resumed.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
 
 
 @pytest.mark.slow
