@@ -2,9 +2,7 @@
 
 import sys
 
-NO_BEAM = ("token-windows: the job needs Apache Beam, which is not installed in this "
-           "environment: pip install 'token-windows[job]' (from a checkout: pip install -e "
-           "'.[job]'); the reader alone needs only '.[reader]'")
+from pipeline import NO_BEAM
 
 
 def main() -> None:

@@ -43,6 +43,13 @@ def test_without_beam_the_job_says_what_to_install(entry: str) -> None:
     assert done.stdout == ""
 
 
+def test_without_beam_the_python_api_says_what_to_install() -> None:
+    done = without_beam("import pipeline\ntry:\n    pipeline.run\nexcept ModuleNotFoundError "
+                        "as e:\n    print(e)\n")
+    assert done.returncode == 0, done.stderr
+    assert "needs Apache Beam" in done.stdout and "'.[job]'" in done.stdout
+
+
 def test_the_reader_runs_without_beam(tmp_path: Path) -> None:
     code = (
         "from tests.reader_data import random_docs, write_docs\n"
