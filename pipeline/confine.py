@@ -95,12 +95,13 @@ def relative_parts(root: str, path: str) -> list[str]:
     """The segments of ``path`` below ``root``; each is a plain name.
 
     Raises:
-        OutsideOutputError: ``path`` is not below ``root``, or a segment is empty, ``.`` or ``..``.
+        OutsideOutputError: ``path`` is not below ``root``, or a segment is empty, ``.`` or
+            ``..``.
     """
     base = root.rstrip("/")
     if not path.startswith(base + "/"):
-        raise OutsideOutputError(f"{path} is not below the output {root}: the job writes and "
-                            "deletes only there; this is a bug, please report it")
+        raise OutsideOutputError(f"{path} is not below the output {root}: the job writes "
+                                 "and deletes only there; this is a bug, please report it")
     parts = path[len(base) + 1 :].split("/")
     if any(p in _ODD_SEGMENTS for p in parts):
         raise OutsideOutputError(

@@ -107,3 +107,25 @@ def test_a_job_over_a_damaged_parquet_fails_and_writes_no_manifest(tmp_path):
     assert code == 0, err
     texts = sorted(bytes(r["tokens"][1:-1]).decode() for r in read_rows(out))
     assert texts == sorted(TEXTS)
+
+
+def test_read_errors_of_a_store_name_the_input_while_counting_lines_too(tmp_path):
+    # An object store's client error (NoSuchBucket …) names no file; both reading steps do.
+    from transforms.chunks import count_lines
+
+    path = tmp_path / "big.jsonl"
+    path.write_text('{"text": "a"}\n' * 100)
+    spec = ReadSpec()
+    chunks = list(plan_chunks(str(path), rel="big.jsonl", size=path.stat().st_size, spec=spec,
+                              open_file=open_local, chunk_bytes=512))
+    assert len(chunks) == 3 and chunks[1].first is None
+
+    def gone(_: str):
+        raise RuntimeError("An error occurred (NoSuchBucket) when calling the GetObject "
+                           "operation: The specified bucket does not exist")
+
+    with pytest.raises(OSError, match=f"cannot read input file {path}: An error occurred "
+                                      r"\(NoSuchBucket\)"):
+        count_lines(chunks[1], gone)
+    with pytest.raises(OSError, match=f"cannot read input file {path}: "):
+        list(read_chunk(chunks[0], spec, gone))

@@ -289,9 +289,12 @@ def count_lines(chunk: Chunk, open_file: Opener) -> int:
     if chunk.first is not None:
         return 0
     first = max(chunk.start - 1, 0)
-    with open_file(chunk.path) as f:
-        f.seek(first)
-        data = f.read(chunk.end - first)
+    try:
+        with open_file(chunk.path) as f:
+            f.seek(first)
+            data = f.read(chunk.end - first)
+    except Exception as e:  # an object store's error names no file: this one does
+        raise OSError(f"cannot read input file {shown_name(chunk.path)}: {e}") from e
     return line_starts_in(data, chunk.start, chunk.end)
 
 
