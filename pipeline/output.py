@@ -338,11 +338,14 @@ def release(config: JobConfig, *, attempt: str | None, fingerprint: str, tmp_dir
             fs.delete(written, root=config.output)
             _remove_emptied_dirs(config.output, written)
             directory = fs.join(config.output, REJECTS_DIR)
-            if fs.scheme(directory) is None and os.path.isdir(directory) and not os.listdir(
-                    directory):
+            if (fs.scheme(directory) is None and os.path.isdir(directory)
+                    and not os.path.islink(directory) and not os.listdir(directory)):
                 os.rmdir(directory)
-        remove_job_files(config.output, tmp_dir, attempt)
     except Exception as e:  # the job's own error matters more
+        _LOG.warning("could not remove what this job wrote in %s: %s", config.output, e)
+    try:  # even so: a link refused above must not leave the claim behind
+        remove_job_files(config.output, tmp_dir, attempt)
+    except Exception as e:
         _LOG.warning("could not remove this job's temporary files and claim: %s", e)
 
 

@@ -136,7 +136,27 @@ def test_a_link_made_while_the_job_runs_is_not_followed(tmp_path, victim, job_in
     assert code == 1, err
     assert f"{out}/_rejects is a symbolic link (to {victim})" in err, err
     assert _tree(victim) == before
-    assert not (out / "_manifest.json").exists()
+    # Its shard, temporary files and claim removed; the link left for the user to see.
+    assert sorted(p.name for p in out.iterdir()) == ["_rejects"]
+
+
+def test_a_link_made_while_the_job_runs_to_an_empty_directory_leaves_no_claim(
+        tmp_path, job_input, monkeypatch):
+    run = importlib.import_module("pipeline.run")
+    out, empty = tmp_path / "out", tmp_path / "empty"
+    empty.mkdir()
+    checked = run.preflight
+
+    def then_link(config, options):
+        plan = checked(config, options)
+        (out / "_rejects").symlink_to(empty)
+        return plan
+
+    monkeypatch.setattr(run, "preflight", then_link)
+    code, err = _main("--input", str(job_input), "--tokenizer", "bytes", "--output", str(out))
+    assert code == 1, err
+    assert sorted(p.name for p in out.iterdir()) == ["_rejects"]
+    assert list(empty.iterdir()) == []
 
 
 # ---------------------------------------------------------------- pipeline.fs, one call each
