@@ -32,19 +32,16 @@ import numpy.typing as npt
 import torch
 
 from reader.dataset import WindowBatch, WindowRows
+from reader.mixreport import check_compatible
 
 __all__ = ["MixedBatch", "MixedDataset", "add_sources"]
 
-_TOKENIZER_KEYS = ("kind", "vocab_size", "bos_id", "eos_id", "sha256")
-
-
-def _tokenizer(name: str, ds: Any) -> dict[str, Any]:
+def _described(name: str, ds: Any) -> dict[str, Any]:
     manifest = getattr(ds, "manifest", None)
     if not isinstance(manifest, Mapping) or not isinstance(manifest.get("tokenizer"), Mapping):
         raise ValueError(f"source {name!r} must be a WindowDataset (with a manifest), but got "
                          f"{type(ds).__name__}")
-    info = manifest["tokenizer"]
-    return {key: info.get(key) for key in _TOKENIZER_KEYS}
+    return {"tokenizer": manifest["tokenizer"], "windows": {"window": int(ds.window)}}
 
 
 class MixedDataset:
@@ -69,19 +66,8 @@ class MixedDataset:
                                  f"but got {name!r}")
         self.sources: dict[str, Any] = dict(sources)
         self.names: tuple[str, ...] = tuple(self.sources)
-        first = self.names[0]
-        reference = {**_tokenizer(first, self.sources[first]),
-                     "window": int(self.sources[first].window)}
-        for name in self.names[1:]:
-            ds = self.sources[name]
-            mine = {**_tokenizer(name, ds), "window": int(ds.window)}
-            for key, value in reference.items():
-                if mine[key] != value:
-                    what = "window" if key == "window" else f"tokenizer {key}"
-                    raise ValueError(
-                        f"sources {first!r} and {name!r} differ in their {what}: {value!r} vs "
-                        f"{mine[key]!r}; a mixture needs one tokenizer and one window (prepare "
-                        "every source with the same --tokenizer and --window)")
+        check_compatible({name: _described(name, ds) for name, ds in self.sources.items()})
+        first = self.sources[self.names[0]]
         offsets, total = {}, 0
         for name in self.names:
             size = len(self.sources[name])
@@ -93,10 +79,11 @@ class MixedDataset:
         self._starts = [offsets[name] for name in self.names]
         self._bounds = np.array([*self._starts, total], dtype=np.int64)
         self._len = total
-        self.window: int = reference["window"]
-        self.vocab_size: int = int(reference["vocab_size"])
-        self.bos_id: int = int(reference["bos_id"])
-        self.eos_id: int = int(reference["eos_id"])
+        tokenizer = first.manifest["tokenizer"]
+        self.window: int = int(first.window)
+        self.vocab_size: int = int(tokenizer["vocab_size"])
+        self.bos_id: int = int(tokenizer["bos_id"])
+        self.eos_id: int = int(tokenizer["eos_id"])
         self._lengths: npt.NDArray[np.int32] | None = None
 
     def __len__(self) -> int:
