@@ -210,13 +210,14 @@ def add_sources(batch: dict[str, Any], windows: Any) -> None:
     ids = getattr(flat, "source_ids", None)
     if ids is None:
         return
-    ids_t = torch.from_numpy(np.asarray(ids, dtype=np.int64))
+    ids = np.asarray(ids, dtype=np.int64)
     if rows is None:
-        plane = torch.where(batch["attention_mask"] > 0, ids_t[:, None], -1)
+        lengths = batch["lengths"].numpy()
+        width = batch["input_ids"].shape[1]
+        plane = np.where(np.arange(width)[None, :] < lengths[:, None], ids[:, None], -1)
     else:
-        seg = batch["segment_ids"]
-        first = torch.from_numpy(rows.starts[:-1].astype(np.int64))
-        win = first[:, None] + seg.clamp(min=0)
-        plane = torch.where(seg >= 0, ids_t[win], -1)
-    batch["source_ids"] = plane
+        seg = batch["segment_ids"].numpy()
+        win = rows.starts[:-1, None] + np.maximum(seg, 0)
+        plane = np.where(seg >= 0, ids[win], -1)
+    batch["source_ids"] = torch.from_numpy(plane)
     batch["sources"] = tuple(flat.sources)

@@ -130,6 +130,7 @@ class _Stream:
         self._size_of = ((lambda d: cursors[d].targets_at(taken[d]))
                          if sampler.unit == "targets" else (lambda d: 1))
         self._blend = self._new_blend()
+        self._check = True
         # Open rows, oldest first: [free positions, [(source, local index, length), …]].
         self.open = [[free, [(names.index(n), local, length) for n, local, length in members]]
                      for free, members in snap["open"]]
@@ -154,7 +155,9 @@ class _Stream:
 
     def next_batch(self) -> list[Any]:
         """The next global batch: G global indices, or G packed rows of them."""
-        self._apply_weights()
+        if self._check or self.batch in self._s._changes:
+            self._apply_weights()  # the first batch from a snapshot, or where the schedule
+            self._check = False    # changes: elsewhere the weights in force stay
         g, pick, size_of, taken = self._s.global_batch, self._blend.pick, self._size_of, self._taken
         drawn: list[int] = []
         if self._s.seq_len is None:
@@ -261,6 +264,7 @@ class MixtureSampler:
                                  f"{seq_len}")
         self.seq_len = seq_len
         self.schedule = parse_schedule(weights, mixed.names)
+        self._changes = frozenset(start for start, _ in self.schedule)
         self.global_batch = self.world_size * self.batch_size
         self._unit_size = mixed.window if unit == "targets" else 1
         self._offsets = [mixed.offsets[n] for n in mixed.names]
