@@ -31,6 +31,9 @@ from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 __all__ = ["Blend", "as_fraction", "normalise_weights", "parse_schedule"]
 
 
@@ -105,6 +108,13 @@ def parse_schedule(weights: Mapping[str, Any] | Sequence[tuple[int, Mapping[str,
     return out
 
 
+_MAX_CYCLE = 1 << 16
+
+
+def _one(d: int) -> int:
+    return 1
+
+
 class Blend:
     """The rule of the module docstring from a given point: counts since the weights took
     effect (``counts``, ``total``) and ``pick`` to draw the next position.
@@ -129,9 +139,9 @@ class Blend:
         lcm = math.lcm(*positive)
         # The deadline (c + X) / w, scaled by the integer lcm / A so that keys are integers.
         self._step = [lcm // a if a else 0 for a in self._a]
-        self._heap = [((c + unit) * m, d) for d, (c, m, a) in
-                      enumerate(zip(self.counts, self._step, self._a, strict=True)) if a]
-        heapq.heapify(self._heap)
+        self._rebuild_heap()
+        self._cycle: npt.NDArray[np.int64] | None = None
+        self._prefix: npt.NDArray[np.int64] | None = None
 
     def pick(self, size_of: Callable[[int], int]) -> tuple[int, int]:
         """Draw the next position: ``(source, its size)``; ``size_of(d)`` is the size of
@@ -150,6 +160,40 @@ class Blend:
         for item in skipped:
             heapq.heappush(heap, item)
         return d, x
+
+    def take(self, m: int) -> npt.NDArray[np.int64]:
+        """The sources of the next ``m`` draws of one unit each (counting windows), at once.
+
+        Counting windows, the draws are periodic: after A draws (A = Σ of the integer
+        weights) every source holds exactly its share (the bound leaves no other integer),
+        the deadlines have all moved by the same amount and the rule is where it started. So
+        one period, computed once, gives every draw by position: the same sources as
+        :meth:`pick`, without a Python step per window. Periods above 2^16 use :meth:`pick`.
+        """
+        if self._cycle is None and self._X == 1 and self._A <= _MAX_CYCLE:
+            fresh = Blend([Fraction(a, self._A) for a in self._a], unit=1,
+                          counts=[0] * len(self._a))
+            self._cycle = np.array([fresh.pick(_one)[0] for _ in range(self._A)], np.int64)
+            table = np.zeros((self._A + 1, len(self._a)), np.int64)
+            table[np.arange(1, self._A + 1), self._cycle] = 1
+            self._prefix = np.cumsum(table, axis=0)  # counts after r draws of a period
+            full, r = divmod(self.total, self._A)
+            if (self._prefix[r] + full * np.array(self._a) != np.array(self.counts)).any():
+                self._cycle = np.zeros(0, np.int64)  # counts from elsewhere: pick one by one
+        if self._cycle is None or not len(self._cycle):
+            return np.array([self.pick(_one)[0] for _ in range(m)], np.int64)
+        at = (self.total + np.arange(m)) % self._A
+        drawn = self._cycle[at]
+        self.total += m
+        full, r = divmod(self.total, self._A)
+        self.counts = (self._prefix[r] + full * np.array(self._a)).tolist()
+        self._rebuild_heap()
+        return drawn
+
+    def _rebuild_heap(self) -> None:
+        self._heap = [((c + self._X) * m, d) for d, (c, m, a) in
+                      enumerate(zip(self.counts, self._step, self._a, strict=True)) if a]
+        heapq.heapify(self._heap)
 
     def ahead(self, d: int) -> Fraction:
         """How far source d is ahead of its share, in units (``c_d − w_d·T``)."""

@@ -75,8 +75,18 @@ def _per_source(logits: torch.Tensor, batch: Mapping[str, Any]) -> tuple[Any, ..
     labels = batch["shift_labels"]
     nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).double(),
                           labels.reshape(-1).long(), reduction="none", ignore_index=IGNORE_INDEX)
+    # The window of each position: its row (one window a row), or with packed rows the row's
+    # first window plus the position's segment (padding, segment −1, is never scored).
+    rows, width = labels.shape
+    if "segment_ids" in batch:
+        seg = batch["segment_ids"].cpu()
+        count = seg.max(dim=1).values + 1
+        first = torch.cumsum(count, 0) - count
+        window = first[:, None] + seg.clamp(min=0)
+    else:
+        window = torch.arange(rows)[:, None].expand(rows, width)
     scored = labels.reshape(-1) != IGNORE_INDEX
-    ids = batch["source_ids"].reshape(-1)[scored].cpu()
+    ids = batch["source_ids"].cpu()[window.reshape(-1)[scored.cpu()]]
     names = tuple(batch["sources"])
     sums = torch.zeros(len(names), dtype=torch.float64).index_add_(0, ids, nll[scored].cpu())
     return names, sums, torch.bincount(ids, minlength=len(names))

@@ -13,7 +13,7 @@ Contract:
   each source at once and returns a :class:`MixedBatch` (a :class:`reader.WindowBatch` in
   request order, with ``source_ids``) or, for packed rows, a :class:`reader.WindowRows` of
   one; :func:`reader.collate` and :func:`reader.collate_packed` then add
-  ``batch["source_ids"]`` ((B, T): the source of each position's window, −1 on padding) and
+  ``batch["source_ids"]`` (the source of each window of the batch, in its order) and
   ``batch["sources"]`` (the names), which :func:`reader.evaluate` uses with
   ``by_source=True``.
 
@@ -168,12 +168,16 @@ class MixedBatch(WindowBatch):
                  src: npt.NDArray[np.int64], local: npt.NDArray[np.int64]) -> None:
         present = np.flatnonzero(np.bincount(src, minlength=len(mixed.names))).tolist()
         datasets = [mixed.sources[mixed.names[s]] for s in present]
-        # One pass over the batch: every source's records, then every window's ids.
+        # One pass over the batch: every source's records, then every window's ids. (Each
+        # part is used as it is: concatenating or fancy-indexing structured arrays is slow.)
         if len(present) == 1:
-            ats = [slice(None)]
-            records = datasets[0]._records(local)
+            ats: list[Any] = [slice(None)]
+            parts = [datasets[0]._records(local)]
+            records = parts[0]
         else:
-            ats = [np.flatnonzero(src == s) for s in present]
+            order = np.argsort(src, kind="stable")  # the windows grouped by source
+            ends = np.cumsum(np.bincount(src, minlength=len(mixed.names))[present]).tolist()
+            ats = [order[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
             parts = [ds._records(local[at]) for ds, at in zip(datasets, ats, strict=True)]
             records = np.empty(len(idx), parts[0].dtype)
             for at, part in zip(ats, parts, strict=True):
@@ -181,8 +185,8 @@ class MixedBatch(WindowBatch):
         offsets = np.zeros(len(idx) + 1, np.int64)
         np.cumsum(records["length"].astype(np.int64) + 1, out=offsets[1:])
         tokens = np.empty(int(offsets[-1]), np.int32)
-        for ds, at in zip(datasets, ats, strict=True):
-            ds._copy_tokens(records[at], tokens, offsets[:-1][at])
+        for ds, at, part in zip(datasets, ats, parts, strict=True):
+            ds._copy_tokens(part, tokens, offsets[:-1][at])
         super().__init__(tokens=tokens, offsets=offsets, index=idx, records=records,
                          doc_id=lambda s, i: "")  # items are read by __getitem__ (below)
         self.source_ids = src
@@ -201,23 +205,13 @@ class MixedBatch(WindowBatch):
 
 
 def add_sources(batch: dict[str, Any], windows: Any) -> None:
-    """Add ``source_ids`` ((B, T) int64: the source of each position's window, −1 on padding)
-    and ``sources`` (the names) to a batch collated from a :class:`MixedBatch` (``collate``)
-    or a :class:`reader.WindowRows` of one (``collate_packed``); other batches are left as
-    they are."""
-    rows = windows if isinstance(windows, WindowRows) else None
-    flat = rows.windows if rows is not None else windows
+    """Add ``source_ids`` (int64, one per window of the batch, in its order: row by row and
+    window by window for packed rows, so window k of a packed batch is segment
+    ``segment_ids == j`` of its row) and ``sources`` (the names ``source_ids`` index) to a batch
+    collated from a :class:`MixedBatch` (``collate``) or a :class:`reader.WindowRows` of one
+    (``collate_packed``); other batches are left as they are."""
+    flat = windows.windows if isinstance(windows, WindowRows) else windows
     ids = getattr(flat, "source_ids", None)
-    if ids is None:
-        return
-    ids = np.asarray(ids, dtype=np.int64)
-    if rows is None:
-        lengths = batch["lengths"].numpy()
-        width = batch["input_ids"].shape[1]
-        plane = np.where(np.arange(width)[None, :] < lengths[:, None], ids[:, None], -1)
-    else:
-        seg = batch["segment_ids"].numpy()
-        win = rows.starts[:-1, None] + np.maximum(seg, 0)
-        plane = np.where(seg >= 0, ids[win], -1)
-    batch["source_ids"] = torch.from_numpy(plane)
-    batch["sources"] = tuple(flat.sources)
+    if ids is not None:
+        batch["source_ids"] = torch.from_numpy(np.asarray(ids, dtype=np.int64))
+        batch["sources"] = tuple(flat.sources)

@@ -45,6 +45,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
+
 from reader.blend import Blend, parse_schedule
 from reader.dealing import check_int, rank_span
 from reader.mixed import MixedDataset
@@ -160,7 +162,14 @@ class _Stream:
             self._check = False    # changes: elsewhere the weights in force stay
         g, pick, size_of, taken = self._s.global_batch, self._blend.pick, self._size_of, self._taken
         drawn: list[int] = []
-        if self._s.seq_len is None:
+        if self._s.seq_len is None and self._s.unit == "windows":
+            sources = self._blend.take(g)  # by position in the rule's period
+            out = np.empty(g, np.int64)
+            for d in np.flatnonzero(np.bincount(sources, minlength=len(taken))).tolist():
+                at = sources == d
+                out[at] = np.asarray(self.cursors[d].take(int(at.sum()))) + self._s._offsets[d]
+            out = out.tolist()
+        elif self._s.seq_len is None:
             for _ in range(g):
                 d = pick(size_of)[0]
                 taken[d] += 1
