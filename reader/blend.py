@@ -108,7 +108,7 @@ def parse_schedule(weights: Mapping[str, Any] | Sequence[tuple[int, Mapping[str,
     return out
 
 
-_MAX_CYCLE = 1 << 16
+_MAX_CYCLE = 1 << 20  # entries of a period's table of counts
 
 
 def _one(d: int) -> int:
@@ -140,8 +140,8 @@ class Blend:
         # The deadline (c + X) / w, scaled by the integer lcm / A so that keys are integers.
         self._step = [lcm // a if a else 0 for a in self._a]
         self._rebuild_heap()
-        self._cycle: npt.NDArray[np.int64] | None = None
-        self._prefix: npt.NDArray[np.int64] | None = None
+        self._cycle: list[int] | None = None
+        self._prefix: npt.NDArray[np.int64] = np.zeros((0, 0), np.int64)
 
     def pick(self, size_of: Callable[[int], int]) -> tuple[int, int]:
         """Draw the next position: ``(source, its size)``; ``size_of(d)`` is the size of
@@ -161,34 +161,42 @@ class Blend:
             heapq.heappush(heap, item)
         return d, x
 
-    def take(self, m: int) -> npt.NDArray[np.int64]:
+    def take(self, m: int) -> list[int]:
         """The sources of the next ``m`` draws of one unit each (counting windows), at once.
 
         Counting windows, the draws are periodic: after A draws (A = Σ of the integer
         weights) every source holds exactly its share (the bound leaves no other integer),
         the deadlines have all moved by the same amount and the rule is where it started. So
         one period, computed once, gives every draw by position: the same sources as
-        :meth:`pick`, without a Python step per window. Periods above 2^16 use :meth:`pick`.
+        :meth:`pick`, without a heap step per window. Long periods use :meth:`pick`.
         """
-        if self._cycle is None and self._X == 1 and self._A <= _MAX_CYCLE:
-            fresh = Blend([Fraction(a, self._A) for a in self._a], unit=1,
-                          counts=[0] * len(self._a))
-            self._cycle = np.array([fresh.pick(_one)[0] for _ in range(self._A)], np.int64)
-            table = np.zeros((self._A + 1, len(self._a)), np.int64)
-            table[np.arange(1, self._A + 1), self._cycle] = 1
-            self._prefix = np.cumsum(table, axis=0)  # counts after r draws of a period
-            full, r = divmod(self.total, self._A)
-            if (self._prefix[r] + full * np.array(self._a) != np.array(self.counts)).any():
-                self._cycle = np.zeros(0, np.int64)  # counts from elsewhere: pick one by one
-        if self._cycle is None or not len(self._cycle):
-            return np.array([self.pick(_one)[0] for _ in range(m)], np.int64)
-        at = (self.total + np.arange(m)) % self._A
-        drawn = self._cycle[at]
+        if self._cycle is None:
+            self._cycle = []
+            if self._X == 1 and self._A * len(self._a) <= _MAX_CYCLE:
+                fresh = Blend([Fraction(a, self._A) for a in self._a], unit=1,
+                              counts=[0] * len(self._a))
+                cycle = [fresh.pick(_one)[0] for _ in range(self._A)]
+                table = np.zeros((self._A + 1, len(self._a)), np.int64)
+                table[np.arange(1, self._A + 1), cycle] = 1
+                self._prefix = np.cumsum(table, axis=0)  # counts after r draws of a period
+                if self._counts_at(self.total) == self.counts:
+                    self._cycle = cycle
+        if not self._cycle:  # no period, or counts from elsewhere: draw one by one
+            return [self.pick(_one)[0] for _ in range(m)]
+        cycle, period = self._cycle, self._A
+        r = self.total % period
+        drawn = cycle[r : r + m]
+        while len(drawn) < m:
+            drawn += cycle[: m - len(drawn)]
         self.total += m
-        full, r = divmod(self.total, self._A)
-        self.counts = (self._prefix[r] + full * np.array(self._a)).tolist()
+        self.counts = self._counts_at(self.total)
         self._rebuild_heap()
         return drawn
+
+    def _counts_at(self, total: int) -> list[int]:
+        full, r = divmod(total, self._A)
+        return [int(p) + full * a for p, a in zip(self._prefix[r].tolist(), self._a,
+                                                   strict=True)]
 
     def _rebuild_heap(self) -> None:
         self._heap = [((c + self._X) * m, d) for d, (c, m, a) in

@@ -89,6 +89,11 @@ class MixedDataset:
     def __len__(self) -> int:
         return self._len
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_lengths"] = None  # O(n): read again where it is needed, not sent to workers
+        return state
+
     @property
     def fingerprints(self) -> dict[str, str]:
         """Each source's dataset fingerprint (what a sampler's state records)."""

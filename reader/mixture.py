@@ -41,14 +41,13 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
 from reader.blend import Blend, parse_schedule
 from reader.dealing import check_int, rank_span
+from reader.ledger import Cursor, Snapshot
 from reader.mixed import MixedDataset
 from reader.sampler import EpochSampler
 
@@ -57,7 +56,6 @@ __all__ = ["UNITS", "MixtureSampler", "source_seed"]
 UNITS = ("windows", "targets")
 _STATE_FORMAT = "mixture-sampler"
 _STATE_VERSION = 1
-_CHUNK = 8192  # a source's order evaluated (and its windows' sizes read) at once
 _KEPT = 256  # snapshots kept for step() when the loop never steps
 
 
@@ -65,53 +63,6 @@ def source_seed(seed: int, name: str) -> int:
     """The seed of source ``name``'s epoch orders: 63 bits of SHA-256 of (seed, name)."""
     digest = hashlib.sha256(f"{_STATE_FORMAT}:{seed}:{name}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
-
-
-class _Cursor:
-    """One source's place in its epochs (the ledger) and its next windows, read ahead."""
-
-    def __init__(self, source: Any, order: EpochSampler, ledger: Sequence[int]) -> None:
-        self._source, self._order = source, order
-        self.n = order.n
-        self.epoch, self.cursor, self.windows, self.targets = (int(v) for v in ledger)
-        # The windows from (epoch, cursor) on, read ahead up to (_end_epoch, _end_cursor).
-        self._end_epoch, self._end_cursor = self.epoch, self.cursor
-        self.index: list[int] = []
-        self.lengths: list[int] = []
-        self._targets: list[int] = []
-
-    def ahead(self, m: int) -> None:
-        """Read ahead until at least ``m`` windows are known."""
-        while len(self.index) < m:
-            lo = self._end_cursor
-            hi = min(self.n, lo + _CHUNK)
-            local = self._order.indices(self._end_epoch, lo, hi)
-            lengths, targets = self._source.window_sizes(local)
-            self.index += local.tolist()
-            self.lengths += lengths.tolist()
-            self._targets += targets.tolist()
-            self._end_epoch, self._end_cursor = ((self._end_epoch + 1, 0) if hi == self.n
-                                                 else (self._end_epoch, hi))
-
-    def targets_at(self, j: int) -> int:
-        """The scored targets of the j-th next window."""
-        if j >= len(self._targets):
-            self.ahead(j + 1)
-        return self._targets[j]
-
-    def take(self, m: int) -> list[int]:
-        """The local indices of the next ``m`` windows; the ledger advances past them."""
-        self.ahead(m)
-        local = self.index[:m]
-        self.windows += m
-        self.targets += sum(self._targets[:m])
-        del self.index[:m], self.lengths[:m], self._targets[:m]
-        epochs, self.cursor = divmod(self.cursor + m, self.n)
-        self.epoch += epochs
-        return local
-
-    def ledger(self) -> list[int]:
-        return [self.epoch, self.cursor, self.windows, self.targets]
 
 
 class _Stream:
@@ -122,7 +73,7 @@ class _Stream:
         names = sampler.mixed.names
         self.batch = snap["batch"]
         self.rows = snap["rows"]
-        self.cursors = [_Cursor(sampler.mixed.sources[n], sampler._orders[i],
+        self.cursors = [Cursor(sampler.mixed.sources[n], sampler._orders[i],
                                 snap["ledger"].get(n, (0, 0, 0, 0)))
                         for i, n in enumerate(names)]
         self._taken = [0] * len(names)  # windows drawn this batch, not yet taken
@@ -137,7 +88,7 @@ class _Stream:
         self.open = [[free, [(names.index(n), local, length) for n, local, length in members]]
                      for free, members in snap["open"]]
 
-    def _units(self, c: _Cursor) -> int:
+    def _units(self, c: Cursor) -> int:
         return c.targets if self._s.unit == "targets" else c.windows
 
     def _new_blend(self) -> Blend:
@@ -163,12 +114,10 @@ class _Stream:
         g, pick, size_of, taken = self._s.global_batch, self._blend.pick, self._size_of, self._taken
         drawn: list[int] = []
         if self._s.seq_len is None and self._s.unit == "windows":
-            sources = self._blend.take(g)  # by position in the rule's period
-            out = np.empty(g, np.int64)
-            for d in np.flatnonzero(np.bincount(sources, minlength=len(taken))).tolist():
-                at = sources == d
-                out[at] = np.asarray(self.cursors[d].take(int(at.sum()))) + self._s._offsets[d]
-            out = out.tolist()
+            before = self._blend.counts
+            drawn = self._blend.take(g)  # by position in the rule's period
+            taken[:] = [a - b for a, b in zip(self._blend.counts, before, strict=True)]
+            out = self._take(drawn)
         elif self._s.seq_len is None:
             for _ in range(g):
                 d = pick(size_of)[0]
@@ -216,14 +165,10 @@ class _Stream:
             taken[d] = 0
         return [next(its[d]) for d in drawn]
 
-    def snapshot(self) -> dict[str, Any]:
-        names = self._s.mixed.names
-        return {"batch": self.batch, "rows": self.rows,
-                "ledger": {n: c.ledger() for n, c in zip(names, self.cursors, strict=True)},
-                "weights": {n: str(w) for n, w in self.weights.items()},
-                "since": {"batch": self.since["batch"], "counts": dict(self.since["counts"])},
-                "open": [[free, [[names[d], local, length] for d, local, length in members]]
-                         for free, members in self.open]}
+    def snapshot(self) -> Snapshot:
+        opened = [[free, list(members)] for free, members in self.open] if self.open else []
+        return Snapshot(self.batch, self.rows, [c.ledger() for c in self.cursors], self.weights,
+                     self.since, opened, self._s.mixed.names)
 
 
 class MixtureSampler:
