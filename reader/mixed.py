@@ -171,7 +171,8 @@ class MixedBatch(WindowBatch):
 
     def __init__(self, mixed: MixedDataset, idx: npt.NDArray[np.int64],
                  src: npt.NDArray[np.int64], local: npt.NDArray[np.int64]) -> None:
-        present = np.flatnonzero(np.bincount(src, minlength=len(mixed.names))).tolist()
+        per_source = np.bincount(src, minlength=len(mixed.names))
+        present = np.flatnonzero(per_source).tolist()
         datasets = [mixed.sources[mixed.names[s]] for s in present]
         # One pass over the batch: every source's records, then every window's ids. (Each
         # part is used as it is: concatenating or fancy-indexing structured arrays is slow.)
@@ -181,12 +182,15 @@ class MixedBatch(WindowBatch):
             records = parts[0]
         else:
             order = np.argsort(src, kind="stable")  # the windows grouped by source
-            ends = np.cumsum(np.bincount(src, minlength=len(mixed.names))[present]).tolist()
+            ends = np.cumsum(per_source[present]).tolist()
             ats = [order[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
             parts = [ds._records(local[at]) for ds, at in zip(datasets, ats, strict=True)]
             records = np.empty(len(idx), parts[0].dtype)
+            # Copied as raw records: a structured array's fancy assignment goes field by field.
+            raw = np.dtype((np.void, records.dtype.itemsize))
+            whole = records.view(raw)
             for at, part in zip(ats, parts, strict=True):
-                records[at] = part
+                whole[at] = np.ascontiguousarray(part).view(raw)
         offsets = np.zeros(len(idx) + 1, np.int64)
         np.cumsum(records["length"].astype(np.int64) + 1, out=offsets[1:])
         tokens = np.empty(int(offsets[-1]), np.int32)
