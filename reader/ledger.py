@@ -29,36 +29,47 @@ class Cursor:
         self.epoch, self.cursor, self.windows, self.targets = (int(v) for v in ledger)
         # The windows from (epoch, cursor) on, read ahead up to (_end_epoch, _end_cursor).
         self._end_epoch, self._end_cursor = self.epoch, self.cursor
-        self.index: list[int] = []
-        self.lengths: list[int] = []
+        self._index: list[int] = []
+        self._lengths: list[int] = []
         self._targets: list[int] = []
+        self._k = 0  # the next window is at _k of the lists (the part before is consumed)
 
     def ahead(self, m: int) -> None:
         """Read ahead until at least ``m`` windows are known."""
-        while len(self.index) < m:
+        if self._k >= _CHUNK:  # drop the consumed part once a chunk, not on every take
+            del self._index[: self._k], self._lengths[: self._k], self._targets[: self._k]
+            self._k = 0
+        while len(self._index) - self._k < m:
             lo = self._end_cursor
             hi = min(self.n, lo + _CHUNK)
             local = self._order.indices(self._end_epoch, lo, hi)
             lengths, targets = self._source.window_sizes(local)
-            self.index += local.tolist()
-            self.lengths += lengths.tolist()
+            self._index += local.tolist()
+            self._lengths += lengths.tolist()
             self._targets += targets.tolist()
             self._end_epoch, self._end_cursor = ((self._end_epoch + 1, 0) if hi == self.n
                                                  else (self._end_epoch, hi))
 
     def targets_at(self, j: int) -> int:
         """The scored targets of the j-th next window."""
-        if j >= len(self._targets):
+        if self._k + j >= len(self._targets):
             self.ahead(j + 1)
-        return self._targets[j]
+        return self._targets[self._k + j]
+
+    def at(self, j: int) -> tuple[int, int]:
+        """(local index, length) of the j-th next window."""
+        if self._k + j >= len(self._index):
+            self.ahead(j + 1)
+        return self._index[self._k + j], self._lengths[self._k + j]
 
     def take(self, m: int) -> list[int]:
         """The local indices of the next ``m`` windows; the ledger advances past them."""
         self.ahead(m)
-        local = self.index[:m]
+        k = self._k
+        local = self._index[k : k + m]
         self.windows += m
-        self.targets += sum(self._targets[:m])
-        del self.index[:m], self.lengths[:m], self._targets[:m]
+        self.targets += sum(self._targets[k : k + m])
+        self._k = k + m
         epochs, self.cursor = divmod(self.cursor + m, self.n)
         self.epoch += epochs
         return local

@@ -129,9 +129,8 @@ class _Stream:
             seq_len, open_rows, cursors = self._s.seq_len, self._s.open_rows, self.cursors
             while len(closed) < g:
                 d = pick(size_of)[0]
-                cursors[d].ahead(taken[d] + 1)
-                length = cursors[d].lengths[taken[d]]
-                item = (d, cursors[d].index[taken[d]], length)
+                local, length = cursors[d].at(taken[d])
+                item = (d, local, length)
                 taken[d] += 1
                 drawn.append(d)
                 if length >= seq_len:  # a full window is a row of its own at once
