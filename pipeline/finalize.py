@@ -111,7 +111,8 @@ class _FinalizeFn(beam.DoFn):
                                       fingerprint=self._fingerprint,
                                       sample=definition.get("sample"), sampled_out=sampled_out)
             fs.write_atomically(fs.join(self._output, MANIFEST_NAME),
-                                lambda f: f.write(dumps_manifest(manifest)), self._tmp_dir)
+                                lambda f: f.write(dumps_manifest(manifest)), self._tmp_dir,
+                                root=self._output)
         else:
             manifest = self._write_splits(plan, shards, common, definition, skipped=skipped,
                                           records=records, sampled_out=sampled_out)
@@ -147,9 +148,11 @@ class _FinalizeFn(beam.DoFn):
                                      fingerprints=fingerprints, fingerprint=self._fingerprint)
         for name, manifest in manifests.items():
             fs.write_atomically(fs.join(self._output, name, MANIFEST_NAME),
-                                lambda f, m=manifest: f.write(dumps_manifest(m)), self._tmp_dir)
+                                lambda f, m=manifest: f.write(dumps_manifest(m)), self._tmp_dir,
+                                root=self._output)
         fs.write_atomically(fs.join(self._output, SPLITS_NAME),
-                            lambda f: f.write(dumps_manifest(record)), self._tmp_dir)
+                            lambda f: f.write(dumps_manifest(record)), self._tmp_dir,
+                            root=self._output)
         return record
 
 

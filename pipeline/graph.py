@@ -98,6 +98,7 @@ def build_pipeline(
         spec=config.read, windows=config.windows, tokenizer=config.tokenizer_spec,
         plan=plan, threads=config.encode_threads,
         spill_dir=fs.join(tmp_dir, "shuffle") if files else None, splits=splits,
+        output=config.output,
     )
     if files:
         # Only the spill files' paths go on; the shard writers read their parts from them.

@@ -75,7 +75,10 @@ class ShuffleDocuments(beam.PTransform):
 
 def write_shard_file(*, output: str, index: int, num_shards: int,
                       rows: ShardRows | ShardParts, window: int, fingerprint: str,
-                      tmp_dir: str, split: str | None = None) -> WrittenShard:
+                      tmp_dir: str, split: str | None = None,
+                      root: str | None = None) -> WrittenShard:
+    """Write one shard into ``output``; ``root`` (default ``output``) is the job's output
+    directory, below which nothing is reached through a link (`pipeline.confine`)."""
     name = shard_file_name(index, num_shards)
 
     def metadata() -> dict[str, str]:  # a ShardParts' counts are complete once it is written
@@ -88,6 +91,7 @@ def write_shard_file(*, output: str, index: int, num_shards: int,
             fs.join(output, name),
             lambda f: write_rows(rows, f, window=window, metadata=metadata),
             tmp_dir,
+            root=output if root is None else root,
         ),
     )
     counts: ShardCounts = rows.counts
@@ -114,7 +118,7 @@ def write_placed_shard(*, plan: ShardPlan, index: int, output: str, fingerprint:
     directory, local, of, footer = place_shard(plan, index, output, fingerprint)
     shard = write_shard_file(output=directory, index=local, num_shards=of, rows=rows,
                               window=window, fingerprint=footer, tmp_dir=tmp_dir,
-                              split=plan.locate(index)[0])
+                              split=plan.locate(index)[0], root=output)
     return dataclasses.replace(shard, index=index)
 
 
@@ -270,7 +274,8 @@ def _write_rejects(item: tuple[str, Iterable[Reject | RejectRun]], output: str,
             f.write(b"".join(r.to_line() for r in rows))
 
         count, first = len(rows), rows[0]
-    fs.write_atomically(fs.join(output, REJECTS_DIR, f"{reason}.jsonl"), write, tmp_dir)
+    fs.write_atomically(fs.join(output, REJECTS_DIR, f"{reason}.jsonl"), write, tmp_dir,
+                        root=output)
     return reason, RejectCount(count, first._replace(record=first.record[:4096]))
 
 

@@ -45,6 +45,7 @@ import torch
 import torch.utils.data
 
 from reader.dataset import WindowBatch, WindowRows
+from reader.mixed import add_sources
 
 __all__ = ["IGNORE_INDEX", "Batch", "block_causal_mask", "collate", "collate_packed"]
 
@@ -204,10 +205,12 @@ def collate(windows: Sequence[Mapping[str, Any]], pad_id: int) -> dict[str, Any]
         raise ValueError("cannot collate an empty batch: it has no targets")
     if isinstance(windows, WindowBatch):
         # Gathered from a layout whose rows were checked when it was built.
-        return _pad(windows.tokens, windows.offsets,
-                    windows.columns["length"].astype(np.int64),
-                    windows.columns["loss_start"].astype(np.int64), int(pad_id),
-                    windows.index)
+        batch = _pad(windows.tokens, windows.offsets,
+                     windows.columns["length"].astype(np.int64),
+                     windows.columns["loss_start"].astype(np.int64), int(pad_id),
+                     windows.index)
+        add_sources(batch, windows)  # a mixture's batch: each position's source
+        return batch
     lengths = np.empty(batch_size, dtype=np.int64)
     loss_starts = np.empty(batch_size, dtype=np.int64)
     spans = []
@@ -386,6 +389,7 @@ def collate_packed(rows: Sequence[Sequence[Mapping[str, Any]]], seq_len: int,
         table = np.full((batch_size, int(seg.max()) + 1), -1, dtype=np.int64)
         table[row_of, seg] = index
         batch["index"] = torch.from_numpy(table)
+    add_sources(batch, rows)  # a mixture's batch: each position's source
     return batch
 
 

@@ -69,6 +69,7 @@ except ImportError as e:  # pragma: no cover - exercised where transformers is m
 from reader.batches import collate, collate_packed
 from reader.loss import evaluate as evaluate_loader
 from reader.loss import token_nll
+from reader.mixture import MixtureSampler
 from reader.packing import PackedSampler
 from reader.sampler import EpochSampler
 
@@ -105,9 +106,7 @@ class _Stream:
     """
 
     def __init__(self, loader: DataLoader) -> None:
-        self.loader = loader
-        self.dataset = loader.dataset
-        self.batch_sampler = loader.batch_sampler
+        self.loader, self.dataset, self.batch_sampler = loader, loader.dataset, loader.batch_sampler
 
     def __iter__(self) -> Iterator[Any]:
         while True:
@@ -214,14 +213,7 @@ class WindowTrainer(transformers.Trainer):
         rank, world = self.args.process_index, max(1, self.args.world_size)
         drop_last = bool(self.args.dataloader_drop_last) if training else False
         if training and _is_mixture(dataset):
-            import reader
-
-            try:
-                mixture_sampler = reader.MixtureSampler
-            except AttributeError as e:
-                raise ValueError("a mixture needs reader.MixtureSampler, which this release "
-                                 "of the reader lacks") from e
-            return mixture_sampler(dataset, self._weights, batch_size, seed=self._seed,
+            return MixtureSampler(dataset, self._weights, batch_size, seed=self._seed,
                                    rank=rank, world_size=world, unit=self._unit,
                                    seq_len=self._seq_len_of(dataset) if self._packed else None,
                                    open_rows=self._open_rows)
