@@ -19,16 +19,29 @@ of the same process after its imports:
 the same run, and prints both::
 
     python bench/bench_scale.py --files 100000 --shards 10000 --compare /work/main
+
+``--throughput MB`` instead measures what a terabyte costs per core: ``python -m pipeline``
+on a corpus of the samples repeated to MB megabytes (``bench/bench_tokenizers.py``'s), once
+per tokenizer (bytes; ``samples/spm.model``; a byte-level BPE ``tokenizer.json`` of the same
+vocabulary, trained there, run through ``tokenizers``), with ``--encode-threads 1`` and the
+file shuffle, and on a 1 KB corpus for the fixed cost. It prints the CPU seconds (user +
+system of the job's process) per GB of input above the fixed cost, so MB/s per core, and per
+MB of input the corpus tokens, the shuffle's bytes (the spill files' peak size, which is what
+``--shuffle runner`` sends through the runner's shuffle) and the output's bytes::
+
+    python bench/bench_scale.py --throughput 20
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -159,12 +172,73 @@ def _run(code: Path, phase: str, runner: str, args: argparse.Namespace) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _job_cpu(corpus: Path, tokenizer: str, out: Path) -> tuple[float, int, dict]:
+    """(CPU s of the job's process, peak bytes under OUTPUT/.tmp, its manifest)."""
+    cmd = [sys.executable, "-m", "pipeline", "--input", str(corpus), "--id-field", "id",
+           "--tokenizer", tokenizer, "--window", "512", "--stride", "256", "--output", str(out),
+           "--encode-threads", "1", "--shuffle", "files"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        peak = 0
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)  # reaps it: its rusage
+            if pid:
+                break
+            with contextlib.suppress(OSError):
+                peak = max(peak, sum(f.stat().st_size for f in (out / ".tmp").rglob("*")
+                                     if f.is_file()))
+            time.sleep(0.1)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode:
+            err.seek(0)
+            raise SystemExit(f"the job failed: {err.read().decode()[-2000:]}")
+    cpu = usage.ru_utime + usage.ru_stime
+    return cpu, peak, json.loads((out / "_manifest.json").read_text())
+
+
+def _throughput(mb: int) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    import bench_tokenizers
+
+    corpus = bench_tokenizers.build_corpus(mb)
+    size = corpus.stat().st_size
+    kinds = {"bytes": "bytes", "sentencepiece (samples/spm.model, 8k)": str(
+        bench_tokenizers.SPM), "HF byte-level BPE (8k, tokenizers)": str(
+        bench_tokenizers.build_bpe(8000))}
+    print(f"corpus {size / 1e6:.1f} MB ({corpus.name}), window 512, stride 256, "
+          "--encode-threads 1, file shuffle")
+    print("| tokenizer | CPU s per GB | MB/s per core | corpus tokens per MB | "
+          "shuffle MB per MB | output MB per MB |")
+    print("|---|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory(prefix="bench-throughput-") as name:
+        tmp = Path(name)
+        tiny = tmp / "tiny.jsonl"
+        tiny.write_text("".join(json.dumps({"id": f"t{i}", "text": "a few words"}) + "\n"
+                                for i in range(50)))
+        for kind, tok in kinds.items():
+            fixed, _, _ = _job_cpu(tiny, tok, tmp / f"tiny-{len(kind)}")
+            cpu, spill, manifest = _job_cpu(corpus, tok, tmp / f"out-{len(kind)}")
+            out = sum(f.stat().st_size for f in (tmp / f"out-{len(kind)}").rglob("*.parquet"))
+            c = manifest["counts"]
+            per_gb = (cpu - fixed) / (size / 1e9)
+            print(f"| {kind} | {per_gb:,.0f} | {1000 / per_gb:.1f} | "
+                  f"{(c['pairs'] + c['documents']) / (size / 1e6):,.0f} | "
+                  f"{spill / size:.2f} | {out / size:.2f} |", flush=True)
+            print(f"  ({kind}: job {cpu:.1f} CPU s, fixed {fixed:.1f} CPU s)", file=sys.stderr)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=100_000, help="fake input files")
     parser.add_argument("--shards", type=int, default=10_000, help="shards (--num-shards)")
     parser.add_argument("--compare", type=Path, default=None,
                         help="another code tree to run the same phases on (e.g. main)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per phase and tree")
+    parser.add_argument("--phases", default="all", choices=["all", "launch", "dask", "final"],
+                        help="which phases to run (dask: the launcher on Dask only)")
+    parser.add_argument("--throughput", type=int, default=None, metavar="MB",
+                        help="measure CPU s per GB per tokenizer on a corpus of MB megabytes")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--runner", default="default", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -172,19 +246,27 @@ def main() -> None:
         args.phase = args.child
         _child(args)
         return
+    if args.throughput:
+        _throughput(args.throughput)
+        return
     trees = [("this tree", ROOT)] + ([("compare", args.compare)] if args.compare else [])
     print(f"{args.files:,} fake input files (~{args.files * 10 / 1e6:.1f} TB), "
-          f"{args.shards:,} shards")
-    for phase, runner in (("launch", "default"), ("launch", "dask"), ("final", "default")):
-        for label, code in reversed(trees):
-            r = _run(code, phase, runner, args)
+          f"{args.shards:,} shards; medians of {args.repeats} alternating runs")
+    phases = [("launch", "default"), ("launch", "dask"), ("final", "default")]
+    for phase, runner in [p for p in phases if args.phases in ("all", p[0], p[1])]:
+        runs: dict[str, list[dict]] = {label: [] for label, _ in trees}
+        for r in range(args.repeats):
+            for label, code in (trees if r % 2 else trees[::-1]):
+                runs[label].append(_run(code, phase, runner, args))
+        for label, _ in trees[::-1]:
+            mine = sorted(runs[label], key=lambda x: x["seconds"])
+            mid = mine[len(mine) // 2]
+            rss = statistics.median(x["peak_rss_mb"] for x in mine)
             what = phase if phase == "final" else f"{phase} ({runner})"
-            details = {k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()
+            details = {k: round(v, 2) if isinstance(v, float) else v for k, v in mid.items()
                        if k not in ("seconds", "peak_rss_mb", "baseline_rss_mb")}
-            print(f"{what:16} {label:10} {r['seconds']:7.2f} s  peak RSS "
-                  f"{r['peak_rss_mb']:6.0f} MB (after imports {r['baseline_rss_mb']:4.0f} MB)  "
-                  f"{details}", flush=True)
-
+            print(f"{what:16} {label:10} {mid['seconds']:7.2f} s  peak RSS {rss:6.0f} MB "
+                  f"(after imports {mid['baseline_rss_mb']:4.0f} MB)  {details}", flush=True)
 
 if __name__ == "__main__":
     main()

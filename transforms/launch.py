@@ -27,16 +27,15 @@ file had one.
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 from transforms.chunks import (
     CHUNK_BYTES,
     Chunk,
     Opener,
-    detect_format,
     disambiguated_name,
     number_chunks,
     pattern_base,
@@ -57,8 +56,7 @@ _COMPRESSED_RATIO = 4
 PatternMatch = tuple[int, str, int, float | None]  # pattern index, path, size, mtime
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class NamedFile:
+class NamedFile(NamedTuple):
     """A matched file, once: its path, the index of the pattern it is read as, its id prefix
     (``rel``), size and mtime as matched."""
 
@@ -78,10 +76,15 @@ def name_files(matched: Iterable[PatternMatch], patterns: list[str]) -> list[Nam
     ['en/a.jsonl', 'zh/a.jsonl']
     """
     bases = [pattern_base(p) for p in patterns]
+    matched = list(matched)
+    rels = [relative_name(path, bases[index]) for index, path, _, _ in matched]
+    if len(set(rels)) == len(rels) and len({m[1] for m in matched}) == len(matched):
+        # Each file matched once and no two share a name (the usual job): nothing to choose.
+        return [NamedFile(path, index, rel, size, mtime)
+                for (index, path, size, mtime), rel in zip(matched, rels, strict=True)]
     by_rel: dict[str, list[PatternMatch]] = {}
-    for index, path, size, mtime in matched:
-        by_rel.setdefault(relative_name(path, bases[index]), []).append(
-            (index, path, size, mtime))
+    for (index, path, size, mtime), rel in zip(matched, rels, strict=True):
+        by_rel.setdefault(rel, []).append((index, path, size, mtime))
     by_path: dict[str, list[tuple[int, str, int, float | None]]] = {}
     for rel, found in by_rel.items():
         clash = len({path for _, path, _, _ in found}) > 1
@@ -111,8 +114,10 @@ def plan_files(files: Iterable[NamedFile], *, spec: ReadSpec, open_file: Opener,
         return list(plan_chunks(f.path, rel=f.rel, size=f.size, spec=spec, open_file=open_file,
                                 chunk_bytes=chunk_bytes, mtime=f.mtime))
 
+    # Files that may be Parquet (plan_chunks tells for sure; a false guess costs nothing).
+    forced = spec.format == "parquet"
     footers = [i for i, f in enumerate(files)
-               if detect_format(shown_name(f.path), spec.format)[0] == "parquet"]
+               if forced or (spec.format is None and ".parquet" in f.path.lower())]
     planned: dict[int, list[Chunk]] = {}
     if footers:
         with ThreadPoolExecutor(max(1, min(threads, len(footers))),
