@@ -69,7 +69,8 @@ def _corpus(directory: pathlib.Path, mb: int) -> pathlib.Path:
 
 
 def _cluster(tmp: pathlib.Path, workers: int) -> tuple[str, list[subprocess.Popen]]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # The workers import the code the launcher imports (PYTHONPATH, else this tree).
+    env = dict(os.environ, PYTHONPATH=os.environ.get("PYTHONPATH") or str(ROOT))
     info = tmp / "scheduler.json"
     local = ["--dashboard-address", "127.0.0.1:0"]
     procs = [subprocess.Popen(["dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
@@ -144,11 +145,15 @@ def main() -> None:
                         client.wait_for_workers(args.workers, timeout=120)
                         pids = [p.pid for p in procs[1:]]
                         out = tmp / f"out-{mb}-{shuffle}"
-                        r = _job(["--input", str(corpus), "--tokenizer", args.tokenizer,
-                                  "--id-field", "id", "--window", "512", "--stride", "256",
-                                  "--output", str(out), "--shuffle", shuffle,
-                                  "--runner=DaskRunner", f"--dask_client_address={address}",
-                                  f"--dask_npartitions={2 * args.workers}"], pids)
+                        try:
+                            r = _job(["--input", str(corpus), "--tokenizer", args.tokenizer,
+                                      "--id-field", "id", "--window", "512", "--stride", "256",
+                                      "--output", str(out), "--shuffle", shuffle,
+                                      "--runner=DaskRunner", f"--dask_client_address={address}",
+                                      f"--dask_npartitions={2 * args.workers}"], pids)
+                        except ValueError as e:  # a tree that refuses --shuffle files on Dask
+                            print(f"{mb} | {shuffle} | refused: {e}", flush=True)
+                            continue
                         shares = ", ".join(f"{c:.1f} ({c / sum(r['cpu']):.2f})"
                                            for c in r["cpu"])
                         peaks = ", ".join(f"{p / 1e6:.0f} (+{(p - b) / 1e6:.0f})"
