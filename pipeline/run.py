@@ -355,7 +355,7 @@ def _start(job: _Prepared) -> Submitted:
         chunks = None
         if plan.chunks is not None:
             chunks = launch.prepare_chunks(
-                plan.chunks, options, tmp_dir=plan.tmp_dir,
+                plan.chunks, options, tmp_dir=plan.tmp_dir, root=config.output,
                 pipeline=lambda: beam.Pipeline(runner=_runner(options), options=options))
         p = beam.Pipeline(runner=_runner(options), options=options)
         build_pipeline(p, config, plan.files, fingerprint=plan.fingerprint,
