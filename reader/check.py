@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from reader.integrity import READ_OPTIONS
 from transforms.manifest import MANIFEST_NAME
 from transforms.params import WindowSpec
 from transforms.splits import SplitSpec
 from transforms.windows import random_offset
 
 if TYPE_CHECKING:
-    from reader.inspect import Dataset
+    from reader.inspect import InspectedDataset as Dataset
 
 __all__ = ["COLUMNS", "SHOWN_FAILURES", "check"]
 
@@ -33,7 +34,7 @@ COLUMNS = ("doc_id", "window_index", "start", "length", "loss_start", "doc_token
 
 
 def _shard_columns(ds: Dataset, i: int) -> dict[str, Any]:
-    table = pq.read_table(ds.shard_path(i), filesystem=ds.fs)
+    table = pq.read_table(ds.shard_path(i), filesystem=ds.fs, **READ_OPTIONS)
     tokens = table.column("tokens").combine_chunks()
     return {
         **{c: table.column(c).to_pylist() for c in COLUMNS},

@@ -40,68 +40,27 @@ Example::
 from __future__ import annotations
 
 import bisect
-import hashlib
+import dataclasses
 import os
 import time
-import urllib.parse
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from reader import integrity
 from reader.layout import COLUMNS as LAYOUT_COLUMNS
 from reader.layout import RECORD, LayoutCache, ShardLayout, ShardSource, default_cache_dir
-from transforms.manifest import MANIFEST_NAME, parse_manifest, parse_splits_record
-from transforms.schema import ARROW_SCHEMA, SHARD_PATTERN
-from transforms.splits import SPLITS_NAME, split_job_message
+from reader.opening import open_files, read_footer, verify_files
+from transforms.manifest import MANIFEST_NAME
 
 __all__ = ["BLOCK_UNITS", "WindowBatch", "WindowDataset", "WindowRows"]
 
 BLOCK_UNITS = ("shard", "row_group")
-_HASH_CHUNK = 8 * 2**20
-
-
-@dataclass(frozen=True)
-class _Shard:
-    """What the reader keeps of one shard: its path, rows, row groups and SHA-256."""
-
-    file: str
-    path: str
-    rows: int
-    row_group_starts: tuple[int, ...]  # first row of each row group, in the shard
-    sha256: str
-    stamp: tuple[int, int]  # (size, mtime in ns) of the file when the dataset was opened
-
-
-def _open_root(path: str | os.PathLike[str],
-               filesystem: pafs.FileSystem | None) -> tuple[pafs.FileSystem, str, str]:
-    """The filesystem, the root path inside it, and the name to show in messages."""
-    text = os.fspath(path)
-    if filesystem is not None:
-        root = text.rstrip("/")
-        return filesystem, root, f"{filesystem.type_name}:{root}"
-    if "://" in text:
-        fs, root = pafs.FileSystem.from_uri(text)
-        # Shown in messages: without credentials (s3://KEY:SECRET@bucket/…) or query options.
-        parts = urllib.parse.urlsplit(text)
-        shown = f"{parts.scheme}://{parts.hostname or ''}{parts.path}".rstrip("/")
-        return fs, root.rstrip("/"), shown
-    root = os.path.abspath(text)
-    return pafs.LocalFileSystem(), root, root
-
-
-def _same_type(actual: pa.DataType, expected: pa.DataType) -> bool:
-    """Type equality that ignores the nullability of list items (a writer detail)."""
-    if pa.types.is_list(expected):
-        return pa.types.is_list(actual) and actual.value_type == expected.value_type
-    return actual == expected
 
 
 class WindowDataset:
@@ -140,12 +99,16 @@ class WindowDataset:
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
         cache_bytes: int | None = None,
+        allow_unfinished: bool = False,
     ) -> None:
         if cache_bytes is not None:
             warnings.warn("`cache_bytes` no longer applies: windows are read from a memory-mapped "
                           "layout (see `cache_dir` and `cache_limit`)", DeprecationWarning,
                           stacklevel=2)
-        self._fs, self._root, self.path = _open_root(path, filesystem)
+        files = open_files(path, filesystem=filesystem, allow_unfinished=allow_unfinished)
+        self._files = files
+        self._fs, self._root, self.path = files.location.fs, files.location.root, \
+            files.location.shown
         directory = os.path.abspath(os.fspath(cache_dir if cache_dir is not None
                                               else default_cache_dir()))
         if isinstance(self._fs, pafs.LocalFileSystem):
@@ -154,122 +117,36 @@ class WindowDataset:
             if os.path.commonpath([real_root, real_cache]) == real_root:
                 raise ValueError(f"`cache_dir` must be outside the dataset directory "
                                  f"{self.path}, but got {directory}")
-        self._layouts = LayoutCache(directory, limit_bytes=cache_limit)
-        self.manifest: dict[str, Any] = self._read_manifest()
-        tokenizer = self.manifest["tokenizer"]
-        self.vocab_size: int = int(tokenizer["vocab_size"])
-        self.bos_id: int = int(tokenizer["bos_id"])
-        self.eos_id: int = int(tokenizer["eos_id"])
-        self.window: int = int(self.manifest["windows"]["window"])
-        self._footer_counts: list[dict[str, int] | None] = []
-        self._shards = tuple(self._check_shard(i, s, verify) for i, s in enumerate(self._entries))
-        integrity.check_totals(self._footer_counts, self.manifest,
-                               where=self._where(MANIFEST_NAME))
+        if verify:
+            verify_files(files)
+        self._layouts = LayoutCache(directory, limit_bytes=cache_limit, verify=verify)
+        self.manifest: dict[str, Any] = files.manifest.json
+        tokenizer = files.manifest.tokenizer
+        self.vocab_size: int = tokenizer.vocab_size
+        self.bos_id: int = tokenizer.bos_id
+        self.eos_id: int = tokenizer.eos_id
+        self.window: int = files.manifest.windows.window
+        self._shards = files.shards
         self._shard_starts: list[int] = []
         total = 0
         for shard in self._shards:
             self._shard_starts.append(total)
             total += shard.rows
-        expected = self.manifest["counts"]["windows"]
-        if total != expected:
-            raise ValueError(
-                f"{self._where(MANIFEST_NAME)} says counts.windows is {expected}, but its shards "
-                f"hold {total} rows; the dataset is damaged"
-            )
-        self._len = total
+        self._len = total  # the manifest's counts.windows (read_manifest checks the sum)
         self._starts = np.array([*self._shard_starts, total], dtype=np.int64)
-        self.fingerprint: str = hashlib.sha256(
-            "".join(s.sha256 for s in self._shards).encode()).hexdigest()
+        self.fingerprint: str = files.fingerprint
+        self._row_group_starts: list[tuple[int, ...]] | None = None
         self._lengths: npt.NDArray[np.int32] | None = None
         self._reset_process_state()
-
-    # -- opening and checking -------------------------------------------------------------
 
     def _where(self, name: str) -> str:
         return f"{self.path}/{name}"
 
-    def _read_manifest(self) -> dict[str, Any]:
-        where = self._where(MANIFEST_NAME)
-        info = self._fs.get_file_info(f"{self._root}/{MANIFEST_NAME}")
-        if info.type != pafs.FileType.File:
-            splits = f"{self._root}/{SPLITS_NAME}"
-            if self._fs.get_file_info(splits).type == pafs.FileType.File:
-                with self._fs.open_input_stream(splits) as f:
-                    record = parse_splits_record(f.read(), where=self._where(SPLITS_NAME))
-                raise FileNotFoundError(split_job_message(self.path, record))
-            raise FileNotFoundError(
-                f"{where} not found: a directory without a manifest is not a finished dataset "
-                "(the pipeline writes the manifest last, after every shard is complete)"
-            )
-        with self._fs.open_input_stream(f"{self._root}/{MANIFEST_NAME}") as f:
-            data = f.read()
-        # Keys, and the types of the values read below, are checked there.
-        return parse_manifest(data, where=where)
-
     @property
-    def _entries(self) -> list[dict[str, Any]]:
-        return self.manifest["shards"]
-
-    def _check_shard(self, i: int, entry: dict[str, Any], verify: bool) -> _Shard:
-        file = entry["file"]
-        if not isinstance(file, str) or not SHARD_PATTERN.match(file):
-            raise ValueError(
-                f"{self._where(MANIFEST_NAME)}: shards[{i}].file must be a shard name like "
-                f"'part-00000-of-00001.parquet', but got {file!r}"
-            )
-        path = f"{self._root}/{file}"
-        where = self._where(file)
-        info = self._fs.get_file_info(path)
-        if info.type != pafs.FileType.File:
-            raise FileNotFoundError(f"shard {where}, listed in the manifest, does not exist")
-        with self._fs.open_input_file(path) as f:
-            try:
-                pf = pq.ParquetFile(f, **integrity.READ_OPTIONS)
-            except (OSError, ValueError) as e:
-                raise integrity.footer_error(e, where=where) from e
-            metadata = pf.metadata
-            schema = pf.schema_arrow
-        self._footer_counts.append(integrity.check_footer(
-            metadata, entry, index=i, manifest=self.manifest, where=where))
-        for field in ARROW_SCHEMA:
-            index = schema.get_field_index(field.name)
-            if index < 0:
-                raise ValueError(f"shard {where} lacks the column {field.name!r}")
-            actual = schema.field(index).type
-            if not _same_type(actual, field.type):
-                raise ValueError(
-                    f"shard {where}: column {field.name!r} has type {actual}, expected {field.type}"
-                )
-        rows = entry["rows"]
-        if metadata.num_rows != rows:
-            raise ValueError(
-                f"shard {where} holds {metadata.num_rows} rows, but the manifest says {rows}"
-            )
-        if verify:
-            digest = self._sha256(path)
-            if digest != entry["sha256"]:
-                raise ValueError(
-                    f"shard {where} has SHA-256 {digest}, but the manifest says "
-                    f"{entry['sha256']}; the file is damaged or was replaced"
-                )
-        sha256 = entry["sha256"]
-        if not isinstance(sha256, str) or len(sha256) != 64:
-            raise ValueError(f"{self._where(MANIFEST_NAME)}: shards[{i}].sha256 must be a "
-                             f"SHA-256 in hex, but got {sha256!r}")
-        starts, total = [], 0
-        for g in range(metadata.num_row_groups):
-            starts.append(total)
-            total += metadata.row_group(g).num_rows
-        mtime = info.mtime_ns if info.mtime_ns is not None else -1
-        return _Shard(file=file, path=path, rows=rows, row_group_starts=tuple(starts),
-                      sha256=sha256, stamp=(int(info.size or 0), int(mtime)))
-
-    def _sha256(self, path: str) -> str:
-        h = hashlib.sha256()
-        with self._fs.open_input_stream(path) as f:
-            while chunk := f.read(_HASH_CHUNK):
-                h.update(chunk)
-        return h.hexdigest()
+    def _index_checked(self) -> dict[str, Any]:
+        """What the dataset index was checked against: reused only for the same manifest."""
+        return {"counts": dataclasses.asdict(self._files.manifest.counts),
+                "tokenizer": dataclasses.asdict(self._files.manifest.tokenizer)}
 
     # -- per-process state: the mapped layouts -------------------------------------------
 
@@ -297,10 +174,10 @@ class WindowDataset:
 
     def _source(self, s: int) -> ShardSource:
         shard = self._shards[s]
-        return ShardSource(fs=self._fs, path=shard.path, where=self._where(shard.file),
+        return ShardSource(fs=self._fs, path=shard.path, where=shard.where,
                            sha256=shard.sha256, stamp=shard.stamp, rows=shard.rows,
-                           first_index=self._shard_starts[s], vocab_size=self.vocab_size,
-                           window=self.window)
+                           first_index=self._shard_starts[s], manifest=self._files.manifest,
+                           index=s)
 
     def _check_pid(self) -> None:
         if self._pid != os.getpid():
@@ -315,8 +192,12 @@ class WindowDataset:
             self._open[s] = layout
             self._tokens[s] = layout.tokens
             if self._index is None and all(x is not None for x in self._open):
+                # Every shard is local: the totals its rows give must be the manifest's.
+                integrity.check_totals([x.content for x in self._open],  # type: ignore[union-attr]
+                                       self._files.manifest.counts,
+                                       where=self._where(MANIFEST_NAME))
                 self._index = self._layouts.build_dataset_index(
-                    self.fingerprint, self._open)  # type: ignore[arg-type]
+                    self.fingerprint, self._open, self._index_checked)  # type: ignore[arg-type]
                 self._index_looked = True
         return layout
 
@@ -325,7 +206,8 @@ class WindowDataset:
         self._check_pid()
         if not self._index_looked:
             self._index_looked = True
-            self._index = self._layouts.open_dataset_index(self.fingerprint, self._len)
+            self._index = self._layouts.open_dataset_index(self.fingerprint, self._len,
+                                                           self._index_checked)
         return self._index
 
     @property
@@ -405,7 +287,8 @@ class WindowDataset:
                 lengths = np.ascontiguousarray(index["length"], dtype=np.int32)
             else:
                 parts = [np.zeros(0, np.int32)]
-                for shard in self._shards:
+                for s, shard in enumerate(self._shards):
+                    read_footer(self._files, s)
                     with self._fs.open_input_file(shard.path) as f:
                         pf = pq.ParquetFile(f, **integrity.READ_OPTIONS)
                         column = pf.read(columns=["length"]).column("length")
@@ -483,9 +366,16 @@ class WindowDataset:
             raise ValueError(f"`unit` must be one of {BLOCK_UNITS}, but got {unit!r}")
         if unit == "shard":
             return tuple(s.rows for s in self._shards)
+        if self._row_group_starts is None:  # from the footers, read (and checked) once
+            starts = []
+            for s in range(len(self._shards)):
+                groups = read_footer(self._files, s)
+                sizes = [groups.row_group(g).num_rows for g in range(groups.num_row_groups)]
+                starts.append(tuple(np.cumsum([0, *sizes[:-1]]).tolist()) if sizes else ())
+            self._row_group_starts = starts
         out: list[int] = []
-        for shard in self._shards:
-            edges = [*shard.row_group_starts, shard.rows]
+        for shard, groups in zip(self._shards, self._row_group_starts, strict=True):
+            edges = [*groups, shard.rows]
             out += [b - a for a, b in zip(edges, edges[1:], strict=False)]
         return tuple(out)
 

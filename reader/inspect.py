@@ -52,38 +52,45 @@ import pyarrow.parquet as pq
 
 from reader.check import COLUMNS as _COLUMNS
 from reader.check import SHOWN_FAILURES, check
-from transforms.manifest import (
-    LEGACY_MANIFEST_NAME,
-    MANIFEST_NAME,
-    parse_manifest,
-    parse_splits_record,
-)
+from reader.integrity import READ_OPTIONS
+from reader.opening import DatasetFiles, locate, open_files, read_footer, verify_files
+from transforms.manifest import MANIFEST_NAME
 from transforms.params import WindowSpec
-from transforms.splits import SPLITS_NAME, split_job_message
 from transforms.tokenizers import BYTES, Tokenizer, tokenizer_from_bytes
 
-__all__ = ["Dataset", "check", "decode", "main", "open_dataset", "padding_share", "summarize"]
+__all__ = ["InspectedDataset", "check", "decode", "main", "manifest_tokenizer", "open_dataset",
+           "padding_share", "read_columns", "summarize"]
 
 QUANTILES = (0.0, 0.1, 0.5, 0.9, 0.99, 1.0)
 DEFAULT_BATCH = 8
 
 
 @dataclasses.dataclass
-class Dataset:
-    """A finished dataset: its manifest and, per shard, its rows' small columns."""
+class InspectedDataset:
+    """A finished dataset as inspect reads it: its manifest and, per shard, its rows' small
+    columns (opened by `reader.opening.open_files`, as `reader.WindowDataset` is)."""
 
-    root: str
-    manifest: dict[str, Any]
-    fs: pafs.FileSystem
-    path: str  # root on ``fs``
+    files: DatasetFiles
     shards: list[pa.Table]  # _COLUMNS of each shard, in manifest order
+
+    @property
+    def root(self) -> str:
+        return self.files.location.shown
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return self.files.manifest.json
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        return self.files.location.fs
 
     @property
     def windows(self) -> WindowSpec:
         return WindowSpec(**self.manifest["windows"])
 
     def shard_path(self, i: int) -> str:
-        return f"{self.path}/{self.manifest['shards'][i]['file']}"
+        return self.files.shards[i].path
 
     def column(self, name: str) -> np.ndarray:
         """One column of every shard, end to end."""
@@ -91,46 +98,34 @@ class Dataset:
         return np.concatenate(parts) if parts else np.zeros(0)
 
 
-def _filesystem(root: str) -> tuple[pafs.FileSystem, str]:
-    if "://" in root:
-        return pafs.FileSystem.from_uri(root)
-    return pafs.LocalFileSystem(), os.path.abspath(root)
+def open_dataset(root: str, *, verify: bool = False,
+                 allow_unfinished: bool = False) -> InspectedDataset:
+    """Open the dataset as `reader.WindowDataset` does (`reader.opening.open_files`), check
+    every shard's footer, and read the rows' small columns (not the token ids).
 
-
-def _exists(fs: pafs.FileSystem, path: str) -> bool:
-    return fs.get_file_info(path).type != pafs.FileType.NotFound
-
-
-def open_dataset(root: str) -> Dataset:
-    """Read the manifest and the rows' small columns (not the token ids).
+    Args:
+        root: the dataset directory (local or a URI).
+        verify: first check everything ``WindowDataset(verify=True)`` checks
+            (`reader.opening.verify_files`): what ``--check`` starts with.
+        allow_unfinished: open a split whose job's ``_splits.json`` is missing.
 
     Raises:
-        ValueError: no manifest (a dataset under the old name is refused with the fix), a
-            damaged manifest, or a missing shard.
+        ValueError, OSError: the dataset is missing, unfinished, damaged or not this job's.
     """
-    fs, path = _filesystem(root.rstrip("/") or root)
-    where = f"{root.rstrip('/')}/{MANIFEST_NAME}"
-    if not _exists(fs, f"{path}/{MANIFEST_NAME}"):
-        if _exists(fs, f"{path}/{LEGACY_MANIFEST_NAME}"):
-            raise ValueError(
-                f"{root} holds {LEGACY_MANIFEST_NAME}, the name token-windows 0.1.0 gave the "
-                f"manifest; this version reads {MANIFEST_NAME} (so that Parquet readers skip "
-                f"it): rename it, and rejects/ to _rejects/; the shards need no change"
-            )
-        if _exists(fs, f"{path}/{SPLITS_NAME}"):
-            with fs.open_input_stream(f"{path}/{SPLITS_NAME}") as f:
-                record = parse_splits_record(f.read(), where=f"{root}/{SPLITS_NAME}")
-            raise ValueError(split_job_message(root, record))
-        raise ValueError(f"{where} does not exist: {root} is not a finished dataset")
-    with fs.open_input_stream(f"{path}/{MANIFEST_NAME}") as f:
-        manifest = parse_manifest(f.read(), where=where)
+    files = open_files(root, allow_unfinished=allow_unfinished)
+    if verify:
+        verify_files(files)
+    return read_columns(files)
+
+
+def read_columns(files: DatasetFiles) -> InspectedDataset:
+    """Check every shard's footer and read its rows' small columns."""
     shards = []
-    for entry in manifest["shards"]:
-        file = f"{path}/{entry['file']}"
-        if not _exists(fs, file):
-            raise ValueError(f"{root}/{entry['file']} is listed in {MANIFEST_NAME} but missing")
-        shards.append(pq.read_table(file, columns=list(_COLUMNS), filesystem=fs))
-    return Dataset(root=root, manifest=manifest, fs=fs, path=path, shards=shards)
+    for s, shard in enumerate(files.shards):
+        read_footer(files, s)
+        shards.append(pq.read_table(shard.path, columns=list(_COLUMNS),
+                                    filesystem=files.location.fs, **READ_OPTIONS))
+    return InspectedDataset(files=files, shards=shards)
 
 
 # ------------------------------------------------------------------ summary and distributions
@@ -159,7 +154,7 @@ def padding_share(lengths: np.ndarray, batch_size: int, seed: int = 0) -> float:
     return float(1 - grid.sum() / positions)
 
 
-def summarize(ds: Dataset, *, batch_size: int = DEFAULT_BATCH) -> dict[str, Any]:
+def summarize(ds: InspectedDataset, *, batch_size: int = DEFAULT_BATCH) -> dict[str, Any]:
     """The summary table, the distributions and the padding share (a JSON-able dict)."""
     c = ds.manifest["counts"]
     lengths = ds.column("length").astype(np.int64)
@@ -261,7 +256,7 @@ def _split_lines(summary: dict[str, Any]) -> list[str]:
 # ------------------------------------------------------------------ decode
 
 
-def load_tokenizer(ds: Dataset, path: str | None = None) -> Tokenizer:
+def manifest_tokenizer(ds: InspectedDataset, path: str | None = None) -> Tokenizer:
     """The manifest's tokenizer: bytes needs no file; a model file is the one ``path`` names,
     else the manifest's ``path`` (as the job was given it), else its ``file`` beside the
     dataset; its SHA-256 must be the manifest's.
@@ -275,8 +270,9 @@ def load_tokenizer(ds: Dataset, path: str | None = None) -> Tokenizer:
     candidates = [path] if path else [p for p in (
         info.get("path"), info.get("file") and f"{ds.root.rstrip('/')}/{info['file']}") if p]
     for candidate in candidates:
-        fs, where = _filesystem(candidate)
-        if not _exists(fs, where):
+        loc = locate(candidate)
+        fs, where = loc.fs, loc.root
+        if fs.get_file_info(where).type == pafs.FileType.NotFound:
             continue
         with fs.open_input_stream(where) as f:
             data = f.read()
@@ -293,7 +289,7 @@ def load_tokenizer(ds: Dataset, path: str | None = None) -> Tokenizer:
                      "pass it with --tokenizer")
 
 
-def _token_rows(ds: Dataset, limit: int) -> Iterator[dict[str, Any]]:
+def _token_rows(ds: InspectedDataset, limit: int) -> Iterator[dict[str, Any]]:
     left = limit
     for i in range(len(ds.shards)):
         if left <= 0:
@@ -308,7 +304,7 @@ def _token_rows(ds: Dataset, limit: int) -> Iterator[dict[str, Any]]:
                 return
 
 
-def decode(ds: Dataset, n: int, tokenizer: Tokenizer) -> list[dict[str, Any]]:
+def decode(ds: InspectedDataset, n: int, tokenizer: Tokenizer) -> list[dict[str, Any]]:
     """The first ``n`` windows, their text split where scoring starts."""
     out = []
     for row in _token_rows(ds, n):
@@ -325,7 +321,7 @@ def decode(ds: Dataset, n: int, tokenizer: Tokenizer) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ plot
 
 
-def plot(ds: Dataset, summary: dict[str, Any], path: str) -> None:
+def plot(ds: InspectedDataset, summary: dict[str, Any], path: str) -> None:
     """Four panels: document tokens, window lengths, padding by batch size, scored share by
     position in the window.
 
@@ -400,8 +396,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", type=str, default=None, metavar="PATH",
                    help="the tokenizer file for --decode. Default: the one the manifest names.")
     p.add_argument("--check", action="store_true",
-                   help="recompute coverage, overlap, boundaries and the counts; exit 1 on any "
-                   "failure.")
+                   help="verify every shard as WindowDataset(verify=True) does (SHA-256, "
+                   "footers, page checksums, BOS/EOS), then recompute coverage, overlap, "
+                   "boundaries and the counts; exit 1 on any failure.")
+    p.add_argument("--allow-unfinished", action="store_true",
+                   help="open a split whose job's _splits.json is missing (to look at what a "
+                   "killed job left).")
     p.add_argument("--plot", type=str, default=None, metavar="FILE.png",
                    help="draw the distributions into FILE.png (needs matplotlib).")
     p.add_argument("--json", action="store_true", help="print one JSON object instead.")
@@ -415,10 +415,21 @@ def run(argv: Sequence[str] | None = None) -> int:
         print("error: --batch-size must be ≥ 1 and --decode ≥ 0", file=sys.stderr)
         return 2
     try:
-        ds = open_dataset(args.output)
+        files = open_files(args.output, allow_unfinished=args.allow_unfinished)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.check:  # everything opening checks, and reading, before the recomputations
+        try:
+            verify_files(files, totals=False)  # check() recomputes the totals by window
+        except (ValueError, OSError) as e:
+            print(f"check: failed: {e}")
+            return 1
+    try:
+        ds = read_columns(files)
         report = summarize(ds, batch_size=args.batch_size)
         if args.decode:
-            report["decoded"] = decode(ds, args.decode, load_tokenizer(ds, args.tokenizer))
+            report["decoded"] = decode(ds, args.decode, manifest_tokenizer(ds, args.tokenizer))
         if args.plot:
             plot(ds, report, args.plot)
             report["plot"] = args.plot

@@ -176,6 +176,7 @@ def test_what_the_reader_may_meet_is_accepted():
     manifest["tokenizer"].update(sha256="ab" * 32, kind="sentencepiece", vocab_size=0)
     manifest["windows"]["seed"] = (1 << 64) - 1
     manifest["shards"] = []
+    manifest["counts"].update(windows=0, tokens=0, scored_targets=0, documents=0)
     manifest["extra"] = {"more": "is welcome"}
     assert parse_manifest(dumps_manifest(manifest)) == manifest
 

@@ -42,11 +42,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from transforms.rows import ShardCounts
-from transforms.schema import COUNTS_KEY, FINGERPRINT_KEY, FORMAT, FORMAT_VERSION, SHARD_KEY
+from transforms.schema import (
+    COUNTS_KEY,
+    FINGERPRINT_KEY,
+    FORMAT,
+    FORMAT_VERSION,
+    SHARD_KEY,
+    SHARD_PATTERN,
+    shard_file_name,
+)
 
 __all__ = [
     "LEGACY_MANIFEST_NAME",
@@ -55,7 +64,6 @@ __all__ = [
     "WrittenShard",
     "build_manifest",
     "build_splits_record",
-    "check_skipped_share",
     "dumps_manifest",
     "job_fingerprint",
     "parse_manifest",
@@ -127,68 +135,6 @@ def shard_metadata(*, fingerprint: str, index: int, num_shards: int,
                                 "tokens": counts.tokens,
                                 "scored_targets": counts.scored_targets}, sort_keys=True),
     }
-
-
-_FIXES = {
-    "missing_text": "pass --text-field naming the field that holds the text",
-    "text_not_string": "pass --text-field naming a field that holds a string",
-    "not_an_object": "the input must hold one JSON object per line (JSONL), not a "
-                     "pretty-printed array or other values",
-    "malformed_json": "is the input JSONL? pass --format text or lines for plain text",
-    "missing_id": "pass --id-field naming a field every record has, or drop --id-field",
-    "invalid_id": "pass --id-field naming a string or integer field, or drop --id-field",
-    "duplicate_id": "pass --id-field naming a field whose values are unique, or drop it",
-    "empty": "pass --text-field naming the field with the text, or --keep-empty",
-    "blank_line": "the input holds no records",
-    "invalid_utf8": "the input is not UTF-8; convert it, or pass --invalid-utf8 replace",
-    "too_large": "raise --max-doc-bytes",
-}
-
-
-def _keys_of(record: str) -> str | None:
-    try:
-        value = json.loads(record)
-    except (ValueError, RecursionError):
-        return None
-    return ", ".join(map(str, value)) if isinstance(value, dict) else None
-
-
-def check_skipped_share(*, records: int, skipped: dict[str, int], first: dict[str, Any],
-                        max_share: float) -> None:
-    """Fail a job whose records were (almost) all skipped: a wrong flag, not dirty data.
-
-    Args:
-        records: the records read; skipped: {reason: count}.
-        first: {reason: the first `transforms.documents.Reject` of that reason}.
-        max_share: the largest share of skipped records tolerated; every record skipped
-            always fails (an empty dataset is never what was asked for).
-
-    Raises:
-        RuntimeError: naming the reasons, the first record (where it is, its keys) and the
-            fix.
-    """
-    total = sum(skipped.values())
-    if records == 0 or (total < records and total <= max_share * records):
-        return
-    reasons = {k: v for k, v in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])) if v}
-    top = next(iter(reasons))
-    if len(reasons) == 1:
-        why = f"as {top}"
-    else:
-        why = "(" + ", ".join(f"{k} {v}" for k, v in reasons.items()) + ")"
-    if total == records:
-        head = f"all {records} records skipped {why}"
-    else:
-        head = (f"{total} of {records} records ({100 * total / records:.1f} %) skipped {why}, "
-                f"more than --max-skipped-share {max_share}")
-    reject = first.get(top)
-    where = ""
-    if reject is not None:
-        keys = _keys_of(reject.record)
-        where = f"; the first record ({reject.source})"
-        where += f" has keys {keys}" if keys is not None else f": {reject.detail}"
-    fix = _FIXES.get(top, "see rejects/" + top + ".jsonl")
-    raise RuntimeError(f"{head}{where}: {fix}; no manifest was written")
 
 
 def build_manifest(
@@ -340,94 +286,259 @@ def dumps_manifest(manifest: dict[str, Any]) -> bytes:
     return (json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
 
 
-class _Count:
-    """A JSON integer of at least ``least`` (never a bool)."""
+# -- the parsed manifest -------------------------------------------------------------------
 
-    def __init__(self, least: int) -> None:
-        self.least = least
-
-    def problem(self, value: Any) -> str | None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < self.least:
-            kind = "a positive" if self.least == 1 else "a non-negative"
-            return f"must be {kind} integer, but got {value!r}"
-        return None
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+TAILS, SCORES, OFFSETS = ("keep", "drop", "trace_back"), ("all", "new"), ("zero", "random")
 
 
-class _Json:
-    """A JSON value of one of ``types``."""
+_REQUIRED = object()
 
-    def __init__(self, *types: type | None) -> None:
-        self.types = tuple(type(None) if t is None else t for t in types)
 
-    def problem(self, value: Any) -> str | None:
-        if isinstance(value, self.types) and not (isinstance(value, bool) and int in self.types):
+class _Fields:
+    """The values of one JSON object of a manifest, each checked as it is taken."""
+
+    def __init__(self, value: Any, name: str, where: str) -> None:
+        if not isinstance(value, dict):
+            raise ValueError(f"{where}: {name} must be an object, but got {value!r}")
+        self.value, self.name, self.where = value, name, where
+
+    def fail(self, key: str, problem: str) -> ValueError:
+        name = f"{self.name}.{key}" if self.name else key
+        return ValueError(f"{self.where}: {name} {problem}; the dataset is damaged")
+
+    def get(self, key: str) -> Any:
+        if key not in self.value:
+            raise ValueError(f"{self.where} lacks the key {self.name}.{key}; the dataset is "
+                             "damaged")
+        return self.value[key]
+
+    def count(self, key: str, least: int = 0, default: Any = _REQUIRED) -> Any:
+        """A JSON integer of at least ``least`` (never a bool); ``default`` if absent."""
+        if key not in self.value and default is not _REQUIRED:
+            return default
+        value = self.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            kind = "a positive" if least == 1 else "a non-negative"
+            raise self.fail(key, f"must be {kind} integer, but got {value!r}")
+        return value
+
+    def text(self, key: str, *, null: bool = False, choices: Sequence[str] = ()) -> Any:
+        value = self.get(key)
+        if value is None and null:
             return None
-        names = " or ".join("null" if t is type(None) else _JSON_NAMES[t] for t in self.types)
-        return f"must be {names}, but got {value!r}"
+        if not isinstance(value, str):
+            raise self.fail(key, f"must be a string{' or null' if null else ''}, but got "
+                                 f"{value!r}")
+        if choices and value not in choices:
+            raise self.fail(key, f"must be one of {tuple(choices)}, but got {value!r}")
+        return value
+
+    def sha256(self, key: str, *, null: bool = False) -> Any:
+        value = self.text(key, null=null)
+        if value is not None and not _SHA256.match(value):
+            raise self.fail(key, f"must be 64 lowercase hex digits (a SHA-256), but got "
+                                 f"{value!r}")
+        return value
 
 
-_JSON_NAMES = {str: "a string", int: "an integer", dict: "an object", list: "a list"}
-_COUNT, _POSITIVE = _Count(0), _Count(1)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TokenizerInfo:
+    """The manifest's ``tokenizer``: what the reader needs of it (the rest stays in ``json``).
 
-# What every manifest must hold, and what the reader relies on in each value.
-_REQUIRED: dict[str, Any] = {
-    "tokenizer": {"kind": _Json(str), "vocab_size": _COUNT, "bos_id": _COUNT, "eos_id": _COUNT,
-                  "sha256": _Json(str, None)},
-    "windows": {"window": _POSITIVE, "stride": _POSITIVE, "tail": _Json(str),
-                "min_tail": _POSITIVE, "score": _Json(str), "offset": _Json(str),
-                "seed": _COUNT},
-    "inputs": _Json(list),
-    "counts": {"documents": _COUNT, "skipped": _Json(dict), "windows": _COUNT, "tokens": _COUNT,
-               "pairs": _COUNT, "scored_targets": _COUNT, "uncovered_pairs": _COUNT},
-    "shards": _Json(list),
-}
-_SHARD = {"file": _Json(str), "rows": _COUNT, "scored_targets": _COUNT, "sha256": _Json(str)}
+    ``engine`` names the library that ran a ``tokenizer.json`` (recorded only when set).
+    """
 
+    kind: str
+    vocab_size: int
+    bos_id: int
+    eos_id: int
+    sha256: str | None
+    engine: str | None = None
 
-def _check(where: str, name: str, value: Any, rule: Any) -> None:
-    problem = rule.problem(value)
-    if problem is not None:
-        raise ValueError(f"{where}: {name} {problem}; the dataset is damaged")
-
-
-def _check_object(where: str, name: str, value: Any, rules: dict[str, Any]) -> None:
-    if not isinstance(value, dict):
-        raise ValueError(f"{where}: {name} must be an object, but got {value!r}")
-    for key, rule in rules.items():
-        if key not in value:
-            raise ValueError(f"{where} lacks the key {name}.{key}; the dataset is damaged")
-        _check(where, f"{name}.{key}", value[key], rule)
+    @classmethod
+    def from_json(cls, value: Any, *, where: str) -> TokenizerInfo:
+        f = _Fields(value, "tokenizer", where)
+        info = cls(kind=f.text("kind"), vocab_size=f.count("vocab_size"),
+                   bos_id=f.count("bos_id"), eos_id=f.count("eos_id"),
+                   sha256=f.text("sha256", null=True),
+                   engine=f.text("engine") if "engine" in f.value else None)
+        for key in ("bos_id", "eos_id"):
+            if info.vocab_size and getattr(info, key) >= info.vocab_size:
+                raise f.fail(key, f"must be below vocab_size {info.vocab_size}, but got "
+                                  f"{getattr(info, key)}")
+        if info.bos_id == info.eos_id and info.vocab_size:
+            raise f.fail("eos_id", f"must differ from bos_id, but both are {info.bos_id}")
+        return info
 
 
-def parse_manifest(data: bytes | str, *, where: str = MANIFEST_NAME) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WindowsInfo:
+    """The manifest's ``windows``: the window parameters and the seed."""
+
+    window: int
+    stride: int
+    tail: str
+    min_tail: int
+    score: str
+    offset: str
+    seed: int
+
+    @classmethod
+    def from_json(cls, value: Any, *, where: str) -> WindowsInfo:
+        f = _Fields(value, "windows", where)
+        return cls(window=f.count("window", 1), stride=f.count("stride", 1),
+                   tail=f.text("tail", choices=TAILS), min_tail=f.count("min_tail", 1),
+                   score=f.text("score", choices=SCORES),
+                   offset=f.text("offset", choices=OFFSETS), seed=f.count("seed"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Counts:
+    """The manifest's ``counts`` (computed by the job from the rows)."""
+
+    documents: int
+    documents_without_windows: int
+    windows: int
+    tokens: int
+    pairs: int
+    scored_targets: int
+    uncovered_pairs: int
+    skipped: dict[str, int]
+
+    @classmethod
+    def from_json(cls, value: Any, *, where: str) -> Counts:
+        f = _Fields(value, "counts", where)
+        skipped = f.get("skipped")
+        if not isinstance(skipped, dict):
+            raise f.fail("skipped", f"must be an object, but got {skipped!r}")
+        reasons = _Fields(skipped, "counts.skipped", where)
+        return cls(documents=f.count("documents"),
+                   documents_without_windows=f.count("documents_without_windows", 0, 0),
+                   windows=f.count("windows"), tokens=f.count("tokens"), pairs=f.count("pairs"),
+                   scored_targets=f.count("scored_targets"),
+                   uncovered_pairs=f.count("uncovered_pairs"),
+                   skipped={k: reasons.count(k) for k in skipped})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ShardEntry:
+    """One of the manifest's ``shards``: a file name of the format, its counts and SHA-256."""
+
+    file: str
+    rows: int
+    scored_targets: int
+    sha256: str
+    documents: int | None = None
+    tokens: int | None = None
+    bytes: int | None = None
+
+    @classmethod
+    def from_json(cls, value: Any, *, index: int, where: str) -> ShardEntry:
+        f = _Fields(value, f"shards[{index}]", where)
+        file = f.text("file")
+        if not SHARD_PATTERN.match(file):
+            raise f.fail("file", f"must be a shard name like 'part-00000-of-00001.parquet' "
+                                 f"(no directory), but got {file!r}")
+        return cls(file=file, rows=f.count("rows"), scored_targets=f.count("scored_targets"),
+                   sha256=f.sha256("sha256"), documents=f.count("documents", 0, None),
+                   tokens=f.count("tokens", 0, None), bytes=f.count("bytes", 0, None))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SplitInfo:
+    """A split's manifest's ``split``: its name (a directory name) and the job's record."""
+
+    name: str
+
+    @classmethod
+    def from_json(cls, value: Any, *, where: str) -> SplitInfo:
+        name = _Fields(value, "split", where).text("name")
+        if not name or name in (".", "..") or "/" in name or "\\" in name:
+            raise ValueError(f"{where}: split.name must be a directory name, but got {name!r}")
+        return cls(name=name)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Manifest:
+    """A parsed manifest: the typed values the reader uses, and the whole JSON object.
+
+    Built by :func:`read_manifest`, which checks every value that becomes a path, an index or
+    a count, and the invariants the manifest holds by itself: shard i of N is named
+    ``part-i-of-N`` (so the list order is the files' order), and the shards' rows, tokens,
+    documents and scored targets add up to ``counts``.
+    """
+
+    tokenizer: TokenizerInfo
+    windows: WindowsInfo
+    counts: Counts
+    shards: tuple[ShardEntry, ...]
+    fingerprint: str | None
+    split: SplitInfo | None
+    json: dict[str, Any]
+
+
+def read_manifest(data: bytes | str, *, where: str = MANIFEST_NAME) -> Manifest:
     """Parse and check a manifest; ``where`` names the file in error messages.
 
     Raises:
-        ValueError: the text is not JSON, is another format or version, lacks a key, or a
-            value has the wrong type.
+        ValueError: the text is not JSON, is another format or version, lacks a key, a value
+            has the wrong type or range, or the shards disagree with each other or the counts.
     """
     try:
         manifest = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise ValueError(f"{where} is not valid JSON ({e}); the dataset is damaged") from e
     if not isinstance(manifest, dict):
         raise ValueError(f"{where} must hold a JSON object, but holds {type(manifest).__name__}")
     if manifest.get("format") != FORMAT:
         raise ValueError(
-            f"{where} has format {manifest.get('format')!r}, but this reader reads {FORMAT!r}"
-        )
+            f"{where} has format {manifest.get('format')!r}, but this reader reads {FORMAT!r}")
     if manifest.get("format_version") != FORMAT_VERSION:
         raise ValueError(
             f"{where} has format_version {manifest.get('format_version')!r}, but this reader "
-            f"reads version {FORMAT_VERSION}; install the version of the project that wrote it"
-        )
-    for key, rule in _REQUIRED.items():
+            f"reads version {FORMAT_VERSION}; install the version of the project that wrote it")
+    for key in ("tokenizer", "windows", "inputs", "counts", "shards"):
         if key not in manifest:
             raise ValueError(f"{where} lacks the key {key!r}; the dataset is damaged")
-        if isinstance(rule, dict):
-            _check_object(where, key, manifest[key], rule)
-        else:
-            _check(where, key, manifest[key], rule)
-    for i, shard in enumerate(manifest["shards"]):
-        _check_object(where, f"shards[{i}]", shard, _SHARD)
-    return manifest
+    for key, kind in (("inputs", list), ("shards", list)):
+        if not isinstance(manifest[key], kind):
+            raise ValueError(f"{where}: {key} must be a list, but got {manifest[key]!r}")
+    shards = tuple(ShardEntry.from_json(s, index=i, where=where)
+                   for i, s in enumerate(manifest["shards"]))
+    parsed = Manifest(
+        tokenizer=TokenizerInfo.from_json(manifest["tokenizer"], where=where),
+        windows=WindowsInfo.from_json(manifest["windows"], where=where),
+        counts=Counts.from_json(manifest["counts"], where=where), shards=shards,
+        fingerprint=_Fields(manifest, "", where).sha256("fingerprint", null=True)
+        if "fingerprint" in manifest else None,
+        split=SplitInfo.from_json(manifest["split"], where=where) if "split" in manifest
+        else None,
+        json=manifest)
+    _check_shard_list(parsed, where=where)
+    return parsed
+
+
+def _check_shard_list(m: Manifest, *, where: str) -> None:
+    """The invariants a manifest holds by itself: names in order, sums equal the counts."""
+    n = len(m.shards)
+    for i, s in enumerate(m.shards):
+        if s.file != shard_file_name(i, n):
+            raise ValueError(
+                f"{where}: shards[{i}] is {s.file!r}, but shard {i} of {n} is "
+                f"{shard_file_name(i, n)!r}: the shard list was edited or reordered; the "
+                "dataset is damaged")
+    for key, total in (("rows", "windows"), ("scored_targets", "scored_targets"),
+                       ("tokens", "tokens"), ("documents", "documents")):
+        values = [getattr(s, key) for s in m.shards]
+        if any(v is None for v in values):
+            continue
+        if sum(values) != getattr(m.counts, total):
+            raise ValueError(
+                f"{where} says counts.{total} is {getattr(m.counts, total)}, but its shards' "
+                f"{key} add up to {sum(values)}; the dataset is damaged")
+
+
+def parse_manifest(data: bytes | str, *, where: str = MANIFEST_NAME) -> dict[str, Any]:
+    """:func:`read_manifest`'s checks; returns the manifest's JSON object."""
+    return read_manifest(data, where=where).json
