@@ -1,27 +1,25 @@
-"""Random access to the windows of a finished output (SPEC §5, §6).
+"""Random access to the windows of a finished output (docs/format.md).
 
 Contract:
 
 * ``WindowDataset(path)`` opens a directory written by the pipeline, on the local disk or
-  anywhere ``pyarrow.fs`` reaches (``gs://``, ``s3://``, ``hdfs://``, ``file://``). It reads
-  ``_manifest.json`` first (no manifest, no dataset), checks its format and version, and
-  checks every shard the manifest lists: it exists, its Parquet footer holds the manifest's
-  row count and the columns of :data:`transforms.schema.ARROW_SCHEMA`, and, with
-  ``verify=True``, its bytes hash to the manifest's SHA-256.
-* ``len(ds)`` is the manifest's ``counts.windows``, which must equal the sum of the shards'
-  rows. Global index ``i`` runs over the shards in manifest order and the rows of each shard
-  in file order, so ``ds[0]`` is the first row of the first shard.
+  anywhere ``pyarrow.fs`` reaches (``gs://``, ``s3://``, ``hdfs://``, ``file://``), through
+  `reader.opening.open_files`: the manifest is read and checked, and every shard it lists
+  must exist (one listing, whatever the number of shards). Each shard's footer, SHA-256,
+  page checksums, rows and BOS/EOS are checked when the shard is first read (its layout is
+  built); with ``verify=True``, for every shard at open, and every cached layout file is
+  hashed on first use (`docs/integrity.md#the-reader`).
+* ``len(ds)`` is the manifest's ``counts.windows`` (the sum of the shards' rows). Global
+  index ``i`` runs over the shards in manifest order and the rows of each shard in file
+  order, so ``ds[0]`` is the first row of the first shard.
 * ``ds[i]`` is a dict: ``tokens`` (``np.int32`` array of ``length + 1`` ids, the stored span
   ``z[start : start + length + 1]``), ``start``, ``length``, ``loss_start``, ``doc_id``,
   ``doc_key``, ``window_index``, ``doc_tokens`` and ``index`` (= ``i``).
-* Reads go through the local layout of :mod:`reader.layout`: each shard, the first time it
-  is read (or all at once with :meth:`WindowDataset.prepare`), is verified against the
-  manifest's SHA-256, checked row by row (token ids in ``[0, vocab_size)``,
-  ``1 <= length <= window``, ``len(tokens) == length + 1``, ``0 <= loss_start < length``; a
-  bad row is a ``ValueError`` naming the shard, the row and the dataset index, never a
-  silent out-of-range embedding lookup) and written as flat arrays into a cache directory
-  (``cache_dir``, never inside the dataset), which every process then memory-maps. A remote
-  shard is downloaded into the cache on demand; ``cache_limit`` bounds the cache's bytes.
+* Reads go through the local layout of :mod:`reader.layout`, built once per shard into a
+  cache directory (``cache_dir``, never inside the dataset), which every process then
+  memory-maps; a bad row is a ``ValueError`` naming the shard, the row and the dataset
+  index, never a silent out-of-range embedding lookup. A remote shard is downloaded into
+  the cache on demand; ``cache_limit`` bounds the cache's bytes.
 * ``ds.__getitems__(indices)`` (what ``DataLoader`` calls for a batch) gathers the windows
   vectorised into a :class:`WindowBatch`, a sequence of the same dicts that
   :func:`reader.collate` pads without a per-window loop.
@@ -50,12 +48,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from reader import integrity
 from reader.layout import COLUMNS as LAYOUT_COLUMNS
 from reader.layout import RECORD, LayoutCache, ShardLayout, ShardSource, default_cache_dir
-from reader.opening import open_files, read_footer, verify_files
+from reader.opening import open_files, read_column, row_groups, verify_files
 from transforms.manifest import MANIFEST_NAME
 
 __all__ = ["BLOCK_UNITS", "WindowBatch", "WindowDataset", "WindowRows"]
@@ -69,8 +66,9 @@ class WindowDataset:
     Args:
         path: the output directory: a local path or a URI that ``pyarrow.fs`` opens
             (``s3://``, ``gs://``, ``file://`` …).
-        verify: also check each shard's SHA-256 against the manifest at open (reads every
-            byte once; a shard's layout is always built from bytes that hash to it).
+        verify: check every shard at open (footer, SHA-256, page checksums, BOS/EOS, the
+            counts its rows give: reads every byte once) and hash every cached layout file on
+            first use; a shard's layout is always built from bytes that hash to it.
         filesystem: a ``pyarrow.fs.FileSystem`` in which ``path`` is a path (e.g.
             ``S3FileSystem(endpoint_override=...)`` for an S3-compatible store); default: from
             the URI, or the local disk.
@@ -83,11 +81,15 @@ class WindowDataset:
         cache_bytes: ignored (the in-memory row-group cache of earlier releases; memory is
             now the operating system's page cache). Passing it warns.
 
+        allow_unfinished: open a split whose job's ``_splits.json`` is missing (to look at
+            what a killed job left; never to train on).
+
     Raises:
-        FileNotFoundError: the manifest or a shard it lists does not exist.
+        FileNotFoundError: the manifest or a shard it lists does not exist, or the dataset
+            is a split of an unfinished job.
         ValueError: the manifest is invalid, of another format or version, or disagrees with
-            a shard (row count, columns, checksum), the counts disagree, or ``cache_dir`` is
-            inside the dataset.
+            itself or (with ``verify``) a shard (footer, checksum, BOS/EOS, counts), or
+            ``cache_dir`` is inside the dataset.
     """
 
     def __init__(
@@ -109,14 +111,8 @@ class WindowDataset:
         self._files = files
         self._fs, self._root, self.path = files.location.fs, files.location.root, \
             files.location.shown
-        directory = os.path.abspath(os.fspath(cache_dir if cache_dir is not None
-                                              else default_cache_dir()))
-        if isinstance(self._fs, pafs.LocalFileSystem):
-            real_root = os.path.realpath(self._root)
-            real_cache = os.path.realpath(directory)
-            if os.path.commonpath([real_root, real_cache]) == real_root:
-                raise ValueError(f"`cache_dir` must be outside the dataset directory "
-                                 f"{self.path}, but got {directory}")
+        directory = files.location.outside(cache_dir if cache_dir is not None
+                                           else default_cache_dir())
         if verify:
             verify_files(files)
         self._layouts = LayoutCache(directory, limit_bytes=cache_limit, verify=verify)
@@ -135,7 +131,7 @@ class WindowDataset:
         self._len = total  # the manifest's counts.windows (read_manifest checks the sum)
         self._starts = np.array([*self._shard_starts, total], dtype=np.int64)
         self.fingerprint: str = files.fingerprint
-        self._row_group_starts: list[tuple[int, ...]] | None = None
+        self._row_groups: tuple[int, ...] | None = None
         self._lengths: npt.NDArray[np.int32] | None = None
         self._reset_process_state()
 
@@ -286,14 +282,9 @@ class WindowDataset:
             if index is not None:
                 lengths = np.ascontiguousarray(index["length"], dtype=np.int32)
             else:
-                parts = [np.zeros(0, np.int32)]
-                for s, shard in enumerate(self._shards):
-                    read_footer(self._files, s)
-                    with self._fs.open_input_file(shard.path) as f:
-                        pf = pq.ParquetFile(f, **integrity.READ_OPTIONS)
-                        column = pf.read(columns=["length"]).column("length")
-                    parts.append(column.to_numpy().astype(np.int32))
-                lengths = np.concatenate(parts)
+                lengths = np.concatenate([np.zeros(0, np.int32), *(
+                    read_column(self._files, s, "length").astype(np.int32)
+                    for s in range(len(self._shards)))])
             if len(lengths) != self._len:
                 raise ValueError(f"{self.path}: read {len(lengths)} lengths for {self._len} "
                                  "windows; the dataset is damaged")
@@ -366,18 +357,10 @@ class WindowDataset:
             raise ValueError(f"`unit` must be one of {BLOCK_UNITS}, but got {unit!r}")
         if unit == "shard":
             return tuple(s.rows for s in self._shards)
-        if self._row_group_starts is None:  # from the footers, read (and checked) once
-            starts = []
-            for s in range(len(self._shards)):
-                groups = read_footer(self._files, s)
-                sizes = [groups.row_group(g).num_rows for g in range(groups.num_row_groups)]
-                starts.append(tuple(np.cumsum([0, *sizes[:-1]]).tolist()) if sizes else ())
-            self._row_group_starts = starts
-        out: list[int] = []
-        for shard, groups in zip(self._shards, self._row_group_starts, strict=True):
-            edges = [*groups, shard.rows]
-            out += [b - a for a, b in zip(edges, edges[1:], strict=False)]
-        return tuple(out)
+        if self._row_groups is None:  # from the footers, read (and checked) once
+            self._row_groups = tuple(
+                size for s in range(len(self._shards)) for size in row_groups(self._files, s))
+        return self._row_groups
 
     @property
     def shard_files(self) -> tuple[str, ...]:

@@ -13,14 +13,12 @@ any file system pyarrow opens), and prints:
 * ``--decode N``: the first N windows decoded with the manifest's tokenizer (the file the
   manifest names, checked against its SHA-256; ``--tokenizer`` points elsewhere), showing
   doc_id, start, length and where scoring starts (``▌``);
-* ``--check``: seed 000 §4.3's three checks recomputed from the rows, with the manifest's
-  parameters: **coverage** (every pair of every document is in a window, but for the pairs
-  the parameters leave out: before a random first origin, gaps when S > W, a dropped tail),
-  **overlap** (consecutive full windows of a document are S apart, so overlap by W − S; only
-  a trace_back tail starts earlier), **boundaries** (no window crosses its document:
-  0 ≤ start, start + length ≤ P, 0 ≤ loss_start < length, L + 1 stored ids); plus loss_start
-  as ``--score`` defines it, the ids two windows share agree, and the manifest's counts
-  recomputed. Any failure names the window and exits with status 1;
+* ``--check``: first everything ``WindowDataset(path, verify=True)`` checks
+  (`reader.opening.verify_files`: every shard's SHA-256, footer, fingerprint and place in the
+  list, page checksums, BOS/EOS), then docs/format.md's checks recomputed from the rows, with
+  the manifest's parameters (`reader.check`): **coverage**, **overlap**, **boundaries**,
+  loss_start as ``--score`` defines it, the ids two windows share agree, and the manifest's
+  counts recomputed. Any failure names the shard or the window and exits with status 1;
 * ``--plot FILE.png`` (matplotlib: the ``plot`` extra): the same distributions as a picture;
 * ``--json``: everything above as one JSON object, for scripts.
 
@@ -54,6 +52,7 @@ from reader.check import COLUMNS as _COLUMNS
 from reader.check import SHOWN_FAILURES, check
 from reader.integrity import READ_OPTIONS
 from reader.opening import DatasetFiles, locate, open_files, read_footer, verify_files
+from reader.plot import plot
 from transforms.manifest import MANIFEST_NAME
 from transforms.params import WindowSpec
 from transforms.tokenizers import BYTES, Tokenizer, tokenizer_from_bytes
@@ -318,68 +317,6 @@ def decode(ds: InspectedDataset, n: int, tokenizer: Tokenizer) -> list[dict[str,
     return out
 
 
-# ------------------------------------------------------------------ plot
-
-
-def plot(ds: InspectedDataset, summary: dict[str, Any], path: str) -> None:
-    """Four panels: document tokens, window lengths, padding by batch size, scored share by
-    position in the window.
-
-    Raises:
-        ValueError: matplotlib is not installed.
-    """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise ValueError("--plot needs matplotlib: pip install 'token-windows[plot]'") from e
-    W = ds.windows.window
-    lengths = ds.column("length").astype(np.int64)
-    loss = ds.column("loss_start").astype(np.int64)
-    doc_tokens = ds.column("doc_tokens")[ds.column("window_index") == 0]
-    s = summary["summary"]
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-    fig.suptitle(f"{ds.root}: {s['documents']:,} documents, {s['windows']:,} windows, "
-                 f"{s['corpus_pairs']:,} corpus pairs, overlap ×{s['overlap_factor']:.2f}")
-
-    ax = axes[0, 0]
-    if len(doc_tokens):
-        bins = np.geomspace(max(doc_tokens.min(), 1), max(doc_tokens.max(), 2), 40)
-        ax.hist(doc_tokens, bins=bins, color="#4C72B0")
-        ax.set_xscale("log")
-        ax.axvline(W + 1, color="#C44E52", ls="--", label=f"W + 1 = {W + 1}")
-        ax.legend()
-    ax.set(title="document tokens M (per document)", xlabel="tokens (log)", ylabel="documents")
-
-    ax = axes[0, 1]
-    ax.hist(lengths, bins=min(50, W), range=(0.5, W + 0.5), color="#55A868")
-    ax.set_yscale("log")
-    ax.set(title="window length L (pairs)", xlabel="length", ylabel="windows (log)")
-
-    ax = axes[1, 0]
-    sizes = np.array([1, 2, 4, 8, 16, 32, 64, 128])
-    ax.plot(sizes, [100 * padding_share(lengths, int(b)) for b in sizes], marker="o",
-            color="#8172B2")
-    ax.set_xscale("log", base=2)
-    ax.set(title="padding in random batches", xlabel="batch size", ylabel="% of positions",
-           ylim=(0, None))
-
-    ax = axes[1, 1]
-    pos = np.arange(W)
-    present = (lengths[None, :] > pos[:, None]).sum(axis=1) if len(lengths) * W < 5e7 else None
-    if present is not None:
-        scored = ((lengths[None, :] > pos[:, None]) & (loss[None, :] <= pos[:, None])).sum(axis=1)
-        ax.fill_between(pos, present, color="#DD8452", alpha=0.4, label="targets held")
-        ax.fill_between(pos, scored, color="#C44E52", alpha=0.8, label="scored")
-        ax.legend()
-    ax.set(title="targets by position in the window", xlabel="position t", ylabel="windows")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
 # ------------------------------------------------------------------ command line
 
 
@@ -451,8 +388,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         if args.check:
             result = report["check"]
             if result["ok"]:
-                print(f"\ncheck: ok (coverage, overlap, boundaries, counts of "
-                      f"{result['checked']['windows']:,} windows)")
+                print(f"\ncheck: ok (shards verified; coverage, overlap, boundaries, counts "
+                      f"of {result['checked']['windows']:,} windows)")
             else:
                 print(f"\ncheck: {len(result['failures'])} failures")
                 for f in result["failures"][:SHOWN_FAILURES]:

@@ -16,20 +16,30 @@ Contract:
                                 ``loss_start``, ``doc_tokens``, ``doc_key``, ``window_index``
   ``doc_rows.npy``              int64, documents + 1: the first row of each document
   ``doc_ids.bin``, ``doc_id_offsets.npy``  the documents' ids, UTF-8, back to back
-  ``layout.json``               written last: version, SHA-256, rows, vocabulary, window, the
-                                size of every file above
+  ``layout.json``               written last: version, SHA-256, the shard's (size, mtime),
+                                what the build checked against (``checked``: vocabulary,
+                                window, BOS/EOS, fingerprint, position, the entry's counts),
+                                the rows' totals (``content``) and, for every file above,
+                                its size, SHA-256 and sampled-page digest
   ============================  =========================================================
 
-* Building reads the shard (downloaded first into the cache's ``tmp/`` when it is remote),
-  hashes its bytes and refuses a shard whose SHA-256 is not the manifest's, checks every row
-  (token ids in the vocabulary, ``1 <= length <= window``, ``len(tokens) == length + 1``,
-  ``0 <= loss_start < length``) and writes into ``tmp/<sha>.<pid>.<random>/``, renamed to
-  its final name only when complete, under a per-shard ``flock`` so that two processes
-  never build the same shard at once. A crash leaves at most a temporary directory, which
-  the next build sweeps.
-* Reuse is checked cheaply (no hashing): ``layout.json`` parses and names this version,
-  shard, row count, vocabulary and window, and every file has the size it records. A
-  layout that fails the check is stale or partial: it is removed and rebuilt.
+* The SHA-256 that names a layout's directory is validated (64 lowercase hex digits) before
+  any path is built from it, so no manifest can name a directory outside the cache.
+* Building (`reader.layout_build`) reads the shard (downloaded first into the cache's
+  ``tmp/`` when it is remote), checks its footer against the manifest, its page checksums,
+  every row (token ids in the vocabulary, ``1 <= length <= window``,
+  ``len(tokens) == length + 1``, ``0 <= loss_start < length``) and its BOS/EOS, refuses a
+  shard whose SHA-256 is not the manifest's, and writes into ``tmp/<sha>.<pid>.<random>/``,
+  renamed to its final name only when complete, under a per-shard ``flock`` so that two
+  processes never build the same shard at once. A crash leaves at most a temporary
+  directory, which the next build sweeps. A full disk is an ``OSError`` naming the cache and
+  the knobs (``cache_dir=``, ``$TOKEN_WINDOWS_CACHE``, ``cache_limit=``).
+* Reuse, on a layout's first map in a process: ``layout.json`` names this version, shard,
+  file stamp and ``checked`` (a layout built for another manifest is rebuilt, which checks
+  the shard against this one), and every file has its recorded size and sampled-page
+  digest (16 pages of 4 KiB; the whole file when smaller), or, with ``verify``, its
+  SHA-256. A layout whose files fail is never served: a ``RuntimeWarning`` names it, and it
+  is rebuilt from the shard. The dataset index is checked the same way.
 * ``limit_bytes`` bounds the cache: after a build, the least recently used layouts are
   removed until the total fits (the one just built always stays; a process that has a
   layout mapped keeps reading it: POSIX unlinks only the name).
@@ -53,7 +63,6 @@ import secrets
 import shutil
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -65,13 +74,13 @@ from reader.layout_build import (
     COLUMNS,
     FILES,
     RECORD,
+    ShardSource,
     download,
     file_digest,
-    sample_digest,
+    files_problem,
     sha256_local,
     write_layout,
 )
-from transforms.manifest import Manifest
 
 __all__ = [
     "COLUMNS",
@@ -111,54 +120,6 @@ def default_cache_dir() -> str:
         return os.path.abspath(os.environ["TOKEN_WINDOWS_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(os.path.abspath(base), "token-windows")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ShardSource:
-    """Where a shard is and what the manifest says of it (what a build checks against).
-
-    Args:
-        fs: the shard's filesystem.
-        path: its path in ``fs``.
-        where: its name in messages (the dataset's path or URI and the file).
-        sha256: the manifest's SHA-256 of the file.
-        stamp: the file's (size, mtime in ns) now: a layout built from a file with another
-            stamp (the file was rewritten, or this is a copy) is rebuilt, which re-reads and
-            re-verifies the file.
-        rows: the manifest's row count.
-        first_index: the dataset index of its first row (for messages).
-        manifest: the dataset's parsed manifest (ids must be in ``[0, vocab_size)``,
-            lengths in ``[1, window]``, BOS/EOS its own; the footer must agree with it).
-        index: the shard's position in the manifest.
-    """
-
-    fs: pafs.FileSystem
-    path: str
-    where: str
-    sha256: str
-    stamp: tuple[int, int]
-    rows: int
-    first_index: int
-    manifest: Manifest
-    index: int
-
-    @property
-    def vocab_size(self) -> int:
-        return self.manifest.tokenizer.vocab_size
-
-    @property
-    def window(self) -> int:
-        return self.manifest.windows.window
-
-    def checked(self) -> dict[str, Any]:
-        """What a layout built from this shard was checked against (``layout.json``'s
-        ``checked``): reused only for a manifest that says the same."""
-        m, entry = self.manifest, self.manifest.shards[self.index]
-        return {"vocab_size": self.vocab_size, "window": self.window,
-                "bos_id": m.tokenizer.bos_id, "eos_id": m.tokenizer.eos_id,
-                "fingerprint": m.fingerprint,
-                "position": None if m.fingerprint is None else [self.index, len(m.shards)],
-                "entry": {k: getattr(entry, k) for k in integrity.COUNTED}}
 
 
 def _map(path: str, dtype: np.dtype, count: int) -> npt.NDArray[Any]:
@@ -242,26 +203,6 @@ class LayoutCache:
 
     # -- reuse -------------------------------------------------------------------------------
 
-    def _files_fail(self, directory: str, files: Any) -> str | None:
-        """Why the files do not match their recorded digests (None: they do)."""
-        if not isinstance(files, dict) or not set(files) <= set(FILES):
-            return "its file list is not a layout's"
-        for name, want in files.items():
-            path = os.path.join(directory, name)
-            try:
-                size = os.stat(path).st_size
-                if not isinstance(want, dict) or size != want.get("bytes"):
-                    return (f"{name} has {size} bytes, not the "
-                            f"{want.get('bytes') if isinstance(want, dict) else want} recorded")
-                if self.verify:
-                    if sha256_local(path) != want.get("sha256"):
-                        return f"{name} does not hash to the SHA-256 recorded at build"
-                elif sample_digest(path, size) != want.get("sample"):
-                    return f"{name}'s sampled pages are not the ones recorded at build"
-            except OSError as e:
-                return f"{name} cannot be read ({e})"
-        return None
-
     def _valid_meta(self, source: ShardSource, *, warn: bool = True) -> dict[str, Any] | None:
         """The layout's ``layout.json`` if its check passes, else ``None`` (and, when files
         were there but fail their digests, a warning: the layout is rebuilt)."""
@@ -277,7 +218,7 @@ class LayoutCache:
                 meta.get("token_dtype") not in _TOKEN_DTYPES) or not isinstance(
                 meta.get("content"), dict) or sorted(meta.get("files") or ()) != sorted(FILES):
             return None  # stale (another manifest, a rewritten shard) or another version
-        problem = self._files_fail(directory, meta["files"])
+        problem = files_problem(directory, meta["files"], verify=self.verify)
         if problem is not None:
             if warn:
                 warnings.warn(f"the cached layout of {source.where} in {directory} is damaged "
@@ -345,8 +286,8 @@ class LayoutCache:
                                               meta.get("n"), meta.get("checked")) != (
                     LAYOUT_VERSION, fingerprint, n, checked):
                 return None
-            problem = self._files_fail(os.path.dirname(array_path),
-                                       {"windows.npy": meta.get("file")})
+            problem = files_problem(os.path.dirname(array_path),
+                                    {"windows.npy": meta.get("file")}, verify=self.verify)
             if problem is not None:
                 if warn:
                     warnings.warn(f"the cached dataset index {array_path} is damaged ({problem}): "

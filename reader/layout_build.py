@@ -21,7 +21,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -29,12 +29,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from reader import integrity
+from transforms.manifest_read import Manifest
 
-if TYPE_CHECKING:
-    from reader.layout import ShardSource
-
-__all__ = ["COLUMNS", "FILES", "RECORD", "SAMPLE_PAGES", "download", "file_digest",
-           "sample_digest", "sha256_local", "write_layout"]
+__all__ = ["COLUMNS", "FILES", "RECORD", "SAMPLE_PAGES", "ShardSource", "download",
+           "file_digest", "files_problem", "sample_digest", "sha256_local", "write_layout"]
 
 # One record per window. ``shard`` is 0 in a shard's layout; the dataset index
 # (`reader.layout.LayoutCache.build_dataset_index`) concatenates the shards' records and sets it.
@@ -49,6 +47,55 @@ FILES = ("doc_id_offsets.npy", "doc_ids.bin", "doc_rows.npy", "tokens.bin", "win
 SAMPLE_PAGES = 16
 _PAGE = 4096
 _COPY_CHUNK = 8 * 2**20
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ShardSource:
+    """Where a shard is and what the manifest says of it (what a build checks against).
+
+    Args:
+        fs: the shard's filesystem.
+        path: its path in ``fs``.
+        where: its name in messages (the dataset's path or URI and the file).
+        sha256: the manifest's SHA-256 of the file.
+        stamp: the file's (size, mtime in ns) now: a layout built from a file with another
+            stamp (the file was rewritten, or this is a copy) is rebuilt, which re-reads and
+            re-verifies the file.
+        rows: the manifest's row count.
+        first_index: the dataset index of its first row (for messages).
+        manifest: the dataset's parsed manifest (ids must be in ``[0, vocab_size)``,
+            lengths in ``[1, window]``, BOS/EOS its own; the footer must agree with it).
+        index: the shard's position in the manifest.
+    """
+
+    fs: pafs.FileSystem
+    path: str
+    where: str
+    sha256: str
+    stamp: tuple[int, int]
+    rows: int
+    first_index: int
+    manifest: Manifest
+    index: int
+
+    @property
+    def vocab_size(self) -> int:
+        return self.manifest.tokenizer.vocab_size
+
+    @property
+    def window(self) -> int:
+        return self.manifest.windows.window
+
+    def checked(self) -> dict[str, Any]:
+        """What a layout built from this shard was checked against (``layout.json``'s
+        ``checked``): reused only for a manifest that says the same."""
+        m, entry = self.manifest, self.manifest.shards[self.index]
+        return {"vocab_size": self.vocab_size, "window": self.window,
+                "bos_id": m.tokenizer.bos_id, "eos_id": m.tokenizer.eos_id,
+                "fingerprint": m.fingerprint,
+                "position": None if m.fingerprint is None else [self.index, len(m.shards)],
+                "entry": {k: getattr(entry, k) for k in integrity.COUNTED}}
+
 
 
 def sample_digest(path: str, size: int) -> str:
@@ -80,6 +127,28 @@ def file_digest(path: str) -> dict[str, Any]:
     """What ``layout.json`` records of one file: bytes, SHA-256, sampled-page digest."""
     size = os.stat(path).st_size
     return {"bytes": size, "sha256": sha256_local(path), "sample": sample_digest(path, size)}
+
+
+def files_problem(directory: str, files: Any, *, verify: bool) -> str | None:
+    """Why a layout's files do not match the digests ``layout.json`` records (None: they
+    match): sizes always; then sampled pages, or every byte's SHA-256 with ``verify``."""
+    if not isinstance(files, dict) or not set(files) <= set(FILES):
+        return "its file list is not a layout's"
+    for name, want in files.items():
+        path = os.path.join(directory, name)
+        try:
+            size = os.stat(path).st_size
+            if not isinstance(want, dict) or size != want.get("bytes"):
+                return (f"{name} has {size} bytes, not the "
+                        f"{want.get('bytes') if isinstance(want, dict) else want} recorded")
+            if verify:
+                if sha256_local(path) != want.get("sha256"):
+                    return f"{name} does not hash to the SHA-256 recorded at build"
+            elif sample_digest(path, size) != want.get("sample"):
+                return f"{name}'s sampled pages are not the ones recorded at build"
+        except OSError as e:
+            return f"{name} cannot be read ({e})"
+    return None
 
 
 def download(fs: pafs.FileSystem, path: str, local: str) -> str:

@@ -43,8 +43,8 @@ from transforms.manifest import (
 )
 from transforms.splits import SPLITS_NAME, split_job_message
 
-__all__ = ["DatasetFiles", "Location", "ShardFile", "locate", "open_files", "read_footer",
-           "sha256_of", "verify_files"]
+__all__ = ["DatasetFiles", "Location", "ShardFile", "locate", "open_files", "read_column",
+           "read_footer", "row_groups", "sha256_of", "verify_files"]
 
 _HASH_CHUNK = 8 * 2**20
 
@@ -59,6 +59,20 @@ class Location:
 
     def where(self, name: str) -> str:
         return f"{self.shown}/{name}"
+
+    def outside(self, directory: str | os.PathLike[str]) -> str:
+        """``directory``, absolute, if it is not inside the dataset (a cache must not be).
+
+        Raises:
+            ValueError: it is inside.
+        """
+        path = os.path.abspath(os.fspath(directory))
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            root = os.path.realpath(self.root)
+            if os.path.commonpath([root, os.path.realpath(path)]) == root:
+                raise ValueError(f"`cache_dir` must be outside the dataset directory "
+                                 f"{self.shown}, but got {path}")
+        return path
 
 
 def locate(path: str | os.PathLike[str], filesystem: pafs.FileSystem | None = None) -> Location:
@@ -206,6 +220,24 @@ def read_footer(files: DatasetFiles, s: int) -> pq.FileMetaData:
     integrity.check_footer(metadata, schema, manifest=files.manifest, index=s,
                            where=shard.where)
     return metadata
+
+
+def row_groups(files: DatasetFiles, s: int) -> tuple[int, ...]:
+    """The rows of each row group of shard ``s``, from its (checked) footer."""
+    metadata = read_footer(files, s)
+    return tuple(metadata.row_group(g).num_rows for g in range(metadata.num_row_groups))
+
+
+def read_column(files: DatasetFiles, s: int, name: str) -> np.ndarray:
+    """One column of shard ``s`` (its footer checked first), page checksums verified."""
+    read_footer(files, s)
+    shard = files.shards[s]
+    with files.location.fs.open_input_file(shard.path) as f:
+        try:
+            table = pq.ParquetFile(f, **integrity.READ_OPTIONS).read(columns=[name])
+        except (OSError, ValueError) as e:
+            raise integrity.read_error(e, where=shard.where, row_group=-1) from e
+    return table.column(name).to_numpy()
 
 
 def sha256_of(fs: pafs.FileSystem, path: str) -> str:

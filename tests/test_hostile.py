@@ -83,7 +83,7 @@ import copy  # noqa: E402
 import io  # noqa: E402
 import tempfile  # noqa: E402
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from reader import EpochSampler, PackedSampler, inspect  # noqa: E402
@@ -142,6 +142,7 @@ def _mutate(manifest: dict, path: tuple, value: object) -> None:
 
 def _clean(e: BaseException) -> bool:
     """A refusal a user can act on: ValueError/OSError with a message."""
+    event(type(e).__name__)
     return isinstance(e, (ValueError, OSError)) and len(str(e)) > 10
 
 

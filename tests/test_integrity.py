@@ -129,8 +129,17 @@ def _flip(path, at: float = 0.5) -> None:
 
 
 def _foreign(copy, dataset):
-    name = "part-00001-of-00002.parquet"
-    shutil.copy(dataset / "other" / name, copy / name)
+    """Shard 1 as another job with the same rows would have written it: the same shape and
+    rows, another job's fingerprint in its footer."""
+    import pyarrow.parquet as pq
+
+    from transforms.schema import FINGERPRINT_KEY
+
+    path = copy / "part-00001-of-00002.parquet"
+    table = pq.read_table(path)
+    meta = {**table.schema.metadata, FINGERPRINT_KEY.encode(): b"e" * 64}
+    pq.write_table(table.replace_schema_metadata(meta), path,
+                   row_group_size=pq.ParquetFile(path).metadata.row_group(0).num_rows)
 
 
 def _reversed(copy, dataset):

@@ -10,7 +10,6 @@ import pyarrow.fs as pafs
 import pytest
 
 from reader import WindowDataset, inspect
-from reader.opening import locate, open_files, verify_files
 from reader.prepare import main as prepare_main
 from tests.conftest import run_job, write_jsonl
 from tests.reader_data import isolated_cache, random_docs, small, write_docs
@@ -62,6 +61,8 @@ def test_a_split_from_another_run_is_refused(split_job: Path, tmp_path: Path) ->
 
 
 def test_one_path_for_every_reader(small: tuple[Path, list]) -> None:
+    from reader.opening import locate, open_files
+
     root, rows = small
     local, uri = open_files(root), open_files(root.as_uri())
     assert local.manifest == uri.manifest and local.fingerprint == uri.fingerprint
@@ -74,6 +75,8 @@ def test_one_path_for_every_reader(small: tuple[Path, list]) -> None:
 
 
 def test_the_legacy_manifest_name_is_refused_by_every_reader(small: tuple[Path, list]) -> None:
+    from reader.opening import open_files
+
     root, _ = small
     (root / MANIFEST_NAME).rename(root / LEGACY_MANIFEST_NAME)
     for open_ in (WindowDataset, open_files, lambda p: inspect.open_dataset(str(p))):
@@ -124,6 +127,8 @@ class _Counting(pafs.FileSystemHandler):
 def test_opening_reads_the_manifest_alone_and_verify_reads_every_shard(
         tmp_path: Path) -> None:
     """Open cost does not grow with the shards: no footer is read until a shard is."""
+    from reader.opening import open_files, verify_files
+
     write_docs(tmp_path / "ds", random_docs(40), window=6, num_shards=8)
     handler = _Counting()
     fs = pafs.PyFileSystem(handler)
