@@ -45,7 +45,14 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from transforms.manifest_read import Manifest, read_manifest
+from transforms.manifest_read import (
+    Counts,
+    Manifest,
+    ShardEntry,
+    TokenizerInfo,
+    WindowsInfo,
+    read_manifest,
+)
 from transforms.rows import ShardCounts
 from transforms.schema import COUNTS_KEY, FINGERPRINT_KEY, FORMAT, FORMAT_VERSION, SHARD_KEY
 
@@ -82,11 +89,15 @@ class WrittenShard:
     bytes: int
     counts: ShardCounts
 
-    def to_json(self) -> dict[str, Any]:
+    def entry(self) -> ShardEntry:
         """The manifest's entry for this shard."""
         c = self.counts
-        return {"file": self.file, "rows": c.rows, "documents": c.documents, "tokens": c.tokens,
-                "scored_targets": c.scored_targets, "bytes": self.bytes, "sha256": self.sha256}
+        return ShardEntry(file=self.file, rows=c.rows, documents=c.documents, tokens=c.tokens,
+                          scored_targets=c.scored_targets, bytes=self.bytes, sha256=self.sha256)
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest's entry for this shard, as JSON."""
+        return self.entry().to_json()
 
 
 def job_fingerprint(
@@ -166,38 +177,32 @@ def build_manifest(
             f"documents were written and {sum(skipped.values())} skipped ({skipped}){out}; "
             "no manifest was written"
         )
-    manifest = {
+    counts = Counts(
+        records=records, documents=total.documents,
+        documents_without_windows=total.documents_without_windows, skipped=skipped,
+        repaired={"invalid_utf8": total.repaired_invalid_utf8}, windows=total.rows,
+        tokens=total.tokens, pairs=total.pairs, scored_targets=total.scored_targets,
+        uncovered_pairs=total.uncovered_pairs,
+        # A split's is the job's, under split.job (none has its own).
+        sampled_out=sampled_out if sample is not None and split is None else None)
+    where = "the manifest being written"
+    manifest: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "tokenizer": tokenizer,
-        "windows": windows,
+        "tokenizer": TokenizerInfo.from_json(tokenizer, where=where).to_json(),
+        "windows": WindowsInfo.from_json(windows, where=where).to_json(),
         "inputs": list(inputs),
         "reading": reading,
-        "counts": {
-            "records": records,
-            "documents": total.documents,
-            "documents_without_windows": total.documents_without_windows,
-            "skipped": skipped,
-            "repaired": {"invalid_utf8": total.repaired_invalid_utf8},
-            "windows": total.rows,
-            "tokens": total.tokens,
-            "pairs": total.pairs,
-            "scored_targets": total.scored_targets,
-            "uncovered_pairs": total.uncovered_pairs,
-        },
+        "counts": counts.to_json(),
         "num_shards": len(shards),
         "row_group_rows": row_group_rows,
-        "shards": [s.to_json() for s in shards],
+        "shards": [s.entry().to_json() for s in shards],
         "versions": versions,
+        **({} if fingerprint is None else {"fingerprint": fingerprint}),
+        **({} if sample is None else {"sample": sample}),
+        **({} if split is None else {"split": split}),
     }
-    if fingerprint is not None:
-        manifest["fingerprint"] = fingerprint
-    if sample is not None:
-        manifest["sample"] = sample
-        if split is None:  # a split's is the job's, under split.job (none has its own)
-            manifest["counts"]["sampled_out"] = sampled_out  # type: ignore[index]
-    if split is not None:
-        manifest["split"] = split
+    read_manifest(dumps_manifest(manifest), where=where)  # what every reader will check
     return manifest
 
 

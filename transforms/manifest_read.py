@@ -8,8 +8,8 @@ manifest holds by itself:
 * a SHA-256 is 64 lowercase hex digits (it names a cache directory);
 * a shard's ``file`` matches ``part-NNNNN-of-NNNNN.parquet`` (no directory), and shard i of
   N is ``part-i-of-N`` (so the list is in the files' order);
-* counts are non-negative integers (never a bool), BOS and EOS are distinct ids below the
-  vocabulary size, window parameters are in range;
+* counts are non-negative integers (never a bool), BOS and EOS are ids below the vocabulary
+  size, window parameters are in range;
 * the shards' rows, tokens, documents and scored targets add up to ``counts``.
 
 The whole JSON object stays available as ``Manifest.json``.
@@ -99,6 +99,8 @@ class TokenizerInfo:
     eos_id: int
     sha256: str | None
     engine: str | None = None
+    # What else the tokenizer records (file, path, bos_token …): kept as written.
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_json(cls, value: Any, *, where: str) -> TokenizerInfo:
@@ -106,14 +108,22 @@ class TokenizerInfo:
         info = cls(kind=f.text("kind"), vocab_size=f.count("vocab_size"),
                    bos_id=f.count("bos_id"), eos_id=f.count("eos_id"),
                    sha256=f.text("sha256", null=True),
-                   engine=f.text("engine") if "engine" in f.value else None)
+                   engine=f.text("engine") if "engine" in f.value else None,
+                   extra={k: v for k, v in value.items() if k not in _TOKENIZER_KEYS})
         for key in ("bos_id", "eos_id"):
             if info.vocab_size and getattr(info, key) >= info.vocab_size:
                 raise f.fail(key, f"must be below vocab_size {info.vocab_size}, but got "
                                   f"{getattr(info, key)}")
-        if info.bos_id == info.eos_id and info.vocab_size:
-            raise f.fail("eos_id", f"must differ from bos_id, but both are {info.bos_id}")
         return info
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest's ``tokenizer`` object (``engine`` only when set)."""
+        return {**self.extra, "kind": self.kind, "vocab_size": self.vocab_size,
+                "bos_id": self.bos_id, "eos_id": self.eos_id, "sha256": self.sha256,
+                **({} if self.engine is None else {"engine": self.engine})}
+
+
+_TOKENIZER_KEYS = ("kind", "vocab_size", "bos_id", "eos_id", "sha256", "engine")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -136,6 +146,10 @@ class WindowsInfo:
                    score=f.text("score", choices=SCORES),
                    offset=f.text("offset", choices=OFFSETS), seed=f.count("seed"))
 
+    def to_json(self) -> dict[str, Any]:
+        """The manifest's ``windows`` object."""
+        return dataclasses.asdict(self)
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Counts:
@@ -149,20 +163,33 @@ class Counts:
     scored_targets: int
     uncovered_pairs: int
     skipped: dict[str, int]
+    records: int | None = None  # the writer's fields below; older manifests may lack them
+    repaired: dict[str, int] | None = None
+    sampled_out: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest's ``counts`` object (the optional counts only when set)."""
+        out = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        return out
 
     @classmethod
     def from_json(cls, value: Any, *, where: str) -> Counts:
         f = _Fields(value, "counts", where)
-        skipped = f.get("skipped")
-        if not isinstance(skipped, dict):
-            raise f.fail("skipped", f"must be an object, but got {skipped!r}")
-        reasons = _Fields(skipped, "counts.skipped", where)
+        skipped = _counts(f.get("skipped"), "counts.skipped", where)
         return cls(documents=f.count("documents"),
                    documents_without_windows=f.count("documents_without_windows", 0, 0),
                    windows=f.count("windows"), tokens=f.count("tokens"), pairs=f.count("pairs"),
                    scored_targets=f.count("scored_targets"),
                    uncovered_pairs=f.count("uncovered_pairs"),
-                   skipped={k: reasons.count(k) for k in skipped})
+                   skipped=skipped,
+                   records=f.count("records", 0, None), sampled_out=f.count("sampled_out", 0, None),
+                   repaired=_counts(value["repaired"], "counts.repaired", where)
+                   if "repaired" in value else None)
+
+
+def _counts(value: Any, name: str, where: str) -> dict[str, int]:
+    f = _Fields(value, name, where)
+    return {k: f.count(k) for k in value}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -187,6 +214,10 @@ class ShardEntry:
         return cls(file=file, rows=f.count("rows"), scored_targets=f.count("scored_targets"),
                    sha256=f.sha256("sha256"), documents=f.count("documents", 0, None),
                    tokens=f.count("tokens", 0, None), bytes=f.count("bytes", 0, None))
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest's entry for this shard."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
