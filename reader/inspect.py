@@ -266,8 +266,11 @@ def manifest_tokenizer(ds: InspectedDataset, path: str | None = None) -> Tokeniz
     info = ds.manifest["tokenizer"]
     if info["kind"] == BYTES and path is None:
         return tokenizer_from_bytes(None, where=BYTES)
+    file = info.get("file")
+    beside = isinstance(file, str) and file and "/" not in file and "\\" not in file and (
+        file not in (".", ".."))  # a plain name beside the dataset, never a path out of it
     candidates = [path] if path else [p for p in (
-        info.get("path"), info.get("file") and f"{ds.root.rstrip('/')}/{info['file']}") if p]
+        info.get("path"), beside and f"{ds.root.rstrip('/')}/{file}") if isinstance(p, str) and p]
     for candidate in candidates:
         loc = locate(candidate)
         fs, where = loc.fs, loc.root

@@ -1,5 +1,6 @@
-"""The reader's integrity checks (`reader.integrity`, issue 10): a flipped byte is never served
-as data, a foreign shard or an edited manifest is refused when the dataset opens."""
+"""The reader's integrity checks (`reader.integrity`, docs/integrity.md): a flipped byte is never
+served as data, a foreign shard or an edited manifest is refused, and ``inspect --check`` is at
+least as strict as opening."""
 
 from __future__ import annotations
 
