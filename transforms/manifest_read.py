@@ -297,6 +297,10 @@ def read_manifest(data: bytes | str, *, where: str = "_manifest.json") -> Manife
 def _check_shard_list(m: Manifest, *, where: str) -> None:
     """The invariants a manifest holds by itself: names in order, sums equal the counts."""
     n = len(m.shards)
+    said = m.json.get("num_shards", n)
+    if said != n or isinstance(said, bool):
+        raise ValueError(f"{where}: num_shards is {said!r}, but it lists {n} shards; the "
+                         "dataset is damaged")
     for i, s in enumerate(m.shards):
         if s.file != shard_file_name(i, n):
             raise ValueError(
