@@ -113,8 +113,6 @@ class WindowDataset:
             files.location.shown
         directory = files.location.outside(cache_dir if cache_dir is not None
                                            else default_cache_dir())
-        if verify:
-            verify_files(files)
         self._layouts = LayoutCache(directory, limit_bytes=cache_limit, verify=verify)
         self.manifest: dict[str, Any] = files.manifest.json
         tokenizer = files.manifest.tokenizer
@@ -134,6 +132,8 @@ class WindowDataset:
         self._row_groups: tuple[int, ...] | None = None
         self._lengths: npt.NDArray[np.int32] | None = None
         self._reset_process_state()
+        if verify:  # rows a cached layout checked against this manifest are not decoded again
+            verify_files(files, known=lambda s: self._layouts.content(self._source(s)))
 
     def _where(self, name: str) -> str:
         return f"{self.path}/{name}"

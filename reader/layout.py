@@ -203,7 +203,14 @@ class LayoutCache:
 
     # -- reuse -------------------------------------------------------------------------------
 
-    def _valid_meta(self, source: ShardSource, *, warn: bool = True) -> dict[str, Any] | None:
+    def content(self, source: ShardSource) -> integrity.ContentStats | None:
+        """What the rows of the shard gave when its cached layout was built and checked
+        against a manifest that says what this one says (None: no such layout)."""
+        meta = self._valid_meta(source, warn=False, files=False)
+        return None if meta is None else integrity.ContentStats(**meta["content"])
+
+    def _valid_meta(self, source: ShardSource, *, warn: bool = True,
+                    files: bool = True) -> dict[str, Any] | None:
         """The layout's ``layout.json`` if its check passes, else ``None`` (and, when files
         were there but fail their digests, a warning: the layout is rebuilt)."""
         directory = self.path(source.sha256)
@@ -218,6 +225,8 @@ class LayoutCache:
                 meta.get("token_dtype") not in _TOKEN_DTYPES) or not isinstance(
                 meta.get("content"), dict) or sorted(meta.get("files") or ()) != sorted(FILES):
             return None  # stale (another manifest, a rewritten shard) or another version
+        if not files:
+            return meta
         problem = files_problem(directory, meta["files"], verify=self.verify)
         if problem is not None:
             if warn:

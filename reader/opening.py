@@ -28,6 +28,7 @@ import dataclasses
 import hashlib
 import os
 import urllib.parse
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow.fs as pafs
@@ -278,10 +279,14 @@ def _content(files: DatasetFiles, s: int, metadata: pq.FileMetaData) -> integrit
         bos=tok.bos_id, eos=tok.eos_id, where=shard.where)
 
 
-def verify_files(files: DatasetFiles, *, totals: bool = True) -> None:
+def verify_files(files: DatasetFiles, *, totals: bool = True,
+                 known: Callable[[int], integrity.ContentStats | None] | None = None) -> None:
     """Everything `open_files` leaves to the first read, for every shard now: its footer,
     SHA-256, page checksums and BOS/EOS, and (``totals``) the totals the rows give
     (``inspect --check`` recomputes those itself, naming the window that is wrong).
+    ``known(s)``: shard ``s``'s `reader.integrity.ContentStats` if a check of its rows
+    against this manifest is on record (a cached layout built from these bytes), else None:
+    its rows are then not decoded again.
 
     Raises:
         ValueError: naming the shard (or the manifest's count) that disagrees.
@@ -294,7 +299,8 @@ def verify_files(files: DatasetFiles, *, totals: bool = True) -> None:
             raise ValueError(
                 f"shard {shard.where} has SHA-256 {digest}, but the manifest says "
                 f"{shard.sha256}; the file is damaged or was replaced")
-        stats.append(_content(files, s, metadata))
+        recorded = None if known is None else known(s)
+        stats.append(recorded if recorded is not None else _content(files, s, metadata))
     if totals:
         integrity.check_totals(stats, files.manifest.counts,
                                where=files.location.where(MANIFEST_NAME))
