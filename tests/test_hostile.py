@@ -78,6 +78,7 @@ def test_a_shard_name_with_a_separator_is_refused(small: tuple[Path, list], file
 
 # -- hostile manifests and states, generated -----------------------------------------------
 
+import atexit  # noqa: E402
 import contextlib  # noqa: E402
 import copy  # noqa: E402
 import io  # noqa: E402
@@ -89,14 +90,18 @@ from hypothesis import strategies as st  # noqa: E402
 from reader import EpochSampler, PackedSampler, inspect  # noqa: E402
 from transforms.manifest import MANIFEST_NAME  # noqa: E402
 
+# A short path (a padded absolute path must fit in 64 characters), removed at exit.
 _BASE = Path(tempfile.mkdtemp(prefix="tw-hostile-"))
+atexit.register(shutil.rmtree, _BASE, True)
 _VICTIM = make_victim(_BASE)
 _DATA = _BASE / "ds"
 write_docs(_DATA, random_docs(20, seed=3), window=6, stride=4, score_new=True, num_shards=3)
 _GOOD = json.loads((_DATA / MANIFEST_NAME).read_text())
 _CACHE = _BASE / "cache"
 _DELETE = object()
-_PATHS = [("shards", 0, "sha256"), ("shards", 1, "file"), ("shards", 2, "rows"),
+# The values that become paths or indices come up most often.
+_PATHS = [*[("shards", i, "sha256") for i in range(3)] * 3, ("shards", 0, "file"),
+          ("shards", 1, "file"), ("split", "name"), ("shards", 2, "rows"),
           ("shards", 0, "scored_targets"), ("shards", 1, "documents"), ("shards", 0),
           ("shards",), ("counts", "windows"), ("counts", "pairs"), ("counts", "tokens"),
           ("counts", "documents_without_windows"), ("counts", "skipped"),
@@ -111,7 +116,8 @@ _PATHLIKE = [str(_VICTIM) + "/" * (64 - len(str(_VICTIM))) if len(str(_VICTIM)) 
              "part-00000-of-00003.parquet", "part-00009-of-00003.parquet", "../victim",
              "val", "..", str(_VICTIM / "precious.txt")]
 _VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(-2**70, 2**70), st.integers(-3, 300),
+    st.sampled_from(_PATHLIKE), st.sampled_from(_PATHLIKE), st.none(), st.booleans(),
+    st.integers(-2**70, 2**70), st.integers(-3, 300),
     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=70),
     st.sampled_from(_PATHLIKE), st.lists(st.integers(-2, 2), max_size=3),
     st.dictionaries(st.sampled_from(["name", "file", "rows", "sha256", "x"]),
