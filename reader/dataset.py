@@ -42,7 +42,7 @@ import dataclasses
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,7 @@ from reader import integrity
 from reader.layout import COLUMNS as LAYOUT_COLUMNS
 from reader.layout import RECORD, LayoutCache, ShardLayout, ShardSource, default_cache_dir
 from reader.opening import open_files, read_column, row_groups, verify_files
+from reader.windowbatch import WindowBatch, WindowRows
 from transforms.manifest import MANIFEST_NAME
 
 __all__ = ["BLOCK_UNITS", "WindowBatch", "WindowDataset", "WindowRows"]
@@ -318,29 +319,50 @@ class WindowDataset:
         if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self._len):
             bad = next(int(v) for v in indices if not -self._len <= int(v) < self._len)
             raise IndexError(f"index {bad} is out of range for {self._len} windows")
-        index = self._dataset_index()
-        if index is not None:
-            rec = index[idx]  # one gather of every field
-        else:  # not every shard is local yet (first epoch, or a bounded cache)
-            shard = np.searchsorted(self._starts, idx, side="right") - 1
-            rec = np.empty(len(idx), RECORD)
-            for s in np.unique(shard).tolist():
-                at = np.flatnonzero(shard == s)
-                rec[at] = self._layout(s).records[idx[at] - self._starts[s]]
-            rec["shard"] = shard
+        rec = self._records(idx)
         sizes = rec["length"].astype(np.int64) + 1
         offsets = np.zeros(len(idx) + 1, np.int64)
         np.cumsum(sizes, out=offsets[1:])
         tokens = np.empty(int(offsets[-1]), np.int32)
+        self._copy_tokens(rec, tokens, offsets)
+        return WindowBatch(tokens=tokens, offsets=offsets, index=idx, records=rec,
+                           doc_id=self._doc_id)
+
+    def _records(self, idx: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+        """The layout records of the windows at in-range indices ``idx``."""
+        index = self._dataset_index()
+        if index is not None:
+            return index[idx]  # one gather of every field
+        # Not every shard is local yet (first epoch, or a bounded cache).
+        shard = np.searchsorted(self._starts, idx, side="right") - 1
+        rec = np.empty(len(idx), RECORD)
+        for s in np.unique(shard).tolist():
+            at = np.flatnonzero(shard == s)
+            rec[at] = self._layout(s).records[idx[at] - self._starts[s]]
+        rec["shard"] = shard
+        return rec
+
+    def _copy_tokens(self, rec: npt.NDArray[Any], out: npt.NDArray[np.int32],
+                     starts: npt.NDArray[np.int64]) -> None:
+        """Copy the ids of the windows of ``rec`` (from :meth:`_records`) into ``out``, window
+        k from ``starts[k]`` on (also used by :class:`reader.MixedDataset`, which gathers a
+        batch of several datasets in one pass)."""
         arrays = self._tokens
-        for o, s, lo, n in zip(offsets.tolist(), rec["shard"].tolist(), rec["lo"].tolist(),
-                               sizes.tolist(), strict=False):
+        for o, s, lo, n in zip(starts.tolist(), rec["shard"].tolist(), rec["lo"].tolist(),
+                               (rec["length"].astype(np.int64) + 1).tolist(), strict=False):
             source = arrays[s]
             if source is None:
                 source = self._layout(s).tokens
-            tokens[o : o + n] = source[lo : lo + n]
-        return WindowBatch(tokens=tokens, offsets=offsets, index=idx, records=rec,
-                           doc_id=self._doc_id)
+            out[o : o + n] = source[lo : lo + n]
+
+    def window_sizes(self, indices: npt.ArrayLike) -> tuple[npt.NDArray[np.int64],
+                                                             npt.NDArray[np.int64]]:
+        """``length`` and scored targets (``length − loss_start``) of the windows at
+        ``indices`` (in range), read from the layout's records alone (no token is read): what
+        :class:`reader.MixtureSampler` needs of the windows it draws."""
+        rec = self._records(np.asarray(indices, dtype=np.int64))
+        lengths = rec["length"].astype(np.int64)
+        return lengths, lengths - rec["loss_start"]
 
     def blocks(self, unit: str = "row_group") -> tuple[int, ...]:
         """Block sizes in dataset order, for ``EpochSampler(order="blocks", blocks=...)``.
@@ -377,74 +399,3 @@ class WindowDataset:
             f"WindowDataset({self.path!r}, windows={self._len}, shards={len(self._shards)}, "
             f"window={self.window}, vocab_size={self.vocab_size})"
         )
-
-
-class WindowBatch(Sequence):
-    """Windows gathered by :meth:`WindowDataset.__getitems__`: flat arrays, one row each.
-
-    A sequence of the dicts ``WindowDataset[i]`` gives (built when an item is asked for);
-    :func:`reader.collate` reads the arrays directly. ``tokens`` holds every window's ids back
-    to back (int32), window k being ``tokens[offsets[k] : offsets[k + 1]]``; ``columns``
-    holds ``start``, ``length``, ``loss_start``, ``doc_tokens``, ``doc_key`` and
-    ``window_index``, one value per window; ``index`` the dataset indices. It pickles as the
-    list of its dicts (it holds a reference to the dataset, which maps the layout).
-    """
-
-    def __init__(self, *, tokens: npt.NDArray[np.int32], offsets: npt.NDArray[np.int64],
-                 index: npt.NDArray[np.int64], records: npt.NDArray[Any],
-                 doc_id: Callable[[int, int], str]) -> None:
-        self.tokens = tokens
-        self.offsets = offsets
-        self.index = index
-        self.records = records
-        self.columns = {name: records[name] for name in LAYOUT_COLUMNS}
-        self._doc_id = doc_id
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def __getitem__(self, k: int) -> dict[str, Any]:  # type: ignore[override]
-        if isinstance(k, slice):
-            raise TypeError("WindowBatch does not slice; index one window at a time")
-        k = range(len(self))[k]
-        window: dict[str, Any] = {
-            "tokens": self.tokens[self.offsets[k] : self.offsets[k + 1]].copy()}
-        for name, values in self.columns.items():
-            window[name] = int(values[k])
-        window["doc_id"] = self._doc_id(int(self.records["shard"][k]), int(self.index[k]))
-        window["index"] = int(self.index[k])
-        return window
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return (self[k] for k in range(len(self)))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (list, (list(self),))
-
-
-class WindowRows(Sequence):
-    """The rows of a packed batch, gathered at once: row r is windows
-    ``starts[r] : starts[r + 1]`` of ``windows`` (a :class:`WindowBatch`).
-
-    A sequence of rows, each a list of the dicts ``WindowDataset[i]`` gives;
-    :func:`reader.collate_packed` reads the flat arrays directly. It pickles as its lists.
-    """
-
-    def __init__(self, windows: WindowBatch, starts: npt.ArrayLike) -> None:
-        self.windows = windows
-        self.starts = np.asarray(starts, dtype=np.int64)
-
-    def __len__(self) -> int:
-        return len(self.starts) - 1
-
-    def __getitem__(self, r: int) -> list[dict[str, Any]]:  # type: ignore[override]
-        if isinstance(r, slice):
-            raise TypeError("WindowRows does not slice; index one row at a time")
-        r = range(len(self))[r]
-        return [self.windows[k] for k in range(int(self.starts[r]), int(self.starts[r + 1]))]
-
-    def __iter__(self) -> Iterator[list[dict[str, Any]]]:
-        return (self[r] for r in range(len(self)))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (list, (list(self),))
