@@ -12,11 +12,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+from typing import Any
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from pipeline.encode import SHUFFLES
 from pipeline.read import TARGET_SHARD_INPUT_BYTES
+from transforms.bpe_engine import ENGINES
 from transforms.params import (
     FORMATS,
     OFFSETS,
@@ -33,6 +35,7 @@ from transforms.tokenizers import BYTES, TokenizerSpec
 
 __all__ = [
     "JobConfig",
+    "JobOptions",
     "TokenWindowsOptions",
     "default_encode_threads",
     "default_shuffle",
@@ -130,6 +133,17 @@ class TokenWindowsOptions(PipelineOptions):
                 f"'{example}'; one token may be both BOS and EOS). Default: the {name}_token "
                 "of the tokenizer_config.json beside it.",
             )
+        g.add_argument(
+            "--tokenizer-engine",
+            dest="tokenizer_engine",
+            type=str,
+            default="auto",
+            choices=ENGINES,
+            help="With a tokenizer.json: the library that encodes it. auto: tiktoken when the "
+            "file converts to it exactly (byte-level BPE) and agrees on a probe text, else "
+            "tokenizers; tiktoken: refuse a file that does not convert. The ids are "
+            "tokenizers' either way. Default: %(default)s.",
+        )
         g.add_argument(
             "--encode-threads",
             dest="encode_threads",
@@ -286,6 +300,24 @@ class TokenWindowsOptions(PipelineOptions):
         )
 
 
+class JobOptions(PipelineOptions):
+    """``PipelineOptions`` that make each view once.
+
+    Beam asks the job's options for a view (``options.view_as(TypeOptions)`` …) a few hundred
+    times while it builds and runs the graph, and each view parses every flag again with a
+    fresh argparse parser: about a third of the graph's construction time. A view holds
+    nothing of its own (its values live in the dictionary that all views share), so one view
+    per options class serves every caller, with the same values.
+    """
+
+    def view_as(self, cls: type[Any]) -> Any:
+        views = self.__dict__.setdefault("_views", {})  # not an option: bypass __setattr__
+        view = views.get(cls)
+        if view is None:
+            view = views[cls] = super().view_as(cls)
+        return view
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class JobConfig:
     """Everything the job needs, validated.
@@ -306,6 +338,7 @@ class JobConfig:
     max_skipped_share: float = 1.0
     bos_token: str | None = None
     eos_token: str | None = None
+    tokenizer_engine: str = "auto"
     splits: SplitSpec = dataclasses.field(default_factory=SplitSpec)
 
     @property
@@ -315,8 +348,10 @@ class JobConfig:
 
     @property
     def tokenizer_spec(self) -> TokenizerSpec:
-        """The tokenizer file and the BOS/EOS tokens named for it (`pipeline.encode`)."""
-        return TokenizerSpec(self.tokenizer_path, self.bos_token, self.eos_token)
+        """The tokenizer file, the BOS/EOS tokens and the engine named for it
+        (`pipeline.encode`)."""
+        return TokenizerSpec(self.tokenizer_path, self.bos_token, self.eos_token,
+                             self.tokenizer_engine)
 
     @classmethod
     def from_options(cls, options: PipelineOptions) -> JobConfig:
@@ -368,6 +403,7 @@ class JobConfig:
             max_skipped_share=float(share),
             bos_token=o.bos_token,
             eos_token=o.eos_token,
+            tokenizer_engine=o.tokenizer_engine,
             splits=splits,
         )
 

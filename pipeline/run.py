@@ -45,7 +45,7 @@ from apache_beam.runners.runner import PipelineResult, PipelineState
 from pipeline import fs, progress
 from pipeline.encode import load_tokenizer
 from pipeline.graph import build_pipeline, shard_plan
-from pipeline.options import JobConfig, TokenWindowsOptions, runner_name
+from pipeline.options import JobConfig, JobOptions, TokenWindowsOptions, runner_name
 from pipeline.output import absolute, check_outside_inputs, claim_output, release
 from pipeline.read import PatternMatch
 from transforms.chunks import pattern_base, relative_name, shown_name
@@ -333,7 +333,7 @@ def _prepare(argv: Sequence[str] | None) -> _Prepared:
     """Every check before any work; raises ValueError (the job is refused)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     _parser().parse_known_args(argv)  # --help, and argparse's own type/choice errors
-    options = PipelineOptions(argv)
+    options = JobOptions(argv)
     check_flags(argv, options)
     config = JobConfig.from_options(options)
     dry_run = _settle_dry_run(options)
