@@ -99,6 +99,8 @@ def test_every_layout_converts_and_gives_tokenizers_ids_on_the_samples(files, la
                         num_threads=3, engine="tiktoken")
     assert [z.tolist() for z in fast2.encode_batch(texts)] == [
         z.tolist() for z in fast.encode_batch(texts)]
+    assert fast2.encode_batch([]) == [] and fast2.encode_batch(texts[:1])[0].tolist() == (
+        fast.encode(texts[0]).tolist())
 
 
 def test_the_shuffled_file_really_needs_the_id_map(files):

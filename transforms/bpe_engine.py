@@ -262,7 +262,8 @@ def _ranks(keep: dict[str, int], made: dict[str, int]) -> tuple[list[int], dict[
     tokens in merge order, then the rest."""
     merged = sorted((t for t in keep if t in made), key=made.__getitem__)
     ids = [keep[t] for t in merged]
-    if all(a < b for a, b in zip(ids, ids[1:], strict=False)):
+    unique = len(set(keep.values())) == len(keep)
+    if unique and all(a < b for a, b in zip(ids, ids[1:], strict=False)):
         return list(keep.values()), dict(keep)
     order = [t for t in keep if len(t) == 1] + merged
     order += [t for t in keep if len(t) > 1 and t not in made]

@@ -271,10 +271,13 @@ class HFTokenizer:
         self.sha256 = hashlib.sha256(data).hexdigest()
         self.path = where
         self._num_threads = num_threads
-        self._pool: ThreadPoolExecutor | None = None
         self._fast = None if engine == "tokenizers" else _fast_engine(
             data, self._tok, where=where, pinned=engine == "tiktoken")
         self.engine = "tokenizers" if self._fast is None else "tiktoken"
+        # tiktoken's threads (it releases the GIL while it encodes); made here, not on first
+        # use, as several threads may encode batches at once.
+        self._pool = (ThreadPoolExecutor(num_threads, thread_name_prefix="tiktoken")
+                      if self._fast is not None and num_threads > 1 else None)
 
     def encode(self, text: str) -> npt.NDArray[np.int32]:
         if self._fast is not None:
@@ -285,13 +288,11 @@ class HFTokenizer:
         if self._num_threads == 1:
             return [self.encode(t) for t in texts]
         texts = texts if isinstance(texts, list) else list(texts)
-        if self._fast is None:
+        if self._pool is None:  # tokenizers, on its own thread pool
             return [self._wrap(e.ids)
                     for e in self._tok.encode_batch_fast(texts, add_special_tokens=False)]
-        # tiktoken releases the GIL while it encodes: contiguous slices, one per thread.
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self._num_threads, thread_name_prefix="tiktoken")
-        step = -(-len(texts) // self._num_threads)
+        # tiktoken: contiguous slices, one per thread.
+        step = max(1, -(-len(texts) // self._num_threads))
         slices = self._pool.map(lambda i: [self.encode(t) for t in texts[i : i + step]],
                                 range(0, len(texts), step))
         return [z for part in slices for z in part]
@@ -347,8 +348,13 @@ def _fast_engine(data: bytes, tok: Any, *, where: str, pinned: bool) -> Any:
         return tok.encode(text, add_special_tokens=False).ids
 
     normalizer = tok.normalizer
-    engine = TiktokenEngine(tables, normalize=None if normalizer is None else
-                            normalizer.normalize_str, fallback=body)
+    try:
+        engine = TiktokenEngine(tables, normalize=None if normalizer is None else
+                                normalizer.normalize_str, fallback=body)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # tiktoken's Rust side panics (a BaseException) on a bad table
+        return without(f"tiktoken refused its table ({type(e).__name__}: {e})")
     probes = [PROBE, *PROBE.splitlines(keepends=True)]
     probes += [f"x{a.content}y {a.content}\n{a.content}{a.content} z" for a in tables.added]
     difference = first_difference(probes, engine.encode, body)
