@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
+import errno
 import hashlib
-import io
 import logging
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, BinaryIO
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -45,7 +44,7 @@ from transforms.documents import Document, Reject
 from transforms.encoding import BATCH_CHARS, Encoded, PartBuffer, batch_documents
 from transforms.keys import ShardPlan
 from transforms.params import ReadSpec, WindowSpec
-from transforms.spill import RejectRun, SpillWriter, spill_rejects
+from transforms.spill import SpillWriter, disk_full_message, spill_rejects
 from transforms.splits import SplitSpec
 from transforms.tokenizers import Tokenizer, TokenizerSpec, hf_config_path, tokenizer_from_bytes
 
@@ -111,8 +110,9 @@ class _EncodeChunkFn(beam.DoFn):
     def __init__(self, *, spec: ReadSpec, windows: WindowSpec,
                  tokenizer: TokenizerSpec | str | None,
                  plan: ShardPlan, threads: int, batch_chars: int, spill_dir: str | None,
-                 splits: SplitSpec | None = None) -> None:
+                 splits: SplitSpec | None = None, output: str | None = None) -> None:
         self._spec = spec
+        self._output = output if output is not None else spill_dir
         self._plan = plan
         self._splits = splits if splits is not None and splits.active else None
         self._windows = windows
@@ -138,40 +138,33 @@ class _EncodeChunkFn(beam.DoFn):
         pool = getattr(self, "_pool", None)  # None when setup failed
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
-        bundle = getattr(self, "_bundle", None)
-        if bundle is not None:  # a failed bundle's files: closed, never read
-            bundle.abandon()
-
-    def start_bundle(self) -> None:
-        self._bundle: _BundleSpill | None = None
 
     def process(self, chunk: Chunk) -> Iterator[Any]:
         plan = self._plan
         if self._spill_dir is None:
             yield from self._encode(chunk, plan, None)
             return
-        if self._bundle is None:
-            # One spill file per bundle, not per chunk: 20,000 small files made 20,000 spill
-            # files, indexes and footers, each opened again by every shard writer. Its path
-            # goes on now, and the file is complete when the bundle is (finish_bundle): the
-            # writers read it only after this step has finished, and a failed bundle's
-            # outputs, this path among them, are discarded with it.
-            self._bundle = _BundleSpill(self._spill_dir, chunk, num_parts=plan.num_parts)
-            yield BLOCKS, self._bundle.path
+        # A name of the chunk's own, plus a random attempt id: a retried bundle never
+        # touches the file of an attempt the runner may still use. Temp names never reach
+        # the output.
+        name = hashlib.sha256(f"{chunk.path}@{chunk.start}".encode()).hexdigest()[:16]
+        path = fs.join(self._spill_dir, f"{name}-{uuid.uuid4().hex[:12]}.spill")
         rejects: list[Reject] = []
-        for tag, value in self._encode(chunk, plan, self._bundle.writer):
-            if tag == REJECTS:
-                rejects.append(value)  # spilled below, not held by the runner
-            else:
-                yield tag, value
+        with _spill_file(path, self._spill_dir, self._output) as f:
+            spill = SpillWriter(f, num_parts=plan.num_parts)
+            for tag, value in self._encode(chunk, plan, spill):
+                if tag == REJECTS:
+                    rejects.append(value)  # spilled below, not held by the runner
+                else:
+                    yield tag, value
+            self._spilled.inc(spill.finish())
+        yield BLOCKS, path  # complete: its index is written and the file closed
         if rejects:
-            for run in self._bundle.add_rejects(rejects, order=(chunk.path, chunk.start)):
+            runs_path = path.removesuffix(".spill") + ".rejects"
+            with _spill_file(runs_path, self._spill_dir, self._output) as f:
+                runs = spill_rejects(rejects, f, path=runs_path, order=(chunk.path, chunk.start))
+            for run in runs:
                 yield REJECTS, run
-
-    def finish_bundle(self) -> None:
-        bundle, self._bundle = getattr(self, "_bundle", None), None
-        if bundle is not None:
-            self._spilled.inc(bundle.close())
 
     def _encode(self, chunk: Chunk, plan: ShardPlan, spill: SpillWriter | None) -> Iterator[Any]:
         pending: collections.deque[tuple[list[Document], Future]] = collections.deque()
@@ -227,52 +220,33 @@ class _EncodeChunkFn(beam.DoFn):
         return []
 
 
-class _BundleSpill:
-    """One bundle's spill file (the blocks of all its chunks, by part) and, once a chunk has
-    rejects, its rejects file (each chunk's runs end to end, `transforms.spill`)."""
+@contextlib.contextmanager
+def _spill_file(path: str, spill_dir: str, output: str | None) -> Iterator[BinaryIO]:
+    """A spill file to write, closed at the end; a full disk names the spill directory
+    (`transforms.spill.disk_full_message`).
 
-    def __init__(self, directory: str, first: Chunk, *, num_parts: int) -> None:
-        # A name of the bundle's first chunk, plus a random attempt id: a retried bundle
-        # never touches the file of an attempt the runner may still use. Temp names never
-        # reach the output.
-        name = hashlib.sha256(f"{first.path}@{first.start}".encode()).hexdigest()[:16]
-        self.path = fs.join(directory, f"{name}-{uuid.uuid4().hex[:12]}.spill")
-        self._file = fs.create(self.path)
-        self.writer = SpillWriter(self._file, num_parts=num_parts)
-        self._rejects_path = self.path.removesuffix(".spill") + ".rejects"
-        self._rejects: Any = None
-        self._at = 0
-
-    def add_rejects(self, rejects: list[Reject], *, order: tuple[str, int]) -> list[RejectRun]:
-        """Append one chunk's rejects; their runs, placed at their offsets in the file."""
-        if self._rejects is None:
-            self._rejects = fs.create(self._rejects_path)
-        buffer = io.BytesIO()
-        runs = spill_rejects(rejects, buffer, path=self._rejects_path, order=order)
-        data = buffer.getvalue()
-        self._rejects.write(data)
-        runs = [dataclasses.replace(run, offset=run.offset + self._at) for run in runs]
-        self._at += len(data)
-        return runs
-
-    def close(self) -> int:
-        """Finish the spill file (its index and footer) and close both; the bytes spilled."""
-        spilled = self.writer.finish()
-        self._file.close()
-        if self._rejects is not None:
-            self._rejects.close()
-        return spilled
-
-    def abandon(self) -> None:
-        for f in (self._file, self._rejects):
-            if f is not None:
-                with contextlib.suppress(Exception):
-                    f.close()
+    If the body fails, its error is the one raised: closing a half-written object-store
+    upload fails too (S3's CompleteMultipartUpload without parts: "MalformedXML"), and that
+    error, which names no input and suggests a write problem, must not hide the first.
+    """
+    try:
+        f = fs.create(path, root=output or spill_dir)
+        try:
+            yield f
+        except BaseException:
+            with contextlib.suppress(Exception):
+                f.close()
+            raise
+        f.close()
+    except OSError as e:
+        if e.errno == errno.ENOSPC and not isinstance(e, fs.DiskFullError):
+            raise fs.DiskFullError(disk_full_message(spill_dir)) from e
+        raise
 
 
 class EncodeChunks(beam.PTransform):
     """Chunks → `pipeline.tagged.Outputs`: ``blocks`` (shard, block of packed documents), or
-    with ``spill_dir`` one spill file's path per bundle (`transforms.spill`); ``rejects``; and
+    with ``spill_dir`` one spill file's path per chunk (`transforms.spill`); ``rejects``; and
     ``records`` (one `transforms.chunks.Receipt` per chunk).
 
     Args:
@@ -285,8 +259,10 @@ class EncodeChunks(beam.PTransform):
             so the ids do not depend on it.
         batch_chars: documents are encoded in batches of about this many characters (the
             output does not depend on it either).
-        spill_dir: spill the blocks of each bundle's chunks, by part, to one file in this
-            directory and emit its path (the file shuffle); None: emit the blocks.
+        spill_dir: spill each chunk's blocks, by part, to a file in this directory and emit
+            its path (the file shuffle); None: emit the blocks.
+        output: the output directory that holds ``spill_dir``: no spill file is reached
+            through a link below it (`pipeline.confine`). Default: ``spill_dir`` itself.
         splits: the job's sample and splits (`transforms.splits.SplitSpec`): documents left
             out by the sample are counted in the receipt and never encoded; each other goes
             to its split's shards (``plan`` numbers them). None: every document, one dataset.
@@ -295,11 +271,12 @@ class EncodeChunks(beam.PTransform):
     def __init__(self, *, spec: ReadSpec, windows: WindowSpec,
                  tokenizer: TokenizerSpec | str | None,
                  plan: ShardPlan, threads: int = 1, batch_chars: int = BATCH_CHARS,
-                 spill_dir: str | None = None, splits: SplitSpec | None = None) -> None:
+                 spill_dir: str | None = None, splits: SplitSpec | None = None,
+                 output: str | None = None) -> None:
         super().__init__()
         self._fn = _EncodeChunkFn(spec=spec, windows=windows, tokenizer=tokenizer,
                                   plan=plan, threads=threads, batch_chars=batch_chars,
-                                  spill_dir=spill_dir, splits=splits)
+                                  spill_dir=spill_dir, splits=splits, output=output)
 
     def expand(self, chunks: beam.PCollection) -> Outputs:
         return (

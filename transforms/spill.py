@@ -2,11 +2,11 @@
 
 On the local runner a GroupByKey keeps its whole input in memory. To keep memory flat, the
 job can instead shuffle the way MapReduce and Spark's sort-based shuffle do: each map task
-(here: the encoding of one bundle of input chunks) writes one *spill file* holding its
-blocks and, at its end, an index of where each part's blocks are; only the file's path goes
-on. The writer of a shard reads, from every spill file, the index entries of its parts and
-then their blocks, one part after another (`ShardParts`), so it holds one part's documents
-at a time: memory is O(one part + the list of spill files), never O(shard) or O(corpus).
+(here: the encoding of one input chunk) writes one *spill file* holding its blocks and, at
+its end, an index of where each part's blocks are; only the file's path goes on. The writer
+of a shard reads, from every spill file, the index entries of its parts and then their
+blocks, one part after another (`ShardParts`), so it holds one part's documents at a time:
+memory is O(one part + the list of spill files), never O(shard) or O(corpus).
 
 Parts: each shard's key range is cut into ``parts_per_shard`` contiguous sub-ranges,
 ``part = shard_of(key, num_shards × parts_per_shard)`` and ``shard = part // parts_per_shard``
@@ -25,10 +25,10 @@ File layout (little-endian)::
 Example: a chunk that spills blocks for parts 3 and 7 (of 8), then another for part 3, has
 ``starts == [0, 0, 0, 0, 2, 2, 2, 2, 3]`` and ranges (0, a), (a + b, c), (a, b).
 
-Rejects spill too: a chunk's rejects, in input order, are written to its bundle's rejects
-file, one run of ``rejects/<reason>.jsonl`` lines per reason (`spill_rejects`), and only a
-`RejectRun` per reason goes on. Chunks are disjoint and ordered, so a reason's file is its
-runs end to end in chunk order.
+Rejects spill too: a chunk's rejects, in input order, are written to a file of its own, one
+run of ``rejects/<reason>.jsonl`` lines per reason (`spill_rejects`), and only a `RejectRun`
+per reason goes on. Chunks are disjoint and ordered, so a reason's file is its runs end to
+end in chunk order.
 
 File access is the caller's: `SpillWriter` writes to any binary sink, `ShardParts` reads with
 an `transforms.chunks.Opener`.
@@ -47,10 +47,26 @@ from transforms.chunks import Opener
 from transforms.documents import Reject
 from transforms.rows import ShardCounts, ShardRows
 
-__all__ = ["RejectRun", "ShardParts", "SpillWriter", "read_run", "spill_rejects"]
+__all__ = ["RejectRun", "ShardParts", "SpillWriter", "disk_full_message", "read_run",
+           "spill_rejects"]
 
 _FOOTER = struct.Struct("<4sqqq")
 _MAGIC = b"TWS1"
+
+
+def disk_full_message(directory: str) -> str:
+    """What a full disk under the spill files says: the directory, what it needs, the fixes.
+
+    The spill holds every document's tokens and windows until the shards are written: about
+    0.85 bytes per byte of input text with a 32k-vocabulary SentencePiece model, 2.3 with the
+    bytes tokenizer (docs/integrity.md#the-job).
+    """
+    return (f"no space left on the device holding {directory}, where the file shuffle spills "
+            "the encoded documents (the job's temporary directory, always inside --output): "
+            "the spill needs about 0.85x the input text with a 32k-vocabulary model and 2.3x "
+            "with --tokenizer bytes, until the shards are written; free that much on that "
+            "disk, choose an --output on a larger one, or pass --shuffle runner (no spill "
+            "files; the local runner then holds the documents in memory)")
 
 
 class SpillWriter:
