@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from typing import Any
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
@@ -35,7 +34,6 @@ from transforms.tokenizers import BYTES, TokenizerSpec
 
 __all__ = [
     "JobConfig",
-    "JobOptions",
     "TokenWindowsOptions",
     "default_encode_threads",
     "default_shuffle",
@@ -298,24 +296,6 @@ class TokenWindowsOptions(PipelineOptions):
             help="On an error, print the whole traceback instead of one line (also: "
             "TOKEN_WINDOWS_TRACEBACK=1).",
         )
-
-
-class JobOptions(PipelineOptions):
-    """``PipelineOptions`` that make each view once.
-
-    Beam asks the job's options for a view (``options.view_as(TypeOptions)`` …) a few hundred
-    times while it builds and runs the graph, and each view parses every flag again with a
-    fresh argparse parser: about a third of the graph's construction time. A view holds
-    nothing of its own (its values live in the dictionary that all views share), so one view
-    per options class serves every caller, with the same values.
-    """
-
-    def view_as(self, cls: type[Any]) -> Any:
-        views = self.__dict__.setdefault("_views", {})  # not an option: bypass __setattr__
-        view = views.get(cls)
-        if view is None:
-            view = views[cls] = super().view_as(cls)
-        return view
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

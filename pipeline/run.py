@@ -45,9 +45,10 @@ from apache_beam.runners.runner import PipelineResult, PipelineState
 from pipeline import fs, graph, launch, progress
 from pipeline.encode import load_tokenizer
 from pipeline.graph import build_pipeline, shard_plan
-from pipeline.options import JobConfig, JobOptions, TokenWindowsOptions, runner_name
+from pipeline.options import JobConfig, TokenWindowsOptions, runner_name
 from pipeline.output import absolute, check_outside_inputs, claim_output, release
 from pipeline.read import PatternMatch
+from pipeline.views import JobOptions
 from transforms.chunks import Chunk, pattern_base, relative_name, shown_name
 from transforms.manifest import (
     MANIFEST_NAME,

@@ -17,8 +17,8 @@ from hypothesis import strategies as st  # noqa: E402
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402,I001
 
 from tests.conftest import SAMPLES  # noqa: E402
-from transforms.bpe_engine import PROBE, byte_decoder, convert  # noqa: E402
-from transforms.tokenizers import HFTokenizer, _merged_alone  # noqa: E402
+from transforms.bpe_engine import PROBE, byte_decoder, convert, merged_alone  # noqa: E402
+from transforms.tokenizers import HFTokenizer  # noqa: E402
 
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
           r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -73,7 +73,7 @@ def _convert(text: str):
     """`convert` judged by tokenizers, as the engine does it."""
     tok = Tokenizer.from_str(text)
     spec = json.loads(text)
-    return convert(spec, lambda strings: _merged_alone(tok, spec, strings))
+    return convert(spec, lambda strings: merged_alone(tok, spec, strings))
 
 
 def _pair(text: str) -> tuple[HFTokenizer, Tokenizer]:

@@ -47,7 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = ["ENGINES", "GPT2_PATTERN", "PROBE", "BpeTables", "TiktokenEngine", "byte_decoder",
-           "convert", "first_difference"]
+           "convert", "first_difference", "merged_alone"]
 
 ENGINES = ("auto", "tokenizers", "tiktoken")
 # ByteLevel's own split (tokenizers' pre_tokenizers/byte_level.rs), as the GPT-2 encoder had it.
@@ -397,3 +397,19 @@ def first_difference(texts: Sequence[str], a: Any, b: Any) -> str | None:
                     f"{x[at] if at < len(x) else 'missing'} against "
                     f"{y[at] if at < len(y) else 'missing'}")
     return None
+
+
+def merged_alone(tok: Any, spec: dict[str, Any], strings: list[str]) -> list[list[int]]:
+    """What the BPE merges of ``tok`` (whose file is ``spec``) make of each ByteLevel string
+    taken as one word, without normalizer, pre-tokenizer, added tokens or ``ignore_merges``:
+    ``tokenizers`` itself is the judge of what its merges do."""
+    import tokenizers
+
+    model = tok.model
+    if spec["model"].get("ignore_merges"):
+        model = tokenizers.models.BPE(
+            vocab=spec["model"]["vocab"], ignore_merges=False,
+            merges=[tuple(m.split(" ")) if isinstance(m, str) else tuple(m)
+                    for m in spec["model"]["merges"]])
+    alone = tokenizers.Tokenizer(model)  # shares the model: nothing is copied
+    return [e.ids for e in alone.encode_batch_fast(strings, add_special_tokens=False)]

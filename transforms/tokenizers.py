@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from transforms import bpe_engine
 from transforms.bpe_engine import ENGINES, PROBE, TiktokenEngine, convert, first_difference
 
 __all__ = [
@@ -339,7 +340,7 @@ def _fast_engine(data: bytes, tok: Any, *, where: str, pinned: bool) -> Any:
         spec = json.loads(data)
         while len(_CONVERTED) >= 4:
             _CONVERTED.pop(next(iter(_CONVERTED)))
-        _CONVERTED[key] = convert(spec, lambda strings: _merged_alone(tok, spec, strings))
+        _CONVERTED[key] = convert(spec, lambda strings: bpe_engine.merged_alone(tok, spec, strings))
     tables = _CONVERTED[key]
     if isinstance(tables, str):
         return without(f"{tables}, so tiktoken's ids could differ from tokenizers'")
@@ -365,22 +366,6 @@ def _fast_engine(data: bytes, tok: Any, *, where: str, pinned: bool) -> Any:
     _LOG.warning("--tokenizer %s: tiktoken's ids differ from tokenizers' %s; encoding with "
                  "tokenizers", where, difference)
     return None
-
-
-def _merged_alone(tok: Any, spec: dict[str, Any], strings: list[str]) -> list[list[int]]:
-    """What the BPE merges of ``tok`` (whose file is ``spec``) make of each ByteLevel string
-    taken as one word, without normalizer, pre-tokenizer, added tokens or ``ignore_merges``:
-    ``tokenizers`` itself is the judge of what its merges do."""
-    import tokenizers
-
-    model = tok.model
-    if spec["model"].get("ignore_merges"):
-        model = tokenizers.models.BPE(
-            vocab=spec["model"]["vocab"], ignore_merges=False,
-            merges=[tuple(m.split(" ")) if isinstance(m, str) else tuple(m)
-                    for m in spec["model"]["merges"]])
-    alone = tokenizers.Tokenizer(model)  # shares the model: nothing is copied
-    return [e.ids for e in alone.encode_batch_fast(strings, add_special_tokens=False)]
 
 
 def _info(tok: Tokenizer) -> dict[str, Any]:
