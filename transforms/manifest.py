@@ -120,7 +120,8 @@ def job_fingerprint(
     """
     # The model is named by its content: where it lies (the manifest's tokenizer.path, as
     # the job was given it) is no part of the job.
-    model = {k: v for k, v in tokenizer.items() if k != "path"}
+    # Nor is the engine that encoded it (docs/tokenizers.md#engines): its ids are the same.
+    model = {k: v for k, v in tokenizer.items() if k not in ("path", "engine")}
     job = {"format": FORMAT, "format_version": FORMAT_VERSION, "tokenizer": model,
            "windows": windows, "reading": reading, "num_shards": num_shards,
            "files": sorted([int(i), str(rel), int(size)] for i, rel, size in files)}
