@@ -42,7 +42,7 @@ setuptools.setup(
         "hf-train": ["torch>=2.1,<3", "transformers>=5,<6", "accelerate>=1.2"],
         # --tokenizer path/to/tokenizer.json (Hugging Face tokenizers). The reader needs no
         # transformers: a trainer that feeds an HF model brings its own (README, 5.x).
-        "hf": ["tokenizers>=0.19"],
+        "hf": ["tokenizers>=0.19", "tiktoken>=0.7"],  # tiktoken: docs/tokenizers.md#engines
         # python -m reader.inspect OUT --plot FILE.png
         "plot": ["matplotlib>=3.7"],
         "gcp": ["apache-beam[gcp]>=2.77,<3"],
@@ -57,6 +57,7 @@ setuptools.setup(
             "pandas>=2",
             "polars>=1.0",
             "tokenizers>=0.19",
+            "tiktoken>=0.7",
             "transformers>=5,<6",  # tests/test_hf.py, tests/test_trainer.py
             "accelerate>=1.2",  # transformers.Trainer
             "datasets>=2.19",  # docs/training.md, the Parquet reader recipes

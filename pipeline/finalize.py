@@ -11,6 +11,7 @@ and its claim on the output.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import apache_beam as beam
@@ -21,18 +22,19 @@ from pipeline.output import check_claim, remove_job_files
 from pipeline.write import RejectCount, place_shard, write_placed_shard
 from transforms.chunks import Receipt, account_inputs, shown_name
 from transforms.keys import ShardPlan
+from transforms.launch import FOOTER_THREADS
 from transforms.manifest import (
     MANIFEST_NAME,
     WrittenShard,
     build_manifest,
     build_splits_record,
-    check_skipped_share,
     dumps_manifest,
 )
 from transforms.params import WindowSpec
 from transforms.parquet import row_group_rows
 from transforms.rows import ShardRows
 from transforms.schema import FINGERPRINT_KEY
+from transforms.skipped import check_skipped_share
 from transforms.splits import SPLITS_NAME, SplitSpec, split_fingerprint
 from transforms.tokenizers import TokenizerSpec
 
@@ -93,10 +95,15 @@ class _FinalizeFn(beam.DoFn):
                                              fingerprint=self._fingerprint, rows=ShardRows([]),
                                              window=window, tmp_dir=self._tmp_dir))
         check_claim(self._output, self._attempt)
-        for shard in shards:  # a concurrent job's shard must never sit under our manifest
+        # A concurrent job's shard must never sit under our manifest. One footer per shard,
+        # each a round trip or two on an object store: read FOOTER_THREADS at a time.
+        def check(shard: WrittenShard) -> None:
             directory, _, _, footer = place_shard(plan, shard.index, self._output,
                                                   self._fingerprint)
             _check_shard_footer(fs.join(directory, shard.file), footer)
+
+        with ThreadPoolExecutor(FOOTER_THREADS, thread_name_prefix="footer") as pool:
+            list(pool.map(check, shards))
         common = {
             "tokenizer": load_tokenizer(self._tokenizer_spec).info(),
             "windows": self._windows.to_json(),
