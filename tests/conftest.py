@@ -17,6 +17,13 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # `python -m pytest -q` runs everything; `-m "not slow"` is the quick inner loop.
+    config.addinivalue_line(
+        "markers", "slow: starts a server, a cluster or torchrun, or runs more than two whole "
+                   "jobs (left out by -m 'not slow')")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _layout_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The reader's layout cache for the whole run, in a temporary directory rather than the
@@ -28,6 +35,8 @@ def _layout_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
         os.environ.pop("TOKEN_WINDOWS_CACHE", None)
     else:
         os.environ["TOKEN_WINDOWS_CACHE"] = old
+
+
 DATA = ROOT / "tests" / "data"
 SAMPLES = ROOT / "samples"
 

@@ -199,6 +199,7 @@ def test_duckdb_and_pandas_read_the_shards(corpus, tmp_path):
 # ------------------------------------------------------------------ determinism
 
 
+@pytest.mark.slow
 def test_same_bytes_on_both_direct_modes_and_seed_changes_only_order(tmp_path):
     src_dir = tmp_path / "in"
     for k in range(3):
@@ -333,6 +334,7 @@ def test_unreadable_file_fails_the_job_naming_it(tmp_path):
     assert not (tmp_path / "out" / MANIFEST_NAME).exists()
 
 
+@pytest.mark.slow
 def test_parquet_input_bad_rows_and_huge_documents(tmp_path):
     import pyarrow as pa
 
@@ -399,6 +401,7 @@ def test_lost_input_fails_the_job_and_writes_no_manifest(corpus, tmp_path):
     assert not (out / MANIFEST_NAME).exists()
 
 
+@pytest.mark.slow
 def test_a_spilled_shuffle_writes_the_bytes_of_the_runner_s(tmp_path, monkeypatch):
     """With tiny chunks and parts, the file shuffle (the local default) spills every block
     and writes shards part by part: the same bytes as the runner's shuffle, in one process
@@ -521,6 +524,7 @@ def test_split_assignment_ignores_windows_shards_seed_and_runner(tmp_path):
     assert _docs_by_split(tmp_path / "other", ("val",))["val"] != seen[0]["val"]
 
 
+@pytest.mark.slow
 def test_split_job_bytes_are_reproducible_and_overwrite_replaces_them(tmp_path):
     src = _split_corpus(tmp_path, n=300)
     args = ["--input", str(src), "--tokenizer", "bytes", "--window", "8", "--split",
@@ -588,6 +592,7 @@ def test_bad_split_or_sample_is_refused_before_any_work(tmp_path, capsys, flags,
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_overwrite_takes_over_a_killed_split_job_and_refuses_strays(tmp_path, capsys):
     from pipeline.run import main
     from transforms.splits import SPLITS_NAME

@@ -99,10 +99,20 @@ def test_progress_does_not_change_a_byte(monkeypatch, capsys, big, tmp_path):
 
 
 def test_workers_report_nothing_without_the_launcher(tmp_path, monkeypatch):
-    monkeypatch.delenv(progress.ENV, raising=False)
+    # With the launcher's directory named, a worker's calls write its file there ...
+    monkeypatch.setattr(progress, "_tallies", {})
+    monkeypatch.setenv(progress.ENV, str(tmp_path))
     progress.encoded(_chunk(), [_doc("abc")], 5)
     progress.chunk_done(_chunk())
-    assert os.listdir(tmp_path) == []
+    assert os.listdir(tmp_path) == [f"{os.getpid()}.json"]
+    # ... and without it they keep no tally and write nothing, anywhere.
+    monkeypatch.setattr(progress, "_tallies", {})
+    monkeypatch.delenv(progress.ENV)
+    writes = []
+    monkeypatch.setattr(progress._Tally, "write", lambda self, **kw: writes.append(self.file))
+    progress.encoded(_chunk(), [_doc("abc")], 5)
+    progress.chunk_done(_chunk())
+    assert progress._tallies == {} and writes == []
 
 
 def test_totals_sum_the_processes_and_a_chunk_counts_its_exact_share(monkeypatch, fast):

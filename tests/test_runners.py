@@ -134,6 +134,7 @@ def _corpus(tmp_path: pathlib.Path) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_same_bytes_on_fnapi_modes_portable_external_and_direct_runner(tmp_path, worker_pool):
     args = _corpus(tmp_path)
     want = run_job(tmp_path / "in_memory", *args, "--direct_running_mode=in_memory")
@@ -238,6 +239,7 @@ def dask_cluster(tmp_path: pathlib.Path):
         stop_processes(procs)
 
 
+@pytest.mark.slow
 @needs_dask
 def test_same_bytes_on_a_dask_cluster_each_step_once_on_both_workers(tmp_path, dask_cluster):
     address, pids, worker_logs = dask_cluster
