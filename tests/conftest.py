@@ -80,6 +80,18 @@ def run_job(output: pathlib.Path, *args: str) -> dict[str, Any]:
     return manifest
 
 
+def exit_code(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """Run the command line (`pipeline.run.main`) in this process, expecting it to exit;
+    return its status and the last line it printed on stderr, which is never a traceback."""
+    from pipeline.run import main
+
+    with pytest.raises(SystemExit) as info:
+        main(list(args))
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return info.value.code, err.strip().splitlines()[-1]
+
+
 def read_rows(output: pathlib.Path) -> list[dict[str, Any]]:
     """Every row of every shard, in shard order."""
     from transforms.manifest import MANIFEST_NAME

@@ -697,3 +697,58 @@ def test_a_job_into_one_split_of_a_split_job_is_refused(tmp_path, capsys):
     assert (f"--output {out / 'val'} is the split val of the job in {out} (_splits.json): "
             f"rerun that job (--output {out} --overwrite)") in capsys.readouterr().err
     assert dir_bytes(out) == before
+
+
+# ------------------------------------------------------------------ names and identity
+
+def test_identical_jobs_write_identical_bytes_with_the_fingerprint(corpus, tmp_path):
+    a = run_job(tmp_path / "a", "--input", str(corpus), "--tokenizer", "bytes")
+    b = run_job(tmp_path / "b", "--input", str(corpus), "--tokenizer", "bytes")
+    assert a["fingerprint"] == b["fingerprint"]
+    name = "part-00000-of-00001.parquet"
+    assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    meta = pq.read_metadata(tmp_path / "a" / name).metadata
+    assert meta[b"token_windows.fingerprint"] == a["fingerprint"].encode()
+    assert meta[b"token_windows.shard"] == b"0/1"
+    c = run_job(tmp_path / "c", "--input", str(corpus), "--tokenizer", "bytes", "--seed", "3")
+    assert c["fingerprint"] != a["fingerprint"]
+
+
+def test_shards_do_not_depend_on_where_the_tokenizer_model_lies(corpus, tmp_path, monkeypatch):
+    """The same model by another path (copied, relative or absolute) is the same job."""
+    import shutil
+
+    from tests.conftest import DATA
+
+    copy = tmp_path / "models" / "tiny.model"
+    copy.parent.mkdir()
+    shutil.copy(DATA / "tiny.model", copy)
+    monkeypatch.chdir(tmp_path)
+    args = ("--input", str(corpus), "--window", "8")
+    a = run_job(tmp_path / "a", *args, "--tokenizer", str(DATA / "tiny.model"))
+    b = run_job(tmp_path / "b", *args, "--tokenizer", "models/tiny.model")
+    assert a["tokenizer"]["path"] != b["tokenizer"]["path"]
+    assert a["fingerprint"] == b["fingerprint"]
+    name = "part-00000-of-00001.parquet"
+    assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_lone_surrogate_end_to_end_with_bytes_and_sentencepiece(tmp_path):
+    from tests.conftest import DATA
+
+    src = write_jsonl(tmp_path / "in.jsonl", ['{"text": "a \\ud800 b"}', {"text": "ok"}])
+    for tok in ("bytes", str(DATA / "tiny.model")):
+        out = tmp_path / pathlib.Path(tok).name
+        m = run_job(out, "--input", str(src), "--tokenizer", tok)
+        assert m["counts"]["documents"] == 2 and m["counts"]["repaired"]["invalid_utf8"] == 1
+
+
+def test_two_patterns_whose_files_share_names_get_ids_that_cannot_collide(tmp_path):
+    write_jsonl(tmp_path / "c" / "en" / "part-0.jsonl", [{"text": "hello"}])
+    write_jsonl(tmp_path / "c" / "zh" / "part-0.jsonl", [{"text": "你好"}])
+    write_jsonl(tmp_path / "c" / "zh" / "only.jsonl", [{"text": "x"}])
+    m = run_job(tmp_path / "o", "--input", str(tmp_path / "c" / "en" / "*.jsonl"), "--input",
+                str(tmp_path / "c" / "zh" / "*.jsonl"), "--tokenizer", "bytes")
+    assert m["counts"]["skipped"] == {}
+    assert sorted(r["doc_id"] for r in read_rows(tmp_path / "o")) == [
+        "en/part-0.jsonl:1", "only.jsonl:1", "zh/part-0.jsonl:1"]

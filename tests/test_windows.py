@@ -156,32 +156,6 @@ def test_random_offsets_differ_by_seed_and_document():
     assert offsets != [random_offset(1000, other, f"d{i}") for i in range(200)]
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({"window": 0, "stride": 1}, "`window` must be a positive integer, but got 0"),
-        ({"window": 4, "stride": 0}, "`stride` must be a positive integer, but got 0"),
-        ({"window": 4, "stride": 4, "min_tail": 5}, "`min_tail` must be at most `window`"),
-        ({"window": 4, "stride": 4, "tail": "pad"}, "`tail` must be one of"),
-        ({"window": 4, "stride": 4, "score": "some"}, "`score` must be one of"),
-        ({"window": 4, "stride": 4, "offset": "half"}, "`offset` must be one of"),
-        ({"window": 4, "stride": 4, "seed": -1}, "`seed` must be in"),
-        ({"window": True, "stride": 4}, "`window` must be a positive integer"),
-    ],
-)
-def test_invalid_parameters(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        WindowSpec(**kwargs)
-
-
-def test_specs_are_keyword_only_and_frozen():
-    with pytest.raises(TypeError):
-        WindowSpec(4, 4)  # type: ignore[misc]
-    spec = WindowSpec(window=4, stride=4)
-    with pytest.raises(AttributeError):
-        spec.window = 5  # type: ignore[misc]
-
-
 @settings(max_examples=300, deadline=None)
 @given(pairs=st.lists(st.integers(1, 120), max_size=12), spec=specs)
 def test_batch_planner_plans_each_document_as_the_single_planner(pairs, spec):
