@@ -39,30 +39,24 @@ def scored_targets_by_doc(rows):
     return {d: sum((t for _, t in sorted(ws)), []) for d, ws in out.items()}
 
 
-class PipelineTests(unittest.TestCase):
-    def test_targets_exactly_once(self):
-        """score=new with keep or trace_back scores z[1:] of every document exactly once."""
-        tok = ByteTokenizer()
-        with tempfile.TemporaryDirectory() as tmp:
-            tmp = pathlib.Path(tmp)
-            src = write_jsonl(tmp / "in.jsonl", [{"id": f"d{i}", "text": t}
-                                                  for i, t in enumerate(TEXTS)])
-            for n, (window, stride, tail) in enumerate(
-                [(2, 2, "keep"), (8, 3, "keep"), (8, 3, "trace_back"), (16, 16, "trace_back"),
-                 (5, 1, "keep")]
-            ):
-                out = tmp / f"out{n}"
-                manifest = run_job(out, "--input", str(src), "--tokenizer", "bytes",
-                                   "--id-field", "id", "--window", str(window), "--stride",
-                                   str(stride), "--tail", tail, "--score", "new",
-                                   "--num-shards", "2")
-                got = scored_targets_by_doc(read_rows(out))
-                want = {f"d{i}": tok.encode(t).tolist()[1:] for i, t in enumerate(TEXTS)}
-                self.assertEqual(got, want, (window, stride, tail))
-                pairs = sum(len(t.encode()) + 1 for t in TEXTS)
-                self.assertEqual(manifest["counts"]["scored_targets"], pairs)
-                self.assertEqual(manifest["counts"]["uncovered_pairs"], 0)
+@pytest.mark.parametrize(("window", "stride", "tail"), [
+    (2, 2, "keep"), (8, 3, "keep"), (8, 3, "trace_back"), (16, 16, "trace_back"), (5, 1, "keep")])
+def test_targets_exactly_once(tmp_path, window, stride, tail):
+    """score=new with keep or trace_back scores z[1:] of every document exactly once."""
+    tok = ByteTokenizer()
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": f"d{i}", "text": t}
+                                              for i, t in enumerate(TEXTS)])
+    out = tmp_path / "out"
+    manifest = run_job(out, "--input", str(src), "--tokenizer", "bytes", "--id-field", "id",
+                       "--window", str(window), "--stride", str(stride), "--tail", tail,
+                       "--score", "new", "--num-shards", "2")
+    got = scored_targets_by_doc(read_rows(out))
+    assert got == {f"d{i}": tok.encode(t).tolist()[1:] for i, t in enumerate(TEXTS)}
+    assert manifest["counts"]["scored_targets"] == sum(len(t.encode()) + 1 for t in TEXTS)
+    assert manifest["counts"]["uncovered_pairs"] == 0
 
+
+class PipelineTests(unittest.TestCase):
     def test_padding_eos_is_not_ignored_eos(self):
         """Seed 004's batch, end to end: documents "a" and "" (kept), the bytes tokenizer and
         window 2 give windows [BOS a EOS] and [BOS EOS]; read back and padded with EOS, both
@@ -499,29 +493,46 @@ def test_split_job_writes_a_finished_dataset_per_split(tmp_path):
         WindowDataset(out)  # the job's top directory is not one dataset
 
 
-def test_split_assignment_ignores_windows_shards_seed_and_runner(tmp_path):
+def _oracle(src, spec):
+    """{split name: doc_ids} as `transforms.splits.SplitSpec` assigns the corpus's documents
+    (every line of ``src`` but the two bad records), with their P (pairs)."""
+    texts = {}
+    for n, line in enumerate(src.read_text(encoding="utf-8").splitlines(), 1):
+        if n not in (6, 10):
+            texts[f"c.jsonl:{n}"] = json.loads(line)["text"]
+    ids = sorted(texts)
+    kept = spec.kept(ids) if spec.sample < 1 else [True] * len(ids)
+    names = spec.names or ("",)  # "": a job without splits
+    where = spec.split_of(ids) if spec.names else [0] * len(ids)
+    out = {name: set() for name in names}
+    for doc, keep, k in zip(ids, kept, where, strict=True):
+        if keep:
+            out[names[k]].add(doc)
+    pairs = {d: len(t.encode()) + 1 for d, t in texts.items()}
+    return out, pairs
+
+
+def test_each_document_lands_in_the_split_its_id_gives_whatever_the_windows(tmp_path):
+    """The job sends every document to `SplitSpec.split_of(doc_id)` (whose independence from
+    everything but the split seed and fractions tests/test_splits.py proves on the math):
+    two jobs that share nothing but the split, each held to that oracle document by document."""
+    from transforms.splits import SplitSpec
+
     src = _split_corpus(tmp_path, n=400)
     base = ["--input", str(src), "--tokenizer", "bytes", "--split", "val=0.2"]
-    variants = [
-        ["--window", "16"],
-        ["--window", "8", "--stride", "3", "--tail", "trace_back", "--score", "new",
-         "--num-shards", "3"],
-        ["--window", "32", "--stride", "40", "--offset", "random", "--seed", "5",
-         "--num-shards", "2", "--shuffle", "runner"],
-        ["--window", "12", "--stride", "6", "--min-tail", "4", "--seed", "9",
-         "--direct_running_mode=multi_processing", "--direct_num_workers=2"],
-    ]
-    seen = []
-    for n, extra in enumerate(variants):
-        run_job(tmp_path / f"o{n}", *base, *extra)
-        seen.append(_docs_by_split(tmp_path / f"o{n}", ("val", "train")))
-    assert all(s == seen[0] for s in seen[1:])
-    # tail drop leaves the shortest documents without rows, never moves one.
-    run_job(tmp_path / "drop", *base, "--window", "40", "--tail", "drop")
-    dropped = _docs_by_split(tmp_path / "drop", ("val", "train"))
-    assert dropped["val"] < seen[0]["val"] and dropped["train"] < seen[0]["train"]
-    run_job(tmp_path / "other", *base, "--window", "16", "--split-seed", "1")
-    assert _docs_by_split(tmp_path / "other", ("val",))["val"] != seen[0]["val"]
+    run_job(tmp_path / "a", *base, "--window", "8", "--stride", "3", "--tail", "trace_back",
+            "--score", "new", "--num-shards", "3")
+    want, _ = _oracle(src, SplitSpec(splits=(("val", 0.2),)))
+    assert _docs_by_split(tmp_path / "a", ("val", "train")) == want
+    # Another seed, offsets, shuffle and split seed; tail drop leaves the documents shorter
+    # than a window without rows, and never moves one.
+    run_job(tmp_path / "b", *base, "--window", "40", "--tail", "drop", "--offset", "random",
+            "--seed", "5", "--num-shards", "2", "--shuffle", "runner", "--split-seed", "1")
+    other, pairs = _oracle(src, SplitSpec(splits=(("val", 0.2),), seed=1))
+    assert other != want
+    assert _docs_by_split(tmp_path / "b", ("val", "train")) == {
+        name: {d for d in docs if pairs[d] >= 40} for name, docs in other.items()}
+    assert 0 < sum(p < 40 for p in pairs.values()) < len(pairs)
 
 
 @pytest.mark.slow
@@ -542,30 +553,43 @@ def test_split_job_bytes_are_reproducible_and_overwrite_replaces_them(tmp_path):
         MANIFEST_NAME, REJECTS_DIR, "part-00000-of-00001.parquet"]
 
 
-def test_sample_nests_and_does_not_depend_on_the_windows(tmp_path):
+def test_a_sample_keeps_the_documents_its_ids_give_and_counts_the_rest(tmp_path):
+    """The job keeps `SplitSpec.kept(doc_id)` (nesting and independence from the windows are
+    the math of tests/test_splits.py) and counts the others; a sampled split job's validation
+    set is the full job's within the sample."""
+    from transforms.splits import SplitSpec
+
     src = _split_corpus(tmp_path, n=1000)
     base = ["--input", str(src), "--tokenizer", "bytes"]
-    small = run_job(tmp_path / "s1", *base, "--window", "8", "--sample", "0.1")
-    run_job(tmp_path / "s1b", *base, "--window", "32", "--stride", "5", "--sample", "0.1",
-            "--num-shards", "3", "--seed", "4")
-    large = run_job(tmp_path / "s2", *base, "--window", "8", "--sample", "0.2")
-    ids = {k: {r["doc_id"] for r in read_rows(tmp_path / k)} for k in ("s1", "s1b", "s2")}
-    assert ids["s1"] == ids["s1b"] and ids["s1"] < ids["s2"]
-    assert abs(len(ids["s1"]) - 100) < 4 * math.sqrt(1000 * 0.1 * 0.9)
+    small = run_job(tmp_path / "s1", *base, "--window", "32", "--stride", "5", "--sample",
+                    "0.1", "--num-shards", "3", "--seed", "4")
+    want = _oracle(src, SplitSpec(sample=0.1))[0][""]
+    assert {r["doc_id"] for r in read_rows(tmp_path / "s1")} == want
+    assert abs(len(want) - 100) < 4 * math.sqrt(1000 * 0.1 * 0.9)
     c = small["counts"]
     assert small["sample"] == {"fraction": 0.1, "seed": 0}
     assert c["records"] == 1000 == c["documents"] + sum(c["skipped"].values()) + c["sampled_out"]
-    assert c["documents"] == len(ids["s1"]) and large["counts"]["documents"] == len(ids["s2"])
-    # A sampled split job's validation set is the full job's, within the sample.
-    run_job(tmp_path / "full", *base, "--window", "8", "--split", "val=0.2")
-    run_job(tmp_path / "part", *base, "--window", "8", "--split", "val=0.2", "--sample", "0.2")
-    full = _docs_by_split(tmp_path / "full", ("val", "train"))
-    part = _docs_by_split(tmp_path / "part", ("val", "train"))
-    assert part["val"] == full["val"] & ids["s2"] and part["train"] == full["train"] & ids["s2"]
-    other = run_job(tmp_path / "s3", *base, "--window", "8", "--sample", "0.1",
-                    "--sample-seed", "1")
-    assert {r["doc_id"] for r in read_rows(tmp_path / "s3")} != ids["s1"]
-    assert other["fingerprint"] != small["fingerprint"]
+    assert c["documents"] == len(want) and c["sampled_out"] == 998 - len(want)
+    # A sampled split job, with another sample seed: its val and train are the full split's
+    # documents that this sample keeps.
+    part = run_job(tmp_path / "part", *base, "--window", "8", "--split", "val=0.2", "--sample",
+                   "0.2", "--sample-seed", "1")
+    full, _ = _oracle(src, SplitSpec(splits=(("val", 0.2),)))
+    kept = _oracle(src, SplitSpec(sample=0.2, sample_seed=1))[0][""]
+    assert kept != _oracle(src, SplitSpec(sample=0.2))[0][""]
+    assert _docs_by_split(tmp_path / "part", ("val", "train")) == {
+        name: docs & kept for name, docs in full.items()}
+    assert part["sample"] == {"fraction": 0.2, "seed": 1}
+    assert part["counts"]["sampled_out"] == 998 - len(kept)
+
+
+def test_the_sample_seed_is_part_of_the_fingerprint(tmp_path):
+    src = _split_corpus(tmp_path, n=50)
+    base = ["--input", str(src), "--tokenizer", "bytes", "--sample", "0.5"]
+    a = run_job(tmp_path / "a", *base)
+    b = run_job(tmp_path / "b", *base, "--sample-seed", "1")
+    assert a["fingerprint"] != b["fingerprint"]
+    assert a["windows"] == b["windows"] and a["reading"] == b["reading"]
 
 
 @pytest.mark.parametrize(("flags", "message"), [
