@@ -1,6 +1,6 @@
 """The job end to end: exact rows, exact counts, identical bytes, clear errors (SPEC §2–7).
 
-``PipelineTests`` keeps the two tests the seeds' own command runs::
+``PipelineTests`` also runs under plain unittest::
 
     python -m unittest -v tests.test_pipeline.PipelineTests.test_targets_exactly_once \
         tests.test_pipeline.PipelineTests.test_padding_eos_is_not_ignored_eos
@@ -39,24 +39,31 @@ def scored_targets_by_doc(rows):
     return {d: sum((t for _, t in sorted(ws)), []) for d, ws in out.items()}
 
 
-@pytest.mark.parametrize(("window", "stride", "tail"), [
-    (2, 2, "keep"), (8, 3, "keep"), (8, 3, "trace_back"), (16, 16, "trace_back"), (5, 1, "keep")])
-def test_targets_exactly_once(tmp_path, window, stride, tail):
-    """score=new with keep or trace_back scores z[1:] of every document exactly once."""
-    tok = ByteTokenizer()
-    src = write_jsonl(tmp_path / "in.jsonl", [{"id": f"d{i}", "text": t}
-                                              for i, t in enumerate(TEXTS)])
-    out = tmp_path / "out"
-    manifest = run_job(out, "--input", str(src), "--tokenizer", "bytes", "--id-field", "id",
-                       "--window", str(window), "--stride", str(stride), "--tail", tail,
-                       "--score", "new", "--num-shards", "2")
-    got = scored_targets_by_doc(read_rows(out))
-    assert got == {f"d{i}": tok.encode(t).tolist()[1:] for i, t in enumerate(TEXTS)}
-    assert manifest["counts"]["scored_targets"] == sum(len(t.encode()) + 1 for t in TEXTS)
-    assert manifest["counts"]["uncovered_pairs"] == 0
-
-
 class PipelineTests(unittest.TestCase):
+    @pytest.mark.slow
+    def test_targets_exactly_once(self):
+        """score=new with keep or trace_back scores z[1:] of every document exactly once."""
+        tok = ByteTokenizer()
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = pathlib.Path(tmp)
+            src = write_jsonl(tmp / "in.jsonl", [{"id": f"d{i}", "text": t}
+                                                  for i, t in enumerate(TEXTS)])
+            for n, (window, stride, tail) in enumerate(
+                [(2, 2, "keep"), (8, 3, "keep"), (8, 3, "trace_back"), (16, 16, "trace_back"),
+                 (5, 1, "keep")]
+            ):
+                out = tmp / f"out{n}"
+                manifest = run_job(out, "--input", str(src), "--tokenizer", "bytes",
+                                   "--id-field", "id", "--window", str(window), "--stride",
+                                   str(stride), "--tail", tail, "--score", "new",
+                                   "--num-shards", "2")
+                got = scored_targets_by_doc(read_rows(out))
+                want = {f"d{i}": tok.encode(t).tolist()[1:] for i, t in enumerate(TEXTS)}
+                self.assertEqual(got, want, (window, stride, tail))
+                pairs = sum(len(t.encode()) + 1 for t in TEXTS)
+                self.assertEqual(manifest["counts"]["scored_targets"], pairs)
+                self.assertEqual(manifest["counts"]["uncovered_pairs"], 0)
+
     def test_padding_eos_is_not_ignored_eos(self):
         """Seed 004's batch, end to end: documents "a" and "" (kept), the bytes tokenizer and
         window 2 give windows [BOS a EOS] and [BOS EOS]; read back and padded with EOS, both
@@ -725,6 +732,7 @@ def test_a_job_into_one_split_of_a_split_job_is_refused(tmp_path, capsys):
 
 # ------------------------------------------------------------------ names and identity
 
+@pytest.mark.slow
 def test_identical_jobs_write_identical_bytes_with_the_fingerprint(corpus, tmp_path):
     a = run_job(tmp_path / "a", "--input", str(corpus), "--tokenizer", "bytes")
     b = run_job(tmp_path / "b", "--input", str(corpus), "--tokenizer", "bytes")
