@@ -1,4 +1,4 @@
-"""Random access to the windows of a finished output (SPEC §5, §6).
+"""Random access to the windows of a finished output (docs/format.md#reader-semantics).
 
 Contract:
 

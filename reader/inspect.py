@@ -13,7 +13,7 @@ any file system pyarrow opens), and prints:
 * ``--decode N``: the first N windows decoded with the manifest's tokenizer (the file the
   manifest names, checked against its SHA-256; ``--tokenizer`` points elsewhere), showing
   doc_id, start, length and where scoring starts (``▌``);
-* ``--check``: seed 000 §4.3's three checks recomputed from the rows, with the manifest's
+* ``--check``: the checks of docs/format.md#checks recomputed from the rows, with the manifest's
   parameters: **coverage** (every pair of every document is in a window, but for the pairs
   the parameters leave out: before a random first origin, gaps when S > W, a dropped tail),
   **overlap** (consecutive full windows of a document are S apart, so overlap by W − S; only

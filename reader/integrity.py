@@ -1,4 +1,5 @@
-"""Cheap integrity checks for the reader, from what each shard carries (issue 10).
+"""Cheap integrity checks for the reader, from what each shard carries
+(docs/format.md#footer-metadata).
 
 Pure functions over a shard's ``pyarrow.parquet.FileMetaData`` and its manifest entry, so a
 reader calls them when it opens a dataset, without reading a single row:
@@ -21,7 +22,7 @@ Example::
                           where="out/part-00000-of-00001.parquet")
     check_totals([counts], manifest, where="out/manifest.json")
 
-A manifest without a fingerprint (written before issue 10) skips the footer checks.
+A manifest without a fingerprint (written by token-windows 0.1.0) skips the footer checks.
 """
 
 from __future__ import annotations

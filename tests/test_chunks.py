@@ -1,4 +1,5 @@
-"""`transforms.chunks`: input files → chunks → records, every file read exactly once (SPEC §2, §7).
+"""`transforms.chunks`: input files → chunks → records, every file read exactly once
+(docs/format.md#documents).
 
 `read_files` runs the four pure steps as the pipeline wires them (plan → count_lines →
 number_chunks → read_chunk with `open_local`, then `account_inputs`), so what the job reads is

@@ -1,4 +1,4 @@
-"""`transforms.documents`: records → documents and rejects (SPEC §2, §7).
+"""`transforms.documents`: records → documents and rejects (docs/format.md#documents).
 
 Parsing only: how files become chunks and chunks become records is in tests/test_chunks.py.
 """

@@ -1,5 +1,6 @@
-"""The reader's integrity checks (`reader.integrity`, issue 10): a flipped byte is never served
-as data, a foreign shard or an edited manifest is refused when the dataset opens."""
+"""The reader's integrity checks (`reader.integrity`, docs/format.md#footer-metadata): a flipped
+byte is never served as data, a foreign shard or an edited manifest is refused when the dataset
+opens."""
 
 from __future__ import annotations
 

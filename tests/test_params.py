@@ -1,4 +1,5 @@
-"""`transforms.params`: every bad parameter is refused at construction, naming it (STYLE.md)."""
+"""`transforms.params`: every bad parameter is refused at construction, naming it
+(docs/architecture.md#invariants)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The job end to end: exact rows, exact counts, identical bytes, clear errors (SPEC §2–7).
+"""The job end to end: exact rows, exact counts, identical bytes, clear errors (docs/format.md).
 
 ``PipelineTests`` also runs under plain unittest::
 
@@ -65,9 +65,9 @@ class PipelineTests(unittest.TestCase):
                 self.assertEqual(manifest["counts"]["uncovered_pairs"], 0)
 
     def test_padding_eos_is_not_ignored_eos(self):
-        """Seed 004's batch, end to end: documents "a" and "" (kept), the bytes tokenizer and
-        window 2 give windows [BOS a EOS] and [BOS EOS]; read back and padded with EOS, both
-        EOS targets count and the padding does not."""
+        """The worked batch of docs/format.md#collate, end to end: documents "a" and "" (kept), the
+        bytes tokenizer and window 2 give windows [BOS a EOS] and [BOS EOS]; read back and padded
+        with EOS, both EOS targets count and the padding does not."""
         import torch
 
         from reader import WindowDataset, collate, token_nll
@@ -352,7 +352,7 @@ def test_parquet_input_bad_rows_and_huge_documents(tmp_path):
     assert big["source"] == f"{src}#row=3" and "100 bytes" in big["detail"]
 
     # A text column of another type: every row is unusable, and the job fails
-    # (issue 10: an empty dataset is never what was asked for).
+    # (an empty dataset is never what was asked for).
     pq.write_table(pa.table({"text": [1, 2]}), src)
     with pytest.raises(Exception, match="all 2 records skipped as text_not_string"):
         run_job(tmp_path / "o2", "--input", str(src), "--tokenizer", "bytes")

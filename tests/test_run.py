@@ -1,4 +1,5 @@
-"""`pipeline.run`: the command line, and everything it refuses before any work (SPEC §7).
+"""`pipeline.run`: the command line, and everything it refuses before any work
+(docs/running.md#bad-input).
 
 The error cases call `main` in this process (its output captured); one test starts the real
 entry point, ``python -m pipeline``, as a user would.

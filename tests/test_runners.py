@@ -150,7 +150,7 @@ def test_same_bytes_on_fnapi_modes_portable_external_and_direct_runner(tmp_path,
     assert "Starting worker with command" in pool_log.read_text(errors="replace")
 
     # A bare DirectRunner tries Prism first. A missing --prism_location makes that fail
-    # at once, offline or not, and it falls back to the FnApiRunner (Prism is untested here).
+    # at once, offline or not, and it falls back to the FnApiRunner (Prism itself is not tested).
     direct = _cli(*args, "--output", str(tmp_path / "direct"), "--runner=DirectRunner",
                   f"--prism_location={tmp_path / 'no-prism'}")
     assert direct.returncode == 0, direct.stderr

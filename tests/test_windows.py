@@ -1,4 +1,4 @@
-"""The window planner against SPEC §3: worked examples and properties."""
+"""The window planner against docs/format.md#the-planner: worked examples and properties."""
 
 import numpy as np
 import pytest
@@ -10,7 +10,7 @@ from transforms.windows import WindowPlans, plan_windows, plan_windows_batch, ra
 
 
 def reference(pairs, spec, r):
-    """SPEC §3's algorithm, line by line."""
+    """The algorithm of docs/format.md#the-planner, line by line."""
     out, s, w = [], r, spec.window
     while s < pairs:
         length = min(w, pairs - s)
