@@ -43,6 +43,7 @@ import torch
 import torch.utils.data
 
 from reader.dataset import WindowBatch, WindowRows
+from reader.mixed import add_sources
 
 __all__ = ["IGNORE_INDEX", "Batch", "block_causal_mask", "collate", "collate_packed"]
 
@@ -188,9 +189,11 @@ def collate(windows: Sequence[Mapping[str, Any]], pad_id: int) -> dict[str, Any]
         raise ValueError("cannot collate an empty batch: it has no targets")
     if isinstance(windows, WindowBatch):
         # Gathered from a layout whose rows were checked when it was built.
-        return _pad(windows.tokens, windows.offsets,
-                    windows.columns["length"].astype(np.int64),
-                    windows.columns["loss_start"].astype(np.int64), int(pad_id))
+        batch = _pad(windows.tokens, windows.offsets,
+                     windows.columns["length"].astype(np.int64),
+                     windows.columns["loss_start"].astype(np.int64), int(pad_id))
+        add_sources(batch, windows)  # a mixture's batch: each position's source
+        return batch
     lengths = np.empty(batch_size, dtype=np.int64)
     loss_starts = np.empty(batch_size, dtype=np.int64)
     spans = []
@@ -341,7 +344,7 @@ def collate_packed(rows: Sequence[Sequence[Mapping[str, Any]]], seq_len: int,
     cuts = np.sort(np.concatenate([ends, (pad_rows + 1) * seq_len]))
     cu = np.concatenate([bounds, cuts]).astype(np.int32)
     planes = buffer.view(4, batch_size, seq_len)
-    return Batch({
+    batch = Batch({
         "input_ids": planes[0],
         "shift_labels": planes[1],
         "position_ids": planes[2],
@@ -352,6 +355,8 @@ def collate_packed(rows: Sequence[Sequence[Mapping[str, Any]]], seq_len: int,
         "num_windows": nw,
         "use_cache": False,
     })
+    add_sources(batch, rows)  # a mixture's batch: each position's source
+    return batch
 
 
 def block_causal_mask(segment_ids: torch.Tensor) -> torch.Tensor:

@@ -444,29 +444,50 @@ class WindowDataset:
         if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self._len):
             bad = next(int(v) for v in indices if not -self._len <= int(v) < self._len)
             raise IndexError(f"index {bad} is out of range for {self._len} windows")
-        index = self._dataset_index()
-        if index is not None:
-            rec = index[idx]  # one gather of every field
-        else:  # not every shard is local yet (first epoch, or a bounded cache)
-            shard = np.searchsorted(self._starts, idx, side="right") - 1
-            rec = np.empty(len(idx), RECORD)
-            for s in np.unique(shard).tolist():
-                at = np.flatnonzero(shard == s)
-                rec[at] = self._layout(s).records[idx[at] - self._starts[s]]
-            rec["shard"] = shard
+        rec = self._records(idx)
         sizes = rec["length"].astype(np.int64) + 1
         offsets = np.zeros(len(idx) + 1, np.int64)
         np.cumsum(sizes, out=offsets[1:])
         tokens = np.empty(int(offsets[-1]), np.int32)
+        self._copy_tokens(rec, tokens, offsets)
+        return WindowBatch(tokens=tokens, offsets=offsets, index=idx, records=rec,
+                           doc_id=self._doc_id)
+
+    def _records(self, idx: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+        """The layout records of the windows at in-range indices ``idx``."""
+        index = self._dataset_index()
+        if index is not None:
+            return index[idx]  # one gather of every field
+        # Not every shard is local yet (first epoch, or a bounded cache).
+        shard = np.searchsorted(self._starts, idx, side="right") - 1
+        rec = np.empty(len(idx), RECORD)
+        for s in np.unique(shard).tolist():
+            at = np.flatnonzero(shard == s)
+            rec[at] = self._layout(s).records[idx[at] - self._starts[s]]
+        rec["shard"] = shard
+        return rec
+
+    def _copy_tokens(self, rec: npt.NDArray[Any], out: npt.NDArray[np.int32],
+                     starts: npt.NDArray[np.int64]) -> None:
+        """Copy the ids of the windows of ``rec`` (from :meth:`_records`) into ``out``, window
+        k from ``starts[k]`` on (also used by :class:`reader.MixedDataset`, which gathers a
+        batch of several datasets in one pass)."""
         arrays = self._tokens
-        for o, s, lo, n in zip(offsets.tolist(), rec["shard"].tolist(), rec["lo"].tolist(),
-                               sizes.tolist(), strict=False):
+        for o, s, lo, n in zip(starts.tolist(), rec["shard"].tolist(), rec["lo"].tolist(),
+                               (rec["length"].astype(np.int64) + 1).tolist(), strict=False):
             source = arrays[s]
             if source is None:
                 source = self._layout(s).tokens
-            tokens[o : o + n] = source[lo : lo + n]
-        return WindowBatch(tokens=tokens, offsets=offsets, index=idx, records=rec,
-                           doc_id=self._doc_id)
+            out[o : o + n] = source[lo : lo + n]
+
+    def window_sizes(self, indices: npt.ArrayLike) -> tuple[npt.NDArray[np.int64],
+                                                             npt.NDArray[np.int64]]:
+        """``length`` and scored targets (``length − loss_start``) of the windows at
+        ``indices`` (in range), read from the layout's records alone (no token is read): what
+        :class:`reader.MixtureSampler` needs of the windows it draws."""
+        rec = self._records(np.asarray(indices, dtype=np.int64))
+        lengths = rec["length"].astype(np.int64)
+        return lengths, lengths - rec["loss_start"]
 
     def blocks(self, unit: str = "row_group") -> tuple[int, ...]:
         """Block sizes in dataset order, for ``EpochSampler(order="blocks", blocks=...)``.

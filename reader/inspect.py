@@ -392,7 +392,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="token-windows-inspect" if named else "python -m reader.inspect",
         description="Summarise, check, decode and plot a finished token-windows dataset.")
-    p.add_argument("output", metavar="OUT", help="the dataset directory (local or a URI)")
+    p.add_argument("output", metavar="OUT", nargs="+",
+                   help="the dataset directory (local or a URI); with --mix, several, each "
+                   "NAME=PATH or PATH (named by its last directory)")
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH,
                    help="batch size for the padding share. Default: %(default)s.")
     p.add_argument("--decode", type=int, default=0, metavar="N",
@@ -405,12 +407,26 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", type=str, default=None, metavar="FILE.png",
                    help="draw the distributions into FILE.png (needs matplotlib).")
     p.add_argument("--json", action="store_true", help="print one JSON object instead.")
+    p.add_argument("--mix", type=str, default=None, metavar="NAME=W,...",
+                   help="what a mixture of the datasets with these weights draws from each "
+                   "(see docs/mixtures.md). Default: no mixture.")
+    p.add_argument("--tokens", type=float, default=None, metavar="N",
+                   help="with --mix: the scored targets drawn in all. Default: the datasets' "
+                   "scored targets together.")
+    p.add_argument("--unit", choices=("windows", "targets"), default="windows",
+                   help="with --mix: what the weights share. Default: %(default)s.")
     return p
 
 
 def run(argv: Sequence[str] | None = None) -> int:
     """The command: prints the report; returns the exit status."""
     args = _parser().parse_args(argv)
+    if args.mix is not None or len(args.output) > 1:
+        from reader.mixreport import run_mix
+
+        return run_mix(args.output, args.mix, tokens=args.tokens, unit=args.unit,
+                       as_json=args.json)
+    args.output = args.output[0]
     if args.batch_size < 1 or args.decode < 0:
         print("error: --batch-size must be ≥ 1 and --decode ≥ 0", file=sys.stderr)
         return 2

@@ -66,12 +66,49 @@ def _sampler_of(loader: Iterable[Any]) -> Any:
     return sampler if callable(getattr(sampler, "repeat_batches", None)) else None
 
 
+def _per_source(logits: torch.Tensor, batch: Mapping[str, Any]) -> tuple[Any, ...]:
+    """(names, NLL sums (float64), target counts (int64)) per source of a mixture's batch."""
+    if "source_ids" not in batch:
+        raise ValueError("by_source needs batches of a MixedDataset (their 'source_ids' say "
+                         "each position's source): DataLoader(MixedDataset(...), ...) with "
+                         "collate or collate_packed")
+    labels = batch["shift_labels"]
+    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).double(),
+                          labels.reshape(-1).long(), reduction="none", ignore_index=IGNORE_INDEX)
+    # The window of each position: its row (one window a row), or with packed rows the row's
+    # first window plus the position's segment (padding, segment −1, is never scored).
+    rows, width = labels.shape
+    if "segment_ids" in batch:
+        seg = batch["segment_ids"].cpu()
+        count = seg.max(dim=1).values + 1
+        first = torch.cumsum(count, 0) - count
+        window = first[:, None] + seg.clamp(min=0)
+    else:
+        window = torch.arange(rows)[:, None].expand(rows, width)
+    scored = labels.reshape(-1) != IGNORE_INDEX
+    ids = batch["source_ids"].cpu()[window.reshape(-1)[scored.cpu()]]
+    names = tuple(batch["sources"])
+    sums = torch.zeros(len(names), dtype=torch.float64).index_add_(0, ids, nll[scored].cpu())
+    return names, sums, torch.bincount(ids, minlength=len(names))
+
+
+def _by_source(names: tuple[str, ...], sums: torch.Tensor,
+               counts: torch.Tensor) -> dict[str, dict[str, float | int]]:
+    out: dict[str, dict[str, float | int]] = {}
+    for name, total, n in zip(names, sums.tolist(), counts.tolist(), strict=True):
+        nll = total / n if n else math.nan
+        out[name] = {"nll": nll, "perplexity": math.exp(min(nll, 700.0)) if n else math.nan,
+                     "targets": int(n)}
+    return out
+
+
 def evaluate(
     model_fn: Callable[[Mapping[str, Any]], torch.Tensor],
     loader: Iterable[Mapping[str, Any]],
     *,
     distributed: bool | None = None,
-) -> dict[str, float | int]:
+    by_source: bool = False,
+) -> dict[str, Any]:
     """Mean NLL and perplexity over every scored target of ``loader``, across ranks.
 
     Runs under ``torch.no_grad()``; put the model in eval mode yourself. When the loader's
@@ -90,6 +127,10 @@ def evaluate(
         distributed: sum over the ranks of the default process group; ``None`` (default):
             when ``torch.distributed`` is initialised. Pass ``False`` to evaluate this
             rank's batches alone.
+        by_source: also the NLL and targets of each source of a :class:`reader.MixedDataset`
+            (from the batches' ``source_ids``), summed across ranks like the total, under
+            ``"by_source"``: ``{name: {"nll", "perplexity", "targets"}}`` in the mixture's
+            order (a source without a scored target has NLL ``nan``).
 
     Returns:
         ``{"nll": total NLL / targets, "perplexity": exp(nll), "targets": n, "batches": k,
@@ -116,20 +157,32 @@ def evaluate(
     targets = 0
     batches = 0
     skipped = 0
+    names: tuple[str, ...] = ()
+    source_sums = source_counts = torch.zeros(0)
     with torch.no_grad():
         for k, batch in enumerate(loader):
-            nll_sum, count = token_nll(model_fn(batch), batch["shift_labels"])
+            logits = model_fn(batch)
+            nll_sum, count = token_nll(logits, batch["shift_labels"])
             if k in repeats:
                 skipped += 1
                 continue
             total += nll_sum.detach().double().cpu()
             targets += count
             batches += 1
+            if by_source:
+                names, sums, counts_k = _per_source(logits, batch)
+                if source_sums.numel() == 0:
+                    source_sums, source_counts = sums, counts_k
+                else:
+                    source_sums, source_counts = source_sums + sums, source_counts + counts_k
     if distributed:
         counts = torch.tensor([targets, batches], dtype=torch.int64)
         dist.all_reduce(total)
         dist.all_reduce(counts)
         targets, batches = (int(v) for v in counts.tolist())
+        if by_source:
+            dist.all_reduce(source_sums)
+            dist.all_reduce(source_counts)
     if targets == 0:
         raise ValueError("the evaluation set is empty: it has no scored target")
     nll = float(total) / targets
@@ -137,5 +190,8 @@ def evaluate(
         perplexity = math.exp(nll)
     except OverflowError:
         perplexity = math.inf
-    return {"nll": nll, "perplexity": perplexity, "targets": targets, "batches": batches,
-            "repeats": skipped}
+    result: dict[str, Any] = {"nll": nll, "perplexity": perplexity, "targets": targets,
+                              "batches": batches, "repeats": skipped}
+    if by_source:
+        result["by_source"] = _by_source(names, source_sums, source_counts)
+    return result

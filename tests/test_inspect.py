@@ -238,11 +238,13 @@ def test_inspect_never_imports_beam():
     import ast
 
     names: set[str] = set()
-    for module in ("inspect.py", "check.py"):  # --check's own module, which inspect imports
+    # --check's and --mix's own modules, which inspect imports
+    for module in ("inspect.py", "check.py", "mixreport.py", "blend.py"):
         tree = ast.parse((ROOT / "reader" / module).read_text())
         names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert {n for n in names if n.split(".")[0] == "reader"} == {"reader.check", "reader.inspect"}
+    assert {n for n in names if n.split(".")[0] == "reader"} == {
+        "reader.check", "reader.inspect", "reader.mixreport", "reader.blend"}
     tops = {n.split(".")[0] for n in names} - {"reader"}
     assert tops - set(sys.stdlib_module_names) == {"numpy", "pyarrow", "transforms", "matplotlib"}
 

@@ -1,0 +1,102 @@
+"""A mixture's ledger: each source's place in its epochs, and the stream's position after a
+batch (see :mod:`reader.mixture`).
+
+:class:`Cursor` is one source's ledger (epoch, position in the epoch, windows and targets
+drawn) with its next windows read ahead, ``_CHUNK`` positions of its epoch order and their
+sizes at a time (from the source's layout records: no token is read), across epochs.
+:class:`Snapshot` is what :class:`reader.MixtureSampler` keeps per batch yielded, put in the
+state's JSON form only when read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from reader.sampler import EpochSampler
+
+__all__ = ["Cursor", "Snapshot"]
+
+_CHUNK = 8192  # a source's order evaluated (and its windows' sizes read) at once
+
+
+class Cursor:
+    """One source's place in its epochs (the ledger) and its next windows, read ahead."""
+
+    def __init__(self, source: Any, order: EpochSampler, ledger: Sequence[int]) -> None:
+        self._source, self._order = source, order
+        self.n = order.n
+        self.epoch, self.cursor, self.windows, self.targets = (int(v) for v in ledger)
+        # The windows from (epoch, cursor) on, read ahead up to (_end_epoch, _end_cursor).
+        self._end_epoch, self._end_cursor = self.epoch, self.cursor
+        self._index: list[int] = []
+        self._lengths: list[int] = []
+        self._targets: list[int] = []
+        self._k = 0  # the next window is at _k of the lists (the part before is consumed)
+
+    def ahead(self, m: int) -> None:
+        """Read ahead until at least ``m`` windows are known."""
+        if self._k >= _CHUNK:  # drop the consumed part once a chunk, not on every take
+            del self._index[: self._k], self._lengths[: self._k], self._targets[: self._k]
+            self._k = 0
+        while len(self._index) - self._k < m:
+            lo = self._end_cursor
+            hi = min(self.n, lo + _CHUNK)
+            local = self._order.indices(self._end_epoch, lo, hi)
+            lengths, targets = self._source.window_sizes(local)
+            self._index += local.tolist()
+            self._lengths += lengths.tolist()
+            self._targets += targets.tolist()
+            self._end_epoch, self._end_cursor = ((self._end_epoch + 1, 0) if hi == self.n
+                                                 else (self._end_epoch, hi))
+
+    def targets_at(self, j: int) -> int:
+        """The scored targets of the j-th next window."""
+        if self._k + j >= len(self._targets):
+            self.ahead(j + 1)
+        return self._targets[self._k + j]
+
+    def at(self, j: int) -> tuple[int, int]:
+        """(local index, length) of the j-th next window."""
+        if self._k + j >= len(self._index):
+            self.ahead(j + 1)
+        return self._index[self._k + j], self._lengths[self._k + j]
+
+    def take(self, m: int) -> list[int]:
+        """The local indices of the next ``m`` windows; the ledger advances past them."""
+        self.ahead(m)
+        k = self._k
+        local = self._index[k : k + m]
+        self.windows += m
+        self.targets += sum(self._targets[k : k + m])
+        self._k = k + m
+        epochs, self.cursor = divmod(self.cursor + m, self.n)
+        self.epoch += epochs
+        return local
+
+    def ledger(self) -> list[int]:
+        return [self.epoch, self.cursor, self.windows, self.targets]
+
+
+class Snapshot:
+    """The stream's position after a batch, put in the state's form only when it is read
+    (``snap[key]``): one is kept per batch yielded, so it must be cheap to take."""
+
+    __slots__ = ("_args", "_dict", "batch")
+
+    def __init__(self, batch: int, *args: Any) -> None:
+        self.batch, self._args, self._dict = batch, args, None
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "batch":
+            return self.batch
+        if self._dict is None:
+            rows, ledger, weights, since, opened, names = self._args
+            self._dict = {
+                "batch": self.batch, "rows": rows,
+                "ledger": dict(zip(names, ledger, strict=True)),
+                "weights": {n: str(w) for n, w in weights.items()},
+                "since": {"batch": since["batch"], "counts": dict(since["counts"])},
+                "open": [[free, [[names[d], local, length] for d, local, length in members]]
+                         for free, members in opened]}
+        return self._dict[key]

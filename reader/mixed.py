@@ -1,0 +1,226 @@
+"""Several finished datasets as one index space of named sources (see ``docs/mixtures.md``).
+
+Contract:
+
+* ``MixedDataset({"web": ds1, "code": ds2, …})`` puts the sources end to end in the
+  mapping's order: source s holds the global indices ``[offsets[s], offsets[s] + len(s))``,
+  so ``len`` is the sum and ``source_of(k)`` is ``(name, k − offsets[name])``.
+* The sources must share one tokenizer (kind, vocabulary size, BOS, EOS and the model file's
+  SHA-256) and one window W; any difference is a ``ValueError`` naming both sources and both
+  values, since a batch of windows from two vocabularies trains on wrong ids silently.
+* ``mixed[k]`` is the source's window dict with ``index`` = k (global), ``source`` (the
+  name) and ``source_index`` (the index in the source). ``__getitems__`` gathers a batch from
+  each source at once and returns a :class:`MixedBatch` (a :class:`reader.WindowBatch` in
+  request order, with ``source_ids``) or, for packed rows, a :class:`reader.WindowRows` of
+  one; :func:`reader.collate` and :func:`reader.collate_packed` then add
+  ``batch["source_ids"]`` (the source of each window of the batch, in its order) and
+  ``batch["sources"]`` (the names), which :func:`reader.evaluate` uses with
+  ``by_source=True``.
+
+Example: sources a (3 windows) and b (2): ``offsets == {"a": 0, "b": 3}``,
+``source_of(4) == ("b", 1)``, ``len == 5``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from reader.dataset import WindowBatch, WindowRows
+from reader.mixreport import check_compatible
+
+__all__ = ["MixedBatch", "MixedDataset", "add_sources"]
+
+def _described(name: str, ds: Any) -> dict[str, Any]:
+    manifest = getattr(ds, "manifest", None)
+    if not isinstance(manifest, Mapping) or not isinstance(manifest.get("tokenizer"), Mapping):
+        raise ValueError(f"source {name!r} must be a WindowDataset (with a manifest), but got "
+                         f"{type(ds).__name__}")
+    return {"tokenizer": manifest["tokenizer"], "windows": {"window": int(ds.window)}}
+
+
+class MixedDataset:
+    """Named finished datasets as one index space, in the mapping's order.
+
+    Args:
+        sources: name → :class:`reader.WindowDataset` (at least one; names non-empty text
+            without ``=`` or ``,``, which ``inspect --mix`` uses as separators).
+
+    Raises:
+        ValueError: no source, a bad name, an empty source, or sources whose tokenizer or
+            window differ (naming both sources and both values).
+    """
+
+    def __init__(self, sources: Mapping[str, Any]) -> None:
+        if not isinstance(sources, Mapping) or not sources:
+            raise ValueError(f"`sources` must be a non-empty mapping of names to datasets, but "
+                             f"got {sources!r}")
+        for name in sources:
+            if not isinstance(name, str) or not name or any(c in name for c in "=,"):
+                raise ValueError(f"a source name must be non-empty text without '=' or ',', "
+                                 f"but got {name!r}")
+        self.sources: dict[str, Any] = dict(sources)
+        self.names: tuple[str, ...] = tuple(self.sources)
+        check_compatible({name: _described(name, ds) for name, ds in self.sources.items()})
+        first = self.sources[self.names[0]]
+        offsets, total = {}, 0
+        for name in self.names:
+            size = len(self.sources[name])
+            if size < 1:
+                raise ValueError(f"source {name!r} holds no window")
+            offsets[name] = total
+            total += size
+        self.offsets: dict[str, int] = offsets
+        self._starts = [offsets[name] for name in self.names]
+        self._bounds = np.array([*self._starts, total], dtype=np.int64)
+        self._len = total
+        tokenizer = first.manifest["tokenizer"]
+        self.window: int = int(first.window)
+        self.vocab_size: int = int(tokenizer["vocab_size"])
+        self.bos_id: int = int(tokenizer["bos_id"])
+        self.eos_id: int = int(tokenizer["eos_id"])
+        self._lengths: npt.NDArray[np.int32] | None = None
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_lengths"] = None  # O(n): read again where it is needed, not sent to workers
+        return state
+
+    @property
+    def fingerprints(self) -> dict[str, str]:
+        """Each source's dataset fingerprint (what a sampler's state records)."""
+        return {name: str(self.sources[name].fingerprint) for name in self.names}
+
+    def source_of(self, k: int) -> tuple[str, int]:
+        """``(name, local index)`` of global index ``k`` (negative counts from the end)."""
+        i = k.__index__()
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError(f"index {k} is out of range for {self._len} windows")
+        s = bisect.bisect_right(self._starts, i) - 1
+        return self.names[s], i - self._starts[s]
+
+    def __getitem__(self, k: int) -> dict[str, Any]:
+        name, local = self.source_of(k)
+        window = dict(self.sources[name][local])
+        window.update(index=local + self.offsets[name], source=name, source_index=local)
+        return window
+
+    def _split(self, indices: Sequence[Any]) -> tuple[npt.NDArray[np.int64], ...]:
+        idx = np.asarray(indices if len(indices) else [], dtype=np.int64)
+        if idx.ndim != 1:
+            raise ValueError(f"`indices` must be a sequence of integers, but got shape "
+                             f"{idx.shape}")
+        idx = np.where(idx < 0, idx + self._len, idx)
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self._len):
+            bad = next(int(v) for v in indices if not -self._len <= int(v) < self._len)
+            raise IndexError(f"index {bad} is out of range for {self._len} windows")
+        src = np.searchsorted(self._bounds, idx, side="right") - 1
+        return idx, src, idx - self._bounds[src]
+
+    def __getitems__(self, indices: Sequence[Any]) -> Any:
+        """A batch from every source at once (see the module docstring): a
+        :class:`MixedBatch` for a list of ints, a :class:`reader.WindowRows` for rows."""
+        if len(indices) and isinstance(indices[0], list | tuple | np.ndarray):
+            sizes = [len(row) for row in indices]
+            flat = [i for row in indices for i in row]
+            return WindowRows(self.__getitems__(flat), np.cumsum([0, *sizes]))
+        idx, src, local = self._split(indices)
+        return MixedBatch(self, idx, src, local)
+
+    def window_sizes(self, indices: npt.ArrayLike) -> tuple[npt.NDArray[np.int64],
+                                                             npt.NDArray[np.int64]]:
+        """``length`` and scored targets of the windows at global ``indices``."""
+        idx, src, local = self._split(np.asarray(indices, dtype=np.int64).tolist())
+        lengths = np.empty(len(idx), np.int64)
+        targets = np.empty(len(idx), np.int64)
+        for s in np.unique(src).tolist():
+            at = np.flatnonzero(src == s)
+            lengths[at], targets[at] = self.sources[self.names[s]].window_sizes(local[at])
+        return lengths, targets
+
+    @property
+    def lengths(self) -> npt.NDArray[np.int32]:
+        """Every window's ``length`` in global order (each source's ``lengths``, end to end;
+        O(len) memory: for :class:`reader.PackedSampler` over the whole mixture)."""
+        if self._lengths is None:
+            lengths = np.concatenate([np.asarray(self.sources[n].lengths, np.int32)
+                                      for n in self.names])
+            lengths.setflags(write=False)
+            self._lengths = lengths
+        return self._lengths
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{n}={len(self.sources[n])}" for n in self.names)
+        return f"MixedDataset({parts}; windows={self._len}, window={self.window})"
+
+
+class MixedBatch(WindowBatch):
+    """Windows of several sources gathered at once, in request order: a
+    :class:`reader.WindowBatch` (``tokens``, ``offsets``, ``columns``, ``index`` global)
+    with ``source_ids`` (each window's source, an index into ``sources``, the names)."""
+
+    def __init__(self, mixed: MixedDataset, idx: npt.NDArray[np.int64],
+                 src: npt.NDArray[np.int64], local: npt.NDArray[np.int64]) -> None:
+        per_source = np.bincount(src, minlength=len(mixed.names))
+        present = np.flatnonzero(per_source).tolist()
+        datasets = [mixed.sources[mixed.names[s]] for s in present]
+        # One pass over the batch: every source's records, then every window's ids. (Each
+        # part is used as it is: concatenating or fancy-indexing structured arrays is slow.)
+        if len(present) == 1:
+            ats: list[Any] = [slice(None)]
+            parts = [datasets[0]._records(local)]
+            records = parts[0]
+        else:
+            order = np.argsort(src, kind="stable")  # the windows grouped by source
+            ends = np.cumsum(per_source[present]).tolist()
+            ats = [order[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+            parts = [ds._records(local[at]) for ds, at in zip(datasets, ats, strict=True)]
+            records = np.empty(len(idx), parts[0].dtype)
+            # Copied as raw records: a structured array's fancy assignment goes field by field.
+            raw = np.dtype((np.void, records.dtype.itemsize))
+            whole = records.view(raw)
+            for at, part in zip(ats, parts, strict=True):
+                whole[at] = np.ascontiguousarray(part).view(raw)
+        offsets = np.zeros(len(idx) + 1, np.int64)
+        np.cumsum(records["length"].astype(np.int64) + 1, out=offsets[1:])
+        tokens = np.empty(int(offsets[-1]), np.int32)
+        for ds, at, part in zip(datasets, ats, parts, strict=True):
+            ds._copy_tokens(part, tokens, offsets[:-1][at])
+        super().__init__(tokens=tokens, offsets=offsets, index=idx, records=records,
+                         doc_id=lambda s, i: "")  # items are read by __getitem__ (below)
+        self.source_ids = src
+        self.sources = mixed.names
+        self._mixed = mixed
+        self._local = local
+
+    def __getitem__(self, k: int) -> dict[str, Any]:  # type: ignore[override]
+        if isinstance(k, slice):
+            raise TypeError("MixedBatch does not slice; index one window at a time")
+        k = range(len(self))[k]
+        return self._mixed[int(self.index[k])]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (self[k] for k in range(len(self)))
+
+
+def add_sources(batch: dict[str, Any], windows: Any) -> None:
+    """Add ``source_ids`` (int64, one per window of the batch, in its order: row by row and
+    window by window for packed rows, so window k of a packed batch is segment
+    ``segment_ids == j`` of its row) and ``sources`` (the names ``source_ids`` index) to a batch
+    collated from a :class:`MixedBatch` (``collate``) or a :class:`reader.WindowRows` of one
+    (``collate_packed``); other batches are left as they are."""
+    flat = windows.windows if isinstance(windows, WindowRows) else windows
+    ids = getattr(flat, "source_ids", None)
+    if ids is not None:
+        batch["source_ids"] = torch.from_numpy(np.asarray(ids, dtype=np.int64))
+        batch["sources"] = tuple(flat.sources)

@@ -1,0 +1,397 @@
+"""A weighted, exact, resumable stream of windows drawn from named sources (see
+``docs/mixtures.md``).
+
+Contract:
+
+* **The stream** is an endless sequence of windows of a :class:`reader.MixedDataset`, a
+  function of the seed, the weights (or schedule), each source's name, size and window sizes
+  only: never of the batch size, the world size, the rank or the workers. Position t's
+  source is decided by :class:`reader.blend.Blend` (earliest deadline among the sources not
+  a window ahead): at every prefix since the current weights took effect, each source's
+  count is within one window of its share (``unit="windows"``), or its scored targets
+  within one window's targets (W) of its share of the targets drawn (``unit="targets"``).
+* **Within a source**, windows come from its own seeded epoch permutation: the order of
+  :class:`reader.EpochSampler` (``global``) with the seed :func:`source_seed` of the
+  mixture's seed and the source's name. When a source has given every window of its epoch
+  it starts its next epoch, independently of the others: every window once per epoch.
+* **Batches**: global batch g is the stream's positions ``[g·G, (g+1)·G)``,
+  ``G = world_size · batch_size``, dealt to ranks as :class:`reader.EpochSampler` deals a
+  full batch (:func:`reader.dealing.rank_span`: rank r takes ``[r·B, (r+1)·B)`` of it).
+  With ``seq_len`` the stream is packed first-fit into rows of ``seq_len`` positions
+  exactly as :func:`reader.pack_rows` packs an epoch (``open_rows`` rows open, rows
+  numbered as they close), and global batch g is rows ``[g·G, (g+1)·G)``, for
+  :func:`reader.collate_packed`. Iterating never ends; there are no deliberate repeats.
+* **Weights** are a mapping (normalised; 0 allowed) or a schedule ``[(0, m0), (g1, m1), …]``:
+  ``m_i`` applies from global batch ``g_i`` on. When the weights in force change, the rule
+  restarts from that position (the bound holds again from there) and every source continues
+  its epoch where it stands.
+* **State**: :meth:`MixtureSampler.state_dict` is small JSON, O(number of sources): the
+  committed position, each source's ledger (epoch, position in the epoch, windows and targets
+  drawn) and dataset fingerprint, the weights in force and where they took effect, and with
+  packing the windows waiting in open rows. :meth:`MixtureSampler.load_state_dict` continues
+  exactly, at any world size and batch size, without replaying the stream. A sampler with
+  other weights than the state's continues every source where it stood and applies them from
+  the committed position, as the schedule ``[(0, old), (g, new)]`` would; a source the state
+  lacks starts at its first epoch; a source whose dataset changed, or one the mixture lacks,
+  is refused by name. ``step`` and the committed position are those of
+  :class:`reader.EpochSampler`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Iterator, Mapping
+from fractions import Fraction
+from typing import Any
+
+from reader.blend import Blend, parse_schedule
+from reader.dealing import check_int, rank_span
+from reader.ledger import Cursor, Snapshot
+from reader.mixed import MixedDataset
+from reader.sampler import EpochSampler
+
+__all__ = ["UNITS", "MixtureSampler", "source_seed"]
+
+UNITS = ("windows", "targets")
+_STATE_FORMAT = "mixture-sampler"
+_STATE_VERSION = 1
+_KEPT = 256  # snapshots kept for step() when the loop never steps
+
+
+def source_seed(seed: int, name: str) -> int:
+    """The seed of source ``name``'s epoch orders: 63 bits of SHA-256 of (seed, name)."""
+    digest = hashlib.sha256(f"{_STATE_FORMAT}:{seed}:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+class _Stream:
+    """The stream from a snapshot: cursors, the rule, the packer's open rows."""
+
+    def __init__(self, sampler: MixtureSampler, snap: Mapping[str, Any]) -> None:
+        self._s = sampler
+        names = sampler.mixed.names
+        self.batch = snap["batch"]
+        self.rows = snap["rows"]
+        self.cursors = [Cursor(sampler.mixed.sources[n], sampler._orders[i],
+                                snap["ledger"].get(n, (0, 0, 0, 0)))
+                        for i, n in enumerate(names)]
+        self._taken = [0] * len(names)  # windows drawn this batch, not yet taken
+        self.weights = {n: Fraction(snap["weights"].get(n, 0)) for n in names}
+        self.since = dict(snap["since"])
+        cursors, taken = self.cursors, self._taken
+        self._size_of = ((lambda d: cursors[d].targets_at(taken[d]))
+                         if sampler.unit == "targets" else (lambda d: 1))
+        self._blend = self._new_blend()
+        self._check = True
+        # Open rows, oldest first: [free positions, [(source, local index, length), …]].
+        self.open = [[free, [(names.index(n), local, length) for n, local, length in members]]
+                     for free, members in snap["open"]]
+
+    def _units(self, c: Cursor) -> int:
+        return c.targets if self._s.unit == "targets" else c.windows
+
+    def _new_blend(self) -> Blend:
+        names = self._s.mixed.names
+        counts = [self._units(c) - self.since["counts"].get(n, 0)
+                  for n, c in zip(names, self.cursors, strict=True)]
+        return Blend([self.weights[n] for n in names], unit=self._s._unit_size, counts=counts)
+
+    def _apply_weights(self) -> None:
+        wanted = self._s.weights_at(self.batch)
+        if wanted != self.weights:  # new weights: the rule restarts here
+            self.weights = dict(wanted)
+            self.since = {"batch": self.batch, "counts": {
+                n: self._units(c) for n, c in zip(self._s.mixed.names, self.cursors,
+                                                  strict=True)}}
+            self._blend = self._new_blend()
+
+    def next_batch(self) -> list[Any]:
+        """The next global batch: G global indices, or G packed rows of them."""
+        if self._check or self.batch in self._s._changes:
+            self._apply_weights()  # the first batch from a snapshot, or where the schedule
+            self._check = False    # changes: elsewhere the weights in force stay
+        g, pick, size_of, taken = self._s.global_batch, self._blend.pick, self._size_of, self._taken
+        drawn: list[int] = []
+        if self._s.seq_len is None and self._s.unit == "windows":
+            before = self._blend.counts
+            drawn = self._blend.take(g)  # by position in the rule's period
+            taken[:] = [a - b for a, b in zip(self._blend.counts, before, strict=True)]
+            out = self._take(drawn)
+        elif self._s.seq_len is None:
+            for _ in range(g):
+                d = pick(size_of)[0]
+                taken[d] += 1
+                drawn.append(d)
+            out = self._take(drawn)
+        else:
+            rows, closed = self.open, []
+            seq_len, open_rows, cursors = self._s.seq_len, self._s.open_rows, self.cursors
+            while len(closed) < g:
+                d = pick(size_of)[0]
+                local, length = cursors[d].at(taken[d])
+                item = (d, local, length)
+                taken[d] += 1
+                drawn.append(d)
+                if length >= seq_len:  # a full window is a row of its own at once
+                    closed.append([item])
+                    continue
+                for j, row in enumerate(rows):  # first fit, as reader.pack_rows
+                    if row[0] >= length:
+                        row[1].append(item)
+                        row[0] -= length
+                        if row[0] == 0:
+                            closed.append(rows.pop(j)[1])
+                        break
+                else:
+                    if len(rows) == open_rows:
+                        closed.append(rows.pop(0)[1])
+                    rows.append([seq_len - length, [item]])
+            self._take(drawn)
+            offsets = self._s._offsets
+            out = [[offsets[d] + local for d, local, _ in row] for row in closed]
+            self.rows += g
+        self.batch += 1
+        return out
+
+    def _take(self, drawn: list[int]) -> list[int]:
+        """Advance each source past its windows drawn: their global indices in draw order."""
+        taken, offsets = self._taken, self._s._offsets
+        its = []
+        for d, cursor in enumerate(self.cursors):
+            its.append(iter([offsets[d] + i for i in cursor.take(taken[d])] if taken[d]
+                            else ()))
+            taken[d] = 0
+        return [next(its[d]) for d in drawn]
+
+    def snapshot(self) -> Snapshot:
+        opened = [[free, list(members)] for free, members in self.open] if self.open else []
+        return Snapshot(self.batch, self.rows, [c.ledger() for c in self.cursors], self.weights,
+                     self.since, opened, self._s.mixed.names)
+
+
+class MixtureSampler:
+    """Batches of a weighted mixture's stream: exact shares, elastic exact resume, packing.
+
+    See the module docstring for the stream, the batches, the weights and the state. The
+    parameters after ``batch_size`` are keyword-only.
+
+    Args:
+        mixed: the sources (:class:`reader.MixedDataset`).
+        weights: name → weight (normalised; a missing source weighs 0), or a schedule
+            ``[(global_batch, mapping), …]`` starting at batch 0.
+        batch_size: windows (or, with ``seq_len``, packed rows) per batch on this rank.
+        seed: the seed of every source's epoch orders.
+        rank: this process's rank, in ``[0, world_size)``.
+        world_size: the number of ranks sharing each global batch.
+        unit: ``"windows"`` (shares of windows) or ``"targets"`` (shares of scored targets).
+        seq_len: pack the stream into rows of this many positions (at least the window W).
+        open_rows: the packing's look-ahead (rows open at once), as for ``PackedSampler``.
+
+    Raises:
+        ValueError: a parameter out of range, bad weights, or ``seq_len`` below the window.
+    """
+
+    def __init__(self, mixed: MixedDataset, weights: Any, batch_size: int, *, seed: int,
+                 rank: int = 0, world_size: int = 1, unit: str = "windows",
+                 seq_len: int | None = None, open_rows: int = 16) -> None:
+        if not isinstance(mixed, MixedDataset):
+            raise ValueError(f"`mixed` must be a reader.MixedDataset, but got "
+                             f"{type(mixed).__name__}")
+        self.mixed = mixed
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        self.seed = check_int("seed", seed, None)
+        self.world_size = check_int("world_size", world_size, 1)
+        self.rank = check_int("rank", rank, 0)
+        if self.rank >= self.world_size:
+            raise ValueError(f"`rank` must be in [0, {self.world_size}), but got {rank}")
+        if unit not in UNITS:
+            raise ValueError(f"`unit` must be one of {UNITS}, but got {unit!r}")
+        self.unit = unit
+        self.open_rows = check_int("open_rows", open_rows, 1)
+        if seq_len is not None:
+            seq_len = check_int("seq_len", seq_len, 1)
+            if seq_len < mixed.window:
+                raise ValueError(f"`seq_len` must be at least the sources' window "
+                                 f"{mixed.window} (so that every window fits a row), but got "
+                                 f"{seq_len}")
+        self.seq_len = seq_len
+        self.schedule = parse_schedule(weights, mixed.names)
+        self._changes = frozenset(start for start, _ in self.schedule)
+        self.global_batch = self.world_size * self.batch_size
+        self._unit_size = mixed.window if unit == "targets" else 1
+        self._offsets = [mixed.offsets[n] for n in mixed.names]
+        self._orders = [EpochSampler(len(mixed.sources[n]), 1, seed=source_seed(self.seed, n))
+                        for n in mixed.names]
+        first = {n: str(w) for n, w in self.schedule[0][1].items()}
+        start = {"batch": 0, "rows": 0, "ledger": {}, "weights": first,
+                 "since": {"batch": 0, "counts": {}}, "open": []}
+        self._committed: dict[str, Any] = start
+        self._issued: dict[str, Any] = start
+        self._pending: deque[dict[str, Any]] = deque()
+        self._tracking = False
+        self._targets_seen = 0
+
+    def weights_at(self, batch: int) -> dict[str, Fraction]:
+        """The normalised weights the schedule gives global batch ``batch``."""
+        current = self.schedule[0][1]
+        for start, weights in self.schedule:
+            if start > batch:
+                break
+            current = weights
+        return current
+
+    def _start(self) -> dict[str, Any]:
+        return self._committed if self._tracking else self._issued
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        """This rank's batches from the committed position on, without end."""
+        start = self._start()
+        stream = _Stream(self, start)
+        self._issued = start
+        self._pending.clear()
+        a, b, _ = rank_span(0, self.global_batch, rank=self.rank, world_size=self.world_size,
+                            per_rank=self.batch_size, n=self.global_batch)
+        while True:
+            items = stream.next_batch()
+            snap = stream.snapshot()
+            self._issued = snap
+            self._pending.append(snap)
+            if not self._tracking and len(self._pending) > _KEPT:
+                self._pending.popleft()
+            yield items[a:b]
+
+    def repeat_batches(self) -> frozenset[int]:
+        """None: every global batch of the endless stream is full (for :func:`evaluate`)."""
+        return frozenset()
+
+    def step(self, batch: Mapping[str, Any] | None = None, *,
+             num_targets: int | None = None) -> None:
+        """Record that the training loop consumed one batch (as ``EpochSampler.step``).
+
+        Raises:
+            ValueError: more batches recorded than the sampler has yielded.
+        """
+        if num_targets is None:
+            num_targets = 0 if batch is None else batch["num_targets"]
+        count = check_int("num_targets", int(num_targets), 0)
+        if self._committed["batch"] >= self._issued["batch"]:
+            raise ValueError("step() was called for more batches than the sampler has yielded; "
+                             "call it once per batch the training loop has consumed")
+        nxt = self._committed["batch"] + 1
+        while self._pending and self._pending[0]["batch"] < nxt:
+            self._pending.popleft()
+        if self._pending and self._pending[0]["batch"] == nxt:
+            self._committed = self._pending.popleft()
+        else:  # its snapshot was dropped (a loop that stepped late): draw it again
+            stream = _Stream(self, self._committed)
+            stream.next_batch()
+            self._committed = stream.snapshot()
+        self._tracking = True
+        self._targets_seen += count
+
+    @property
+    def targets_seen(self) -> int:
+        """Scored targets recorded with :meth:`step` (padding never)."""
+        return self._targets_seen
+
+    @property
+    def batches_seen(self) -> int:
+        """Global batches of the position :meth:`state_dict` reports."""
+        return int(self._start()["batch"])
+
+    def ledger(self) -> dict[str, dict[str, Any]]:
+        """Each source's windows and targets drawn so far (the realised mix, for logs), its
+        epoch, position in the epoch and epochs drawn (windows / size), at the position
+        :meth:`state_dict` reports (with packing, windows waiting in open rows included)."""
+        snap = self._start()
+        out = {}
+        for name in self.mixed.names:
+            epoch, cursor, windows, targets = snap["ledger"].get(name, (0, 0, 0, 0))
+            n = len(self.mixed.sources[name])
+            out[name] = {"windows": windows, "targets": targets, "epoch": epoch,
+                         "cursor": cursor, "epochs": windows / n}
+        return out
+
+    def _identity(self) -> dict[str, Any]:
+        return {"seed": self.seed, "unit": self.unit, "window": self.mixed.window,
+                "seq_len": self.seq_len, "open_rows": self.open_rows}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position, a small JSON-serialisable dict (committed once ``step`` is used)."""
+        snap = self._start()
+        fingerprints = self.mixed.fingerprints
+        sources = {}
+        for name in self.mixed.names:
+            epoch, cursor, windows, targets = snap["ledger"].get(name, (0, 0, 0, 0))
+            sources[name] = {"fingerprint": fingerprints[name],
+                             "size": len(self.mixed.sources[name]), "epoch": epoch,
+                             "cursor": cursor, "windows": windows, "targets": targets}
+        return {"format": _STATE_FORMAT, "version": _STATE_VERSION, **self._identity(),
+                "batches_seen": snap["batch"], "rows": snap["rows"],
+                "position": sum(s["windows"] for s in sources.values()),
+                "targets_seen": self._targets_seen, "global_batch": self.global_batch,
+                "world_size": self.world_size, "batch_size": self.batch_size,
+                "weights": dict(snap["weights"]), "since": snap["since"],
+                "sources": sources, "open_rows_windows": snap["open"]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state`` (see the module docstring: another world size, batch size,
+        new weights or an added source are fine).
+
+        Raises:
+            ValueError: not a mixture state, another version or stream parameters, or a
+                source that the mixture lacks or whose dataset changed (named).
+        """
+        if not isinstance(state, Mapping) or state.get("format") != _STATE_FORMAT:
+            raise ValueError(f"not a MixtureSampler state: {str(state)[:200]}")
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"MixtureSampler state version {state.get('version')!r} is not "
+                             f"{_STATE_VERSION}; resume with the release that saved it")
+        for key in (*self._identity(), "batches_seen", "rows", "targets_seen", "weights",
+                    "since", "sources", "open_rows_windows"):
+            if key not in state:
+                raise ValueError(f"the MixtureSampler state lacks the key {key!r}")
+        for key, value in self._identity().items():
+            if state[key] != value:
+                raise ValueError(f"the state has {key} {state[key]!r}, but this sampler has "
+                                 f"{value!r}; the stream cannot continue under another {key}")
+        fingerprints = self.mixed.fingerprints
+        ledger = {}
+        for name, entry in state["sources"].items():
+            if name not in self.mixed.sources:
+                raise ValueError(
+                    f"the state names source {name!r}, which this mixture lacks (its sources: "
+                    f"{', '.join(self.mixed.names)}); keep it in the MixedDataset with weight "
+                    "0 to stop drawing from it")
+            size = len(self.mixed.sources[name])
+            if entry["fingerprint"] != fingerprints[name] or entry["size"] != size:
+                raise ValueError(
+                    f"source {name!r} has changed since the state was saved: fingerprint "
+                    f"{fingerprints[name]} ({size} windows) here, {entry['fingerprint']} "
+                    f"({entry['size']} windows) in the state; resume with the same dataset")
+            values = [check_int(f"sources.{name}.{k}", entry[k], 0)
+                      for k in ("epoch", "cursor", "windows", "targets")]
+            if values[1] >= size:
+                raise ValueError(f"the state's cursor {values[1]} of source {name!r} is beyond "
+                                 f"its {size} windows")
+            ledger[name] = values
+        snap = {"batch": check_int("batches_seen", state["batches_seen"], 0),
+                "rows": state["rows"], "ledger": ledger,
+                "weights": {n: str(Fraction(w)) for n, w in state["weights"].items()},
+                "since": {"batch": state["since"]["batch"],
+                          "counts": dict(state["since"]["counts"])},
+                "open": [[int(free), [[str(n), int(i), int(length)]
+                                      for n, i, length in members]]
+                         for free, members in state["open_rows_windows"]]}
+        self._committed = self._issued = snap
+        self._pending.clear()
+        self._tracking = False
+        self._targets_seen = check_int("targets_seen", state["targets_seen"], 0)
+
+    def __repr__(self) -> str:
+        weights = ", ".join(f"{n}={float(w):.4g}" for n, w in
+                            self.weights_at(self.batches_seen).items())
+        return (f"MixtureSampler({weights}; batch_size={self.batch_size}, seed={self.seed}, "
+                f"rank={self.rank}, world_size={self.world_size}, unit={self.unit!r}, "
+                f"seq_len={self.seq_len}, batches_seen={self.batches_seen})")

@@ -1,0 +1,485 @@
+"""Tests of reader.blend, reader.mixed and reader.mixture: exact shares at every prefix, each
+source's epochs, elastic and re-weighted resume, packing, refusals (docs/mixtures.md)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import tracemalloc
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader
+
+from reader import (
+    EpochSampler,
+    MixedDataset,
+    MixtureSampler,
+    PackedSampler,
+    WindowDataset,
+    collate,
+    collate_packed,
+    evaluate,
+    pack_rows,
+)
+from reader.blend import Blend, normalise_weights
+from reader.mixture import source_seed
+from tests.reader_data import edit_manifest, isolated_cache, random_docs, write_docs
+
+__all__ = ["isolated_cache"]  # fixture
+
+W = 8
+
+
+class FakeSource:
+    """A stand-in with what the sampler reads of a WindowDataset: its size, window, manifest
+    tokenizer, fingerprint and each window's sizes, computed from the index (nothing stored)."""
+
+    def __init__(self, n: int, *, window: int = W, salt: int = 0, vocab: int = 258) -> None:
+        self.n, self.window, self.salt = n, window, salt
+        self.manifest = {"tokenizer": {"kind": "bytes", "vocab_size": vocab, "bos_id": 256,
+                                       "eos_id": 257, "sha256": None}}
+        self.fingerprint = f"fake-{n}-{window}-{salt}"
+
+    def __len__(self) -> int:
+        return self.n
+
+    def window_sizes(self, local: Any) -> tuple[np.ndarray, np.ndarray]:
+        i = np.asarray(local, dtype=np.uint64) + np.uint64(self.salt)
+        lengths = (1 + (i * np.uint64(2654435761)) % np.uint64(self.window)).astype(np.int64)
+        targets = 1 + ((i * np.uint64(40503)).astype(np.int64) % lengths)
+        return lengths, targets
+
+
+def fakes(sizes: list[int], **kw: Any) -> MixedDataset:
+    return MixedDataset({f"s{k}": FakeSource(n, salt=k, **kw) for k, n in enumerate(sizes)})
+
+
+def stream(sampler: MixtureSampler, batches: int) -> list[Any]:
+    """``batches`` batches of this rank, each stepped (committed)."""
+    out = []
+    for _, batch in zip(range(batches), sampler, strict=False):
+        out.append(batch)
+        sampler.step(num_targets=0)
+    return out
+
+
+def flat(batches: list[list[Any]]) -> list[Any]:
+    return [i for b in batches for i in b]
+
+
+def exact_bound(counts: list[int], weights: list[Fraction], unit: int) -> None:
+    total = sum(counts)
+    for c, w in zip(counts, weights, strict=True):
+        assert abs(c - w * total) < unit, (counts, weights)
+
+
+weights_st = st.lists(st.integers(0, 50), min_size=1, max_size=9).filter(lambda v: sum(v) > 0)
+
+
+# -- the rule ------------------------------------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(weights_st, st.integers(1, 12), st.integers(0, 2**32))
+def test_every_prefix_is_within_one_unit_of_its_share(raw: list[int], unit: int,
+                                                      seed: int) -> None:
+    weights = [Fraction(v, sum(raw)) for v in raw]
+    blend = Blend(weights, unit=unit, counts=[0] * len(raw))
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, unit + 1, size=(400, len(raw)))
+    for t in range(400):
+        d, x = blend.pick(lambda d, t=t: int(sizes[t, d]))
+        assert raw[d] > 0 and x == sizes[t, d]  # weight 0 is never drawn
+        exact_bound(blend.counts, weights, unit)
+
+
+@settings(max_examples=60, deadline=None)
+@given(weights_st, st.lists(st.integers(1, 40), min_size=1, max_size=12))
+def test_draws_by_period_are_the_draws_one_by_one(raw: list[int], chunks: list[int]) -> None:
+    weights = [Fraction(v, sum(raw)) for v in raw]
+    one = Blend(weights, unit=1, counts=[0] * len(raw))
+    expected = [one.pick(lambda d: 1)[0] for _ in range(sum(chunks) + 7)]
+    many = Blend(weights, unit=1, counts=[0] * len(raw))
+    got = [int(d) for m in chunks for d in many.take(m)]
+    # ... and a rule restored from counts part-way through a period continues the same way.
+    restored = Blend(weights, unit=1, counts=many.counts)
+    got += [restored.pick(lambda d: 1)[0] for _ in range(7)]
+    assert got == expected
+
+
+def test_the_worked_example_and_megatrons_greedy_rule() -> None:
+    blend = Blend([Fraction(1, 2), Fraction(1, 3), Fraction(1, 6)], unit=1, counts=[0, 0, 0])
+    assert [blend.pick(lambda d: 1)[0] for _ in range(12)] == [0, 1, 0, 1, 0, 2] * 2
+    # Megatron's BlendedDataset rule (argmax of w·(t+1) − count) leaves these weights more
+    # than one window from their share; the rule here never does.
+    raw = [0.1407048431462988, 0.027533140256639395, 0.0014658326982916335, 0.4423821936402145,
+           0.13250095757022903, 0.24942794939718108, 0.0059850832911455595]
+    w = list(normalise_weights({str(k): v for k, v in enumerate(raw)},
+                               [str(k) for k in range(7)]).values())
+    counts, worst = [0] * 7, Fraction(0)
+    for t in range(300):
+        d = max(range(7), key=lambda d: (w[d] * (t + 1) - counts[d], -d))
+        counts[d] += 1
+        worst = max(worst, *(abs(c - wd * (t + 1)) for c, wd in zip(counts, w, strict=True)))
+    assert worst > 1
+    blend = Blend(w, unit=1, counts=[0] * 7)
+    for _ in range(300):
+        blend.pick(lambda d: 1)
+        exact_bound(blend.counts, w, 1)
+
+
+# -- the stream ----------------------------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(weights_st, st.lists(st.integers(1, 30), min_size=9, max_size=9),
+       st.sampled_from(["windows", "targets"]), st.integers(0, 2**40))
+def test_shares_hold_and_each_source_draws_its_own_epochs(raw: list[int], sizes: list[int],
+                                                          unit: str, seed: int) -> None:
+    mixed = fakes(sizes[: len(raw)])
+    names = mixed.names
+    weights = dict(zip(names, raw, strict=True))
+    sampler = MixtureSampler(mixed, weights, 1, seed=seed, unit=unit)
+    w = normalise_weights(weights, names)
+    drawn: dict[str, list[int]] = {n: [] for n in names}
+    units = dict.fromkeys(names, 0)
+    for batch in stream(sampler, 150):
+        name, local = mixed.source_of(batch[0])
+        drawn[name].append(local)
+        targets = int(mixed.sources[name].window_sizes([local])[1][0])
+        units[name] += targets if unit == "targets" else 1
+        exact_bound(list(units.values()), list(w.values()), W if unit == "targets" else 1)
+    ledger = sampler.ledger()
+    for name in names:
+        n = len(mixed.sources[name])
+        order = EpochSampler(n, 1, seed=source_seed(seed, name))
+        expected = [int(i) for e in range(len(drawn[name]) // n + 1)
+                    for i in order.permutation(e)][: len(drawn[name])]
+        assert drawn[name] == expected  # whole epochs, each a permutation, then the next
+        assert ledger[name]["windows"] == len(drawn[name])
+        assert (ledger[name]["epoch"], ledger[name]["cursor"]) == divmod(len(drawn[name]), n)
+
+
+@pytest.mark.parametrize("unit", ["windows", "targets"])
+def test_the_stream_is_independent_of_batch_size_and_world_size(unit: str) -> None:
+    mixed = fakes([7, 30, 3])
+    weights = {"s0": 5, "s1": 3, "s2": 2}
+    reference = flat(stream(MixtureSampler(mixed, weights, 1, seed=3, unit=unit), 120))
+    for ws, bs in ((1, 4), (2, 3), (3, 1), (4, 5)):
+        ranks = [stream(MixtureSampler(mixed, weights, bs, seed=3, rank=r, world_size=ws,
+                                       unit=unit), 120 // (ws * bs)) for r in range(ws)]
+        got = [i for g in zip(*ranks, strict=True) for batch in g for i in batch]
+        assert got == reference[: len(got)]
+    other = flat(stream(MixtureSampler(mixed, weights, 1, seed=4, unit=unit), 120))
+    assert other != reference
+
+
+def resume(sampler_kw: dict[str, Any], mixed: MixedDataset, cut: int, total: int,
+           after: dict[str, Any], mixed_after: MixedDataset | None = None) -> list[Any]:
+    """Run ``cut`` batches, save, continue in a new sampler (``after`` overrides) to
+    ``total`` global positions; the stream as (source, local) pairs."""
+    first = MixtureSampler(mixed, **sampler_kw)
+    before = stream(first, cut)
+    state = json.loads(json.dumps(first.state_dict()))
+    kw = {**sampler_kw, **after}
+    mixed_after = mixed_after or mixed
+    ws = kw.pop("world_size", 1)
+    seconds = [MixtureSampler(mixed_after, **kw, rank=r, world_size=ws) for r in range(ws)]
+    for s in seconds:
+        s.load_state_dict(state)
+    per = kw["batch_size"] * ws
+    ranks = [stream(s, -(-(total - cut * sampler_kw["batch_size"]) // per)) for s in seconds]
+    rest = [i for g in zip(*ranks, strict=True) for batch in g for i in batch]
+    return ([mixed.source_of(i) for i in flat(before)]
+            + [mixed_after.source_of(i) for i in rest])[:total]
+
+
+@pytest.mark.parametrize("unit", ["windows", "targets"])
+def test_resume_at_every_cut_and_at_another_world_size(unit: str) -> None:
+    mixed = fakes([5, 11, 2])
+    kw = {"weights": {"s0": 1, "s1": 2, "s2": 1}, "batch_size": 2, "seed": 9, "unit": unit}
+    whole = [mixed.source_of(i) for i in flat(stream(MixtureSampler(mixed, **kw), 30))]
+    for cut in range(30):
+        for after in ({}, {"world_size": 3, "batch_size": 1}, {"batch_size": 5}):
+            assert resume(kw, mixed, cut, 60, after) == whole, (cut, after)
+
+
+def test_new_weights_on_resume_equal_the_schedule_and_restart_the_bound() -> None:
+    mixed = fakes([6, 9, 4])
+    old, new = {"s0": 3, "s1": 1, "s2": 0}, {"s0": 1, "s1": 1, "s2": 2}
+    kw = {"batch_size": 3, "seed": 1}
+    for g in (0, 1, 4, 7):
+        schedule = [(0, old), (g, new)] if g else [(0, new)]
+        scheduled = flat(stream(MixtureSampler(mixed, schedule, **kw), 20))
+        assert resume({**kw, "weights": old}, mixed, g, 60, {"weights": new}) == [
+            mixed.source_of(i) for i in scheduled]
+    # From batch 4 on, the counts since then are within one window of the new shares.
+    sampler = MixtureSampler(mixed, [(0, old), (4, new)], **kw)
+    batches = stream(sampler, 20)
+    counts = dict.fromkeys(mixed.names, 0)
+    w = normalise_weights(new, mixed.names)
+    for i in flat(batches[4:]):
+        counts[mixed.source_of(i)[0]] += 1
+        exact_bound(list(counts.values()), list(w.values()), 1)
+    # Every source continued its epochs: nothing repeated, nothing skipped.
+    for name in mixed.names:
+        mine = [loc for s, loc in map(mixed.source_of, flat(batches)) if s == name]
+        n = len(mixed.sources[name])
+        order = EpochSampler(n, 1, seed=source_seed(1, name))
+        assert mine == [int(i) for e in range(len(mine) // n + 1)
+                        for i in order.permutation(e)][: len(mine)]
+
+
+def test_a_source_added_on_resume_starts_at_its_first_epoch() -> None:
+    two = fakes([6, 9])
+    three = MixedDataset({**two.sources, "s2": FakeSource(4, salt=2)})
+    got = resume({"weights": {"s0": 1, "s1": 1}, "batch_size": 2, "seed": 5}, two, 5, 40,
+                 {"weights": {"s0": 1, "s1": 1, "s2": 2}}, mixed_after=three)
+    for name in three.names:
+        mine = [loc for s, loc in got if s == name]
+        n = len(three.sources[name])
+        order = EpochSampler(n, 1, seed=source_seed(5, name))
+        assert mine == [int(i) for e in range(len(mine) // n + 1)
+                        for i in order.permutation(e)][: len(mine)]
+    assert [s for s, _ in got[:10]].count("s2") == 0 and [s for s, _ in got].count("s2") > 10
+
+
+def test_refusals_name_the_source() -> None:
+    mixed = fakes([6, 9])
+    sampler = MixtureSampler(mixed, {"s0": 1, "s1": 1}, 2, seed=0)
+    stream(sampler, 3)
+    state = sampler.state_dict()
+    changed = MixedDataset({"s0": FakeSource(6, salt=0), "s1": FakeSource(9, salt=7)})
+    with pytest.raises(ValueError, match="source 's1' has changed"):
+        MixtureSampler(changed, {"s0": 1}, 2, seed=0).load_state_dict(state)
+    fewer = MixedDataset({"s0": FakeSource(6, salt=0)})
+    with pytest.raises(ValueError, match="names source 's1', which this mixture lacks"):
+        MixtureSampler(fewer, {"s0": 1}, 2, seed=0).load_state_dict(state)
+    with pytest.raises(ValueError, match="seed 0, but this sampler has 1"):
+        MixtureSampler(mixed, {"s0": 1}, 2, seed=1).load_state_dict(state)
+    with pytest.raises(ValueError, match="not a MixtureSampler state"):
+        MixtureSampler(mixed, {"s0": 1}, 2, seed=0).load_state_dict({"format": "epoch-sampler"})
+    with pytest.raises(ValueError, match="'web', which is not a source"):
+        MixtureSampler(mixed, {"web": 1}, 2, seed=0)
+    with pytest.raises(ValueError, match="at least one weight must be positive"):
+        MixtureSampler(mixed, {"s0": 0}, 2, seed=0)
+    with pytest.raises(ValueError, match="must be at least 0"):
+        MixtureSampler(mixed, {"s0": -1, "s1": 2}, 2, seed=0)
+    with pytest.raises(ValueError, match="must start at 0 and increase"):
+        MixtureSampler(mixed, [(5, {"s0": 1})], 2, seed=0)
+    with pytest.raises(ValueError, match="seq_len` must be at least the sources' window 8"):
+        MixtureSampler(mixed, {"s0": 1}, 2, seed=0, seq_len=4)
+    with pytest.raises(ValueError, match="more batches than the sampler has yielded"):
+        MixtureSampler(mixed, {"s0": 1}, 2, seed=0).step()
+    for kw, what in (({"vocab": 300}, "tokenizer vocab_size: 258 vs 300"),
+                     ({"window": 16}, "window: 8 vs 16")):
+        with pytest.raises(ValueError, match=f"sources 'a' and 'b' differ in their {what}"):
+            MixedDataset({"a": FakeSource(3), "b": FakeSource(3, **kw)})
+
+
+def test_a_mixture_of_billion_window_sources_yields_at_once() -> None:
+    mixed = fakes([10**9, 2 * 10**9, 10**9])
+    tracemalloc.start()
+    for unit, seq_len in (("windows", None), ("targets", None), ("targets", 2 * W)):
+        sampler = MixtureSampler(mixed, {"s0": 1, "s1": 1, "s2": 1}, 64, seed=0, unit=unit,
+                                 seq_len=seq_len)
+        batch = next(iter(sampler))
+        assert len(batch) == 64
+        assert len(json.dumps(sampler.state_dict())) < 4000
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 8 * 2**20  # three 8192-window read-aheads, nothing of size 10**9
+
+
+# -- packing -------------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(weights_st, st.integers(W, 3 * W), st.integers(1, 6), st.integers(0, 2**20))
+def test_packed_rows_are_the_first_fit_of_the_stream(raw: list[int], seq_len: int,
+                                                     open_rows: int, seed: int) -> None:
+    mixed = fakes([5, 13, 3, 8, 2, 9, 4, 1, 6][: len(raw)])
+    weights = dict(zip(mixed.names, raw, strict=True))
+    plain = flat(stream(MixtureSampler(mixed, weights, 1, seed=seed, unit="targets"), 300))
+    packed = MixtureSampler(mixed, weights, 3, seed=seed, unit="targets", seq_len=seq_len,
+                            open_rows=open_rows)
+    rows = flat(stream(packed, 12))
+    lengths = mixed.window_sizes(plain)[0]
+    expected = pack_rows(lengths, seq_len=seq_len, open_rows=open_rows)
+    members = [[plain[int(p)] for p in expected.members[a:b]]
+               for a, b in zip(expected.starts[:-1], expected.starts[1:], strict=True)]
+    assert rows == members[: len(rows)]
+    for row in rows:
+        assert int(mixed.window_sizes(row)[0].sum()) <= seq_len
+    # The shares hold in targets over the stream the rows were cut from (the ledger).
+    ledger = packed.ledger()
+    w = normalise_weights(weights, mixed.names)
+    exact_bound([ledger[n]["targets"] for n in mixed.names], list(w.values()), W)
+
+
+def test_packed_resume_at_every_cut_at_another_world_size() -> None:
+    mixed = fakes([5, 13, 3])
+    kw = {"weights": {"s0": 2, "s1": 1, "s2": 1}, "batch_size": 2, "seed": 2,
+          "unit": "targets", "seq_len": 2 * W, "open_rows": 3}
+    whole = flat(stream(MixtureSampler(mixed, **kw), 20))
+    for cut in range(20):
+        first = MixtureSampler(mixed, **kw)
+        before = stream(first, cut)
+        state = json.loads(json.dumps(first.state_dict()))
+        ranks = [MixtureSampler(mixed, **{**kw, "batch_size": 1}, rank=r, world_size=4)
+                 for r in range(4)]
+        for s in ranks:
+            s.load_state_dict(state)
+        rest = [row for g in zip(*[stream(s, 10) for s in ranks], strict=True)
+                for b in g for row in b]
+        assert (flat(before) + rest)[:40] == whole, cut
+
+
+# -- the datasets: items, batches, loaders, evaluation -------------------------------------
+
+
+@pytest.fixture
+def three(tmp_path: Path) -> MixedDataset:
+    sources = {}
+    for k, name in enumerate(("web", "code", "books")):
+        write_docs(tmp_path / name, random_docs(12 + 5 * k, seed=k, max_len=40), window=W,
+                   stride=6, score_new=True, num_shards=2)
+        sources[name] = WindowDataset(tmp_path / name)
+    return MixedDataset(sources)
+
+
+def test_mixed_dataset_index_space_items_and_batches(three: MixedDataset) -> None:
+    sizes = [len(three.sources[n]) for n in three.names]
+    assert len(three) == sum(sizes)
+    assert three.offsets == {"web": 0, "code": sizes[0], "books": sizes[0] + sizes[1]}
+    assert three.source_of(sizes[0]) == ("code", 0)
+    assert three.source_of(-1) == ("books", sizes[2] - 1)
+    w = three[sizes[0] + 2]
+    local = three.sources["code"][2]
+    assert w["source"] == "code" and w["index"] == sizes[0] + 2 and w["source_index"] == 2
+    assert w["tokens"].tolist() == local["tokens"].tolist() and w["doc_id"] == local["doc_id"]
+    indices = [len(three) - 1, 0, sizes[0] + 1, 3, sizes[0]]
+    batch = three.__getitems__(indices)
+    assert [x["source"] for x in batch] == ["books", "web", "code", "web", "code"]
+    for x, i in zip(batch, indices, strict=True):
+        assert x["tokens"].tolist() == three[i]["tokens"].tolist()
+    one = collate(batch, pad_id=three.eos_id)
+    ref = collate([three[i] for i in indices], pad_id=three.eos_id)
+    for key in ("input_ids", "shift_labels", "position_ids", "attention_mask"):
+        assert torch.equal(one[key], ref[key]), key
+    assert one["sources"] == ("web", "code", "books")
+    assert one["source_ids"].tolist() == [2, 0, 1, 0, 1]
+    assert three.lengths.tolist() == [x["length"] for x in map(three.__getitem__,
+                                                                range(len(three)))]
+    rows = [[0, sizes[0]], [len(three) - 1]]
+    packed = collate_packed(three.__getitems__(rows), seq_len=2 * W, pad_id=three.eos_id)
+    assert packed["source_ids"].tolist() == [0, 1, 2] and packed["num_windows"] == 3
+
+
+def test_mixed_dataset_refuses_another_tokenizer(three: MixedDataset, tmp_path: Path) -> None:
+    edit_manifest(tmp_path / "books", lambda m: m["tokenizer"].update(eos_id=256))
+    with pytest.raises(ValueError, match="'web' and 'other' differ in their tokenizer eos_id: "
+                                         "257 vs 256"):
+        MixedDataset({"web": three.sources["web"], "other": WindowDataset(tmp_path / "books")})
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_dataloader_resumes_the_mixture_exactly(three: MixedDataset, workers: int) -> None:
+    kw = {"weights": {"web": 3, "code": 2, "books": 1}, "batch_size": 3, "seed": 4,
+          "unit": "targets"}
+    pad = functools.partial(collate, pad_id=three.eos_id)
+
+    def run(sampler: MixtureSampler, count: int) -> list[list[int]]:
+        loader = DataLoader(three, batch_sampler=sampler, collate_fn=pad, num_workers=workers)
+        out = []
+        for _, batch in zip(range(count), loader, strict=False):
+            out.append(batch["input_ids"].tolist())
+            sampler.step(batch)
+        return out
+
+    whole = run(MixtureSampler(three, **kw), 12)
+    first = MixtureSampler(three, **kw)
+    before = run(first, 5)
+    second = MixtureSampler(three, **kw)
+    second.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    assert second.targets_seen == first.targets_seen > 0
+    assert before + run(second, 7) == whole
+
+
+def test_evaluate_by_source_equals_each_source_alone(three: MixedDataset) -> None:
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(three.vocab_size, three.vocab_size).double()
+
+    def forward(b: dict) -> torch.Tensor:
+        return emb(b["input_ids"])
+
+    pad = functools.partial(collate, pad_id=three.eos_id)
+    loader = DataLoader(three, batch_sampler=EpochSampler(len(three), 4, seed=1),
+                        collate_fn=pad)
+    with torch.no_grad():
+        got = evaluate(forward, loader, by_source=True, distributed=False)
+        packed = evaluate(forward, DataLoader(
+            three, batch_sampler=PackedSampler(three.lengths, 2, 2 * W, seed=1),
+            collate_fn=functools.partial(collate_packed, seq_len=2 * W, pad_id=three.eos_id)),
+            by_source=True, distributed=False)
+    assert list(got["by_source"]) == list(three.names)
+    for name in three.names:
+        ds = three.sources[name]
+        alone = evaluate(forward, DataLoader(ds, batch_size=5, collate_fn=pad),
+                         distributed=False)
+        for result in (got, packed):
+            mine = result["by_source"][name]
+            assert mine["targets"] == ds.scored_targets == alone["targets"]
+            assert abs(mine["nll"] - alone["nll"]) < 1e-9 * alone["nll"]
+    assert got["targets"] == sum(three.sources[n].scored_targets for n in three.names)
+    with pytest.raises(ValueError, match="by_source needs batches of a MixedDataset"):
+        evaluate(forward, DataLoader(three.sources["web"], batch_size=5, collate_fn=pad),
+                 by_source=True, distributed=False)
+
+
+# -- inspect --mix -------------------------------------------------------------------------
+
+
+def test_mixture_report_worked_example() -> None:
+    from reader.mixreport import mixture_report
+
+    report = mixture_report({"a": (10, 40), "b": (10, 10)}, {"a": 1, "b": 1}, tokens=50)
+    assert report["sources"]["a"] == {"weight": 0.5, "windows": 10, "targets": 40,
+                                      "windows_drawn": 10.0, "targets_drawn": 40.0,
+                                      "epochs": 1.0}
+    assert report["sources"]["b"]["epochs"] == 1.0
+    by_targets = mixture_report({"a": (10, 40), "b": (10, 10)}, {"a": 1, "b": 1}, tokens=50,
+                                unit="targets")
+    assert by_targets["sources"]["a"]["epochs"] == 0.625  # 25 of its 40 targets
+    assert by_targets["sources"]["b"]["epochs"] == 2.5
+
+
+def test_inspect_mix_prints_each_sources_epochs(three: MixedDataset, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from reader.inspect import run
+
+    paths = [f"{n}={tmp_path / n}" for n in three.names]
+    assert run([*paths, "--mix", "web=2,code=1,books=1", "--tokens", "1000", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    counts = {n: (len(three.sources[n]), three.sources[n].scored_targets) for n in three.names}
+    per_window = sum(w * counts[n][1] / counts[n][0]
+                     for n, w in zip(three.names, (0.5, 0.25, 0.25), strict=True))
+    web = report["sources"]["web"]
+    assert web["windows_drawn"] == round(0.5 * 1000 / per_window, 1)
+    assert web["epochs"] == round(0.5 * 1000 / per_window / counts["web"][0], 4)
+    assert run([*paths, "--mix", "web=1"]) == 0 and "epochs" in capsys.readouterr().out
+    assert run([*paths, "--mix", "web"]) == 2
+    assert "NAME=WEIGHT" in capsys.readouterr().err
+    assert run([*paths]) == 2 and "need --mix" in capsys.readouterr().err
+    assert run([*paths, "--mix", "news=1"]) == 2
+    assert "'news', which is not a source" in capsys.readouterr().err
+    edit_manifest(tmp_path / "books", lambda m: m["windows"].update(window=16))
+    assert run([*paths, "--mix", "web=1"]) == 2
+    assert "'web' and 'books' differ in their window: 8 vs 16" in capsys.readouterr().err
