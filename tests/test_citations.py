@@ -27,8 +27,8 @@ FORBIDDEN = [
 ]
 
 
-# Pages the docs link to that are written alongside this one; empty this set once they exist.
-PENDING = {"integrity.md", "mixtures.md", "tokenizers.md", "training.md", "cost.md"}
+# Pages the docs link to that are written alongside these; empty this set once they exist.
+PENDING = {"integrity.md", "tokenizers.md", "training.md", "cost.md"}
 
 
 def slug(heading: str) -> str:
