@@ -94,7 +94,7 @@ def _launch(args: argparse.Namespace, out: str) -> dict:
         from pipeline import launch
 
         chunks = launch.prepare_chunks(plan.chunks, options, tmp_dir=plan.tmp_dir,
-                                       pipeline=lambda: None)
+                                       root=config.output, pipeline=lambda: None)
         extra["chunks"] = create = chunks
     elif args.runner == "dask":  # the tree before: one element per matched file
         extra["matched"] = create = plan.matched

@@ -78,10 +78,10 @@ def partition_size(n: int, options: PipelineOptions) -> int:
     return max(1, n // dask.npartitions)
 
 
-def prepare_chunks(chunks: list[Chunk], options: PipelineOptions, *, tmp_dir: str,
+def prepare_chunks(chunks: list[Chunk], options: PipelineOptions, *, tmp_dir: str, root: str,
                    pipeline: Callable[[], beam.Pipeline]) -> list[Chunk]:
     """The launcher's chunks numbered (a count job on ``pipeline()`` when a byte range needs
     it) and ordered for the runner's partitions (`transforms.launch.balance`)."""
     size = partition_size(len(chunks), options)  # sets --dask_npartitions for the count job
-    numbered = count_chunk_lines(chunks, pipeline=pipeline, tmp_dir=tmp_dir)
+    numbered = count_chunk_lines(chunks, pipeline=pipeline, tmp_dir=tmp_dir, root=root)
     return balance(numbered, size)

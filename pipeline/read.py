@@ -189,16 +189,18 @@ def _counted(chunk: Chunk) -> tuple[None, tuple[str, int, int]]:
 
 
 def _write_counts(item: tuple[None, Iterable[tuple[str, int, int]]], path: str,
-                  tmp_dir: str) -> None:
+                  tmp_dir: str, root: str) -> None:
     counts = sorted(item[1])
-    fs.write_atomically(path, lambda f: f.write(json.dumps(counts).encode()), tmp_dir)
+    fs.write_atomically(path, lambda f: f.write(json.dumps(counts).encode()), tmp_dir,
+                        root=root)
 
 
 def count_chunk_lines(chunks: Iterable[Chunk], *, pipeline: Callable[[], beam.Pipeline],
-                      tmp_dir: str) -> list[Chunk]:
+                      tmp_dir: str, root: str) -> list[Chunk]:
     """The launcher's chunks, numbered (`transforms.launch.number_counted`): the lines of
     every chunk still to be numbered are counted by a job of their own on ``pipeline()``
-    (the job's runner), which writes them to `LINE_COUNTS_NAME` in ``tmp_dir``. No job runs
+    (the job's runner), which writes them to `LINE_COUNTS_NAME` in ``tmp_dir`` (below ``root``,
+    the output directory, `pipeline.confine`). No job runs
     when every chunk is numbered already (no uncompressed line file exceeds the chunk size).
 
     Raises:
@@ -215,7 +217,7 @@ def count_chunk_lines(chunks: Iterable[Chunk], *, pipeline: Callable[[], beam.Pi
          | "AsChunks" >> beam.Map(_as_chunk)
          | "CountLines" >> beam.Map(_counted)
          | "AllCounts" >> beam.GroupByKey()
-         | "WriteCounts" >> beam.Map(_write_counts, path, tmp_dir))
+         | "WriteCounts" >> beam.Map(_write_counts, path, tmp_dir, root))
     result = p.run()
     try:
         result.wait_until_finish()
@@ -225,7 +227,7 @@ def count_chunk_lines(chunks: Iterable[Chunk], *, pipeline: Callable[[], beam.Pi
             client.close()
     counts = {(path_, start): lines
               for path_, start, lines in json.loads(fs.read_bytes(path))}
-    fs.delete([path])
+    fs.delete([path], root=root)
     return number_counted(chunks, counts)
 
 

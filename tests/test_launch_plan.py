@@ -61,7 +61,8 @@ def test_the_launcher_s_chunks_read_as_the_workers_chunks(tmp_path):
     planned = launch.plan_at_launch(config, matched, chunk_bytes=200)
     assert sum(c.first is None for c in planned) > 3
     chunks = launch.prepare_chunks(planned, _options("--dask_npartitions=3"),
-                                   tmp_dir=str(tmp_path / "tmp"), pipeline=fn_api_pipeline)
+                                   tmp_dir=str(tmp_path / "tmp"), root=str(tmp_path),
+                                   pipeline=fn_api_pipeline)
     assert all(c.first is not None for c in chunks)
     from apache_beam.testing.util import assert_that, equal_to
 

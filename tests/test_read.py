@@ -57,7 +57,7 @@ def test_from_the_launcher_s_chunks_the_same_chunks_as_from_the_patterns(tmp_pat
                          chunk_bytes=100)
     (tmp_path / "tmp").mkdir()
     launched = count_chunk_lines(planned, pipeline=fn_api_pipeline,
-                                 tmp_dir=str(tmp_path / "tmp"))
+                                 tmp_dir=str(tmp_path / "tmp"), root=str(tmp_path))
     # Lines 1 … k begin in [0, 100) (one at 0, one after each newline before byte 99).
     k = 1 + (tmp_path / "en" / "big.jsonl").read_bytes()[:99].count(b"\n")
     assert [c.first for c in launched if c.rel == "big.jsonl"][:2] == [1, k + 1]
