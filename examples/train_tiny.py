@@ -16,9 +16,9 @@ by the seeded document key, so they are a random sample of documents) and report
 summed over every held-out target before dividing, and its perplexity. Pure PyTorch on the
 CPU; the defaults take well under a minute.
 
-The model, :class:`TinyCausalLM`, is also what ``tests/test_reader.py`` checks for seed 004's
-causal properties (a later input never changes an earlier position's logits; right padding
-never changes a real position's logits).
+The model, :class:`TinyCausalLM`, is also what ``tests/test_reader.py`` checks for the causal
+properties docs/format.md#collate relies on (a later input never changes an earlier position's
+logits; right padding never changes a real position's logits).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class _Block(nn.Module):
         qkv = self.qkv(self.ln1(x)).view(b, t, 3, self.n_heads, d // self.n_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)
         # Causal: position t reads keys <= t only, so right padding never reaches a real
-        # position and no separate padding mask is needed (seed 004). Packed rows pass the
+        # position and no separate padding mask is needed. Packed rows pass the
         # block-diagonal causal mask instead, so no window reads another's keys.
         if mask is None:
             a = F.scaled_dot_product_attention(q, k, v, is_causal=True)

@@ -1,4 +1,5 @@
-"""The trainer side: read finished shards into masked PyTorch batches (SPEC §6).
+"""The trainer side: read finished shards into masked PyTorch batches
+(docs/format.md#reader-semantics).
 
 ``reader`` uses torch, pyarrow and :mod:`transforms`' schema and manifest, never Apache
 Beam, so a trainer installs it without the pipeline's dependencies; its names load on first

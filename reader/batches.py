@@ -1,4 +1,4 @@
-"""Windows → a padded, masked batch (SPEC §6, seed 004).
+"""Windows → a padded, masked batch (docs/format.md#collate).
 
 Contract: ``collate(windows, pad_id)`` takes B windows (mappings with ``tokens``, an integer
 array of ``length + 1`` ids, ``length`` = L ≥ 1 and ``loss_start`` = ℓ, 0 ≤ ℓ < L) and
@@ -22,7 +22,7 @@ Validity comes from ``length`` only, never from comparing ids with EOS: there is
 token, the pad id is usually EOS, and a real EOS target is always scored. A batch without
 a single scored target is a ``ValueError`` (it has no mean loss), not a zero.
 
-Worked example (seed 004), the bytes tokenizer (BOS 256, EOS 257), pad 257::
+Worked example (docs/format.md#collate), the bytes tokenizer (BOS 256, EOS 257), pad 257::
 
     >>> batch = collate([{"tokens": [256, 97, 257], "length": 2, "loss_start": 0},
     ...                  {"tokens": [256, 257], "length": 1, "loss_start": 0}], pad_id=257)
@@ -272,7 +272,8 @@ def _row_arrays(rows: Sequence[Sequence[Mapping[str, Any]]]) -> tuple[npt.NDArra
 
 def collate_packed(rows: Sequence[Sequence[Mapping[str, Any]]], seq_len: int,
                    pad_id: int) -> dict[str, Any]:
-    """Pack rows of windows into one batch of B rows of ``seq_len`` positions (SPEC §6).
+    """Pack rows of windows into one batch of B rows of ``seq_len`` positions
+    (docs/format.md#packing).
 
     Row b holds its windows back to back from position 0, then padding. For the position t
     of window k of row b (window-local position u = t − its first position):

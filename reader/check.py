@@ -1,4 +1,5 @@
-"""``python -m reader.inspect OUT --check``: seed 000 §4.3's checks recomputed from the rows.
+"""``python -m reader.inspect OUT --check``: the checks of docs/format.md#checks, recomputed from
+the rows.
 
 With the manifest's parameters: **coverage** (every pair of every document is in a window,
 but for the pairs the parameters leave out: before a random first origin, gaps when S > W, a
@@ -121,7 +122,7 @@ def _check_document(doc: str, rows: list[int], col: dict[str, Any], spec: Window
 
 
 def check(ds: InspectedDataset) -> dict[str, Any]:
-    """Seed 000 §4.3's checks from the rows, and the manifest's counts recomputed.
+    """The checks of docs/format.md#checks from the rows, and the manifest's counts recomputed.
 
     Returns ``{"ok": bool, "failures": [{"check", "message"}], "checked": {...}}``.
     """

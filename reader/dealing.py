@@ -1,4 +1,4 @@
-"""Global batches dealt to ranks, and a sampler's position in its epochs (SPEC §6, seed 004).
+"""Global batches dealt to ranks, and a sampler's position in its epochs (docs/format.md#sampler).
 
 Shared by :class:`reader.EpochSampler` (an epoch's positions are windows of its order) and
 :class:`reader.PackedSampler` (they are packed rows): the tail policy (:func:`rank_span`, the

@@ -1,4 +1,4 @@
-"""Masked next-token NLL for training and evaluation (SPEC §6, seed 004).
+"""Masked next-token NLL for training and evaluation (docs/format.md#loss).
 
 Contract: a batch's loss is the sum of the token NLL over its scored targets (labels that
 are not −100) divided by their number; evaluation sums NLL and counts over the whole set

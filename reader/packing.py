@@ -1,4 +1,5 @@
-"""Packing windows into rows of ``seq_len`` positions, each exactly once per epoch (SPEC §6).
+"""Packing windows into rows of ``seq_len`` positions, each exactly once per epoch
+(docs/format.md#packing).
 
 Contract:
 

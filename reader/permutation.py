@@ -1,4 +1,4 @@
-"""Seeded bijections of ``[0, n)`` evaluated per position, in O(1) memory (SPEC §6).
+"""Seeded bijections of ``[0, n)`` evaluated per position, in O(1) memory (docs/format.md#sampler).
 
 Contract: ``FeistelPermutation(n, key)`` is a bijection of ``[0, n)``; ``perm(positions)``
 maps an integer array of positions to the indices at those positions, element by element, so

@@ -1,4 +1,4 @@
-"""A seeded, resumable, rank-aware batch sampler over window indices (SPEC §6, seed 004).
+"""A seeded, resumable, rank-aware batch sampler over window indices (docs/format.md#sampler).
 
 Contract:
 

@@ -17,6 +17,13 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # `python -m pytest -q` runs everything; `-m "not slow"` is the quick inner loop.
+    config.addinivalue_line(
+        "markers", "slow: starts a server, a cluster or torchrun, or runs more than two whole "
+                   "jobs (left out by -m 'not slow')")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _layout_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The reader's layout cache for the whole run, in a temporary directory rather than the
@@ -28,6 +35,8 @@ def _layout_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
         os.environ.pop("TOKEN_WINDOWS_CACHE", None)
     else:
         os.environ["TOKEN_WINDOWS_CACHE"] = old
+
+
 DATA = ROOT / "tests" / "data"
 SAMPLES = ROOT / "samples"
 
@@ -69,6 +78,18 @@ def run_job(output: pathlib.Path, *args: str) -> dict[str, Any]:
     manifest = run(["--output", str(output), *args])
     assert manifest is not None
     return manifest
+
+
+def exit_code(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """Run the command line (`pipeline.run.main`) in this process, expecting it to exit;
+    return its status and the last line it printed on stderr, which is never a traceback."""
+    from pipeline.run import main
+
+    with pytest.raises(SystemExit) as info:
+        main(list(args))
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return info.value.code, err.strip().splitlines()[-1]
 
 
 def read_rows(output: pathlib.Path) -> list[dict[str, Any]]:

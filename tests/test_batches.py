@@ -1,4 +1,5 @@
-"""Tests of reader.batches: seed 004's batch, masks, the per-token reference, bad windows."""
+"""Tests of reader.batches: the worked batch of docs/format.md#collate, masks, the per-token
+reference, bad windows."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def test_seed004_batch_scores_every_eos_target() -> None:
     nll_sum, count = token_nll(logits, batch["shift_labels"])
     assert count == 3
     assert abs(nll_sum.item() / count - 2 * math.log(2)) < 1e-12
-    # The bug seed 004 warns about: ignoring targets equal to EOS gives ln 2 instead.
+    # The bug docs/format.md#collate warns about: ignoring targets equal to EOS gives ln 2 instead.
     wrong = batch["shift_labels"].masked_fill(batch["shift_labels"] == EOS, -100)
     wrong_sum, wrong_count = token_nll(logits, wrong)
     assert wrong_count == 1 and abs(wrong_sum.item() - math.log(2)) < 1e-12
@@ -74,7 +75,7 @@ def test_collate_masks_context_before_loss_start() -> None:
 
 
 def reference_collate(windows: list[dict], pad_id: int) -> dict[str, list]:
-    """Seed 004's per-token loop, the slow obvious version of collate."""
+    """The per-token loop of docs/format.md#collate, the slow obvious version of collate."""
     width = max(w["length"] for w in windows)
     out: dict[str, list] = {"input_ids": [], "shift_labels": [], "attention_mask": []}
     for w in windows:

@@ -1,4 +1,5 @@
-"""`transforms.blocks`: the wire format documents cross the shuffle in (SPEC §4).
+"""`transforms.blocks`: the wire format documents cross the shuffle in
+(docs/architecture.md#glossary).
 
 A block must round-trip every document exactly (narrow uint16 and wide int32 tokens), be
 deterministic, refuse bytes that are not a block, and split a batch by shard without losing,

@@ -1,4 +1,5 @@
-"""The package boundaries of STYLE.md, and lint."""
+"""The package boundaries of docs/architecture.md#three-packages-arrows-pointing-inward, and
+lint."""
 
 import shutil
 import subprocess

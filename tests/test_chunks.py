@@ -1,4 +1,5 @@
-"""`transforms.chunks`: input files → chunks → records, every file read exactly once (SPEC §2, §7).
+"""`transforms.chunks`: input files → chunks → records, every file read exactly once
+(docs/format.md#documents).
 
 `read_files` runs the four pure steps as the pipeline wires them (plan → count_lines →
 number_chunks → read_chunk with `open_local`, then `account_inputs`), so what the job reads is
@@ -15,6 +16,7 @@ import glob
 import gzip
 import json
 import os
+import pathlib
 import re
 import zlib
 
@@ -25,6 +27,7 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import write_jsonl
 from transforms.chunks import (
     CHUNK_BYTES,
     Chunk,
@@ -159,26 +162,38 @@ def zstd_cut_at_a_flush_point(data: bytes) -> bytes:
     return stream.compress(data[:half]) + stream.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
 
 
+def zstd_with_a_flipped_byte(data: bytes) -> bytes:
+    raw = bytearray(zstandard.ZstdCompressor(write_checksum=True).compress(data))  # as the CLI
+    raw[len(raw) // 2] ^= 0xFF
+    return bytes(raw)
+
+
+ENDED = "Compressed file ended before the end-of-stream marker was reached"
+ZSTD_ENDED = "zstd stream ended before the end of its frame"
+
+
 @pytest.mark.parametrize(
-    ("ext", "damaged"),
+    ("ext", "damaged", "reason"),
     [
-        ("gz", gzip.compress(BODY)[: len(gzip.compress(BODY)) // 2]),
-        ("gz", gzip.compress(BODY)[:-4]),  # only the size in the trailer is missing
-        ("gz", gzip_cut_at_a_flush_point(BODY)),
-        ("bz2", bz2.compress(BODY)[: len(bz2.compress(BODY)) // 2]),
-        ("bz2", bz2.compress(BODY)[:-1]),
-        ("zst", COMPRESS["zst"](BODY)[: len(COMPRESS["zst"](BODY)) // 2]),
-        ("zst", zstd_cut_at_a_flush_point(BODY)),
-        ("zst", COMPRESS["zst"](BODY) + COMPRESS["zst"](BODY)[:9]),  # a second frame cut
-        ("gz", b"not gzip at all\n"),
+        ("gz", gzip.compress(BODY)[: len(gzip.compress(BODY)) // 2], ENDED),
+        ("gz", gzip.compress(BODY)[:-4], ENDED),  # only the size in the trailer is missing
+        ("gz", gzip_cut_at_a_flush_point(BODY), ENDED),
+        ("bz2", bz2.compress(BODY)[: len(bz2.compress(BODY)) // 2], ENDED),
+        ("bz2", bz2.compress(BODY)[:-1], ENDED),
+        ("zst", COMPRESS["zst"](BODY)[: len(COMPRESS["zst"](BODY)) // 2], ZSTD_ENDED),
+        ("zst", zstd_cut_at_a_flush_point(BODY), ZSTD_ENDED),
+        ("zst", COMPRESS["zst"](BODY) + COMPRESS["zst"](BODY)[:9], ZSTD_ENDED),  # frame 2 cut
+        ("zst", zstd_with_a_flipped_byte(BODY), ""),  # the codec's own error, whatever it says
+        ("gz", b"not gzip at all\n", "Not a gzipped file"),
     ],
     ids=["gz-half", "gz-trailer", "gz-flush-point", "bz2-half", "bz2-last-byte", "zst-half",
-         "zst-flush-point", "zst-second-frame", "gz-not-gzip"],
+         "zst-flush-point", "zst-second-frame", "zst-flipped-byte", "gz-not-gzip"],
 )
-def test_a_truncated_or_corrupt_compressed_file_fails_naming_it(tmp_path, ext, damaged):
+def test_a_truncated_or_corrupt_compressed_file_fails_naming_it(tmp_path, ext, damaged, reason):
     path = tmp_path / f"cut.jsonl.{ext}"
     path.write_bytes(damaged)
-    with pytest.raises(OSError, match=f"cannot read input file {re.escape(str(path))}"):
+    with pytest.raises(OSError, match=f"cannot read input file {re.escape(str(path))}: "
+                                      f"{re.escape(reason)}"):
         read_files([str(path)])
 
 
@@ -354,3 +369,51 @@ def test_account_inputs_checks_every_file_is_read_exactly_once():
         account_inputs(pieces, {"a": 11, "p": 99})
     with pytest.raises(RuntimeError, match="input file a changed while the job ran"):
         account_inputs([pieces[0], dataclasses.replace(pieces[1], size=11, extent=11)], None)
+    # Same size, another modification time than at launch: changed too.
+    stamped = Receipt(path="c", size=5, extent=5, start=0, end=5, records=7, mtime=2.0)
+    assert account_inputs([stamped], {"c": (5, 2.0)}) == 7
+    with pytest.raises(RuntimeError, match="input file c changed while the job ran"):
+        account_inputs([stamped], {"c": (5, 1.0)})
+
+
+# -- inputs that end early or change while the job reads them ----------------------------
+
+def items(path: pathlib.Path, spec: ReadSpec = DEFAULT) -> list:
+    (chunk,) = plan_chunks(str(path), rel=path.name, size=path.stat().st_size, spec=spec,
+                           open_file=open_local, mtime=path.stat().st_mtime)
+    return list(read_chunk(chunk, spec, open_local))
+
+
+def _planned(path: pathlib.Path, chunk_bytes: int) -> list[Chunk]:
+    return list(plan_chunks(str(path), rel=path.name, size=path.stat().st_size, spec=DEFAULT,
+                            open_file=open_local, chunk_bytes=chunk_bytes,
+                            mtime=path.stat().st_mtime))
+
+
+def test_input_truncated_while_the_job_runs_fails_naming_it(tmp_path):
+    path = write_jsonl(tmp_path / "big.jsonl", [{"text": f"t{i}"} for i in range(300)])
+    chunks = _planned(path, 1000)
+    os.truncate(path, path.stat().st_size * 2 // 3)  # after planning, before reading
+    with pytest.raises(OSError, match=r"input file .*big.jsonl changed while the job ran"):
+        for c in chunks:
+            list(read_chunk(c, DEFAULT, open_local))
+
+
+def test_text_file_appended_to_while_the_job_runs_fails(tmp_path):
+    path = tmp_path / "a.txt"
+    path.write_text("first")
+    (chunk,) = _planned(path, 1 << 20)
+    with path.open("a") as f:
+        f.write(" and more")
+    with pytest.raises(OSError, match=r"a.txt changed while the job ran"):
+        list(read_chunk(chunk, DEFAULT, open_local))
+
+
+def test_utf8_bom_is_stripped(tmp_path):
+    path = tmp_path / "b.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"text": "abc"}\n')
+    (doc,) = items(path)
+    assert doc.text == "abc"
+    text = tmp_path / "b.txt"
+    text.write_bytes(b"\xef\xbb\xbfhello")
+    assert items(text)[0].text == "hello"

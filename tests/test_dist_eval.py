@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from torch.utils.data import DataLoader
 
@@ -16,6 +17,8 @@ from reader import EpochSampler, PackedSampler, WindowDataset, collate, evaluate
 from tests.reader_data import isolated_cache, random_docs, write_docs
 
 __all__ = ["isolated_cache"]  # fixture
+
+pytestmark = pytest.mark.slow  # torchrun
 
 REPO = Path(__file__).resolve().parents[1]
 SEQ = 16

@@ -1,7 +1,9 @@
-"""`transforms.documents`: records → documents and rejects (SPEC §2, §7).
+"""`transforms.documents`: records → documents and rejects (docs/format.md#documents).
 
 Parsing only: how files become chunks and chunks become records is in tests/test_chunks.py.
 """
+
+import json
 
 import pyarrow as pa
 import pytest
@@ -174,3 +176,49 @@ def test_reject_json_truncates_huge_records():
     big = Reject(reason="too_large", source="a:2", detail="d",
                  record="x" * (MAX_REJECT_RECORD_CHARS + 1)).to_json()
     assert big["truncated"] is True and len(big["record"]) == MAX_REJECT_RECORD_CHARS
+
+def lines(data: bytes, spec: ReadSpec = SPEC) -> list:
+    return list(parse_lines(data, fmt="jsonl", path="p", rel="p", first_line=1, spec=spec))
+
+
+def test_lone_surrogate_escape_is_repaired_and_counted_or_rejected():
+    (doc,) = lines(b'{"text": "a \\ud800 b"}\n')
+    assert (doc.text, doc.repaired) == ("a \ufffd b", True)
+    (reject,) = lines(b'{"text": "a \\ud800 b"}\n', ReadSpec(invalid_utf8="reject"))
+    assert (reject.reason, reject.source) == ("invalid_utf8", "p:1")
+
+
+def test_json_nested_1500_deep_is_malformed_json():
+    import sys
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)  # Python's default (pytest may raise it)
+    try:
+        nested = b'{"text": "x", "m": ' + b"[" * 1500 + b"]" * 1500 + b"}\n"
+        (reject,) = lines(nested + b"[" * 100_000 + b"]" * 100_000 + b"\n")[:1]
+        deeper = lines(b"[" * 100_000 + b"]" * 100_000 + b"\n")
+    finally:
+        sys.setrecursionlimit(limit)
+    assert (reject.reason, reject.source) == ("malformed_json", "p:1")
+    assert [(r.reason, r.detail) for r in deeper] == [
+        ("malformed_json", "JSON nested too deeply to parse")]
+
+
+def test_any_exception_turning_a_record_into_a_document_is_a_reject(monkeypatch):
+    import transforms.documents as documents
+
+    def boom(*args, **kwargs):
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(documents, "_line_item", boom)
+    (reject,) = lines(b'{"text": "x", "n": NaN}\n')  # orjson refuses NaN: the json path
+    assert (reject.reason, reject.source, reject.detail) == (
+        "unreadable_record", "p:1", "KeyError: 'surprise'")
+
+
+def test_too_large_reject_truncated_flag_tells_the_truth():
+    (reject,) = lines(json.dumps({"text": "x" * 5000}).encode() + b"\n",
+                      ReadSpec(max_doc_bytes=100))
+    assert reject.reason == "too_large"
+    assert reject.to_json()["truncated"] is True and len(reject.record) == 4096
+    assert Reject(reason="r", source="s", detail="d", record="x").to_json()["truncated"] is False

@@ -23,7 +23,7 @@ from transforms.tokenizers import ByteTokenizer, SentencePieceTokenizer
 
 TEXTS = ["abcde", "abcd", "x", "The grapes are sour, and not ripe.", "道可道，非常道。" * 3,
          "Slow but steady wins the race. " * 4, "ab"]
-# (window, stride, tail, min_tail, score, offset): every family of SPEC §3.
+# (window, stride, tail, min_tail, score, offset): every family of docs/format.md#the-planner.
 FAMILIES = [
     (4, 4, "keep", 1, "all", "zero"),
     (4, 2, "keep", 1, "new", "zero"),

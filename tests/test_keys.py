@@ -1,4 +1,4 @@
-"""Seeded document keys and shard ranges (SPEC §4)."""
+"""Seeded document keys and shard ranges (docs/format.md#shuffle-and-shards)."""
 
 from hypothesis import given
 from hypothesis import strategies as st

@@ -234,6 +234,7 @@ def test_a_damaged_remote_shard_is_refused(small: tuple[Path, list], tmp_path: P
     assert list((tmp_path / "cache" / f"layouts-v{LAYOUT_VERSION}" / "tmp").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_an_s3_dataset_gives_the_windows_of_the_local_path(small: tuple[Path, list],
                                                            tmp_path: Path) -> None:
     moto_server = pytest.importorskip("moto.server", reason="moto (an S3 test server) is not "

@@ -1,4 +1,5 @@
-"""`transforms.manifest`: building, serialising and checking the manifest (SPEC §5).
+"""`transforms.manifest`: building, serialising and checking the manifest
+(docs/format.md#the-manifest).
 
 The counts are summed from the shards' own counts and must add up (records = documents +
 skipped); `dumps_manifest` is deterministic; `parse_manifest` refuses every damaged manifest

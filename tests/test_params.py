@@ -1,4 +1,5 @@
-"""`transforms.params`: every bad parameter is refused at construction, naming it (STYLE.md)."""
+"""`transforms.params`: every bad parameter is refused at construction, naming it
+(docs/architecture.md#invariants)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from transforms.params import ReadSpec, WindowSpec, check_positive_int, default_
         ({"window": 4, "stride": 0}, "`stride` must be a positive integer, but got 0"),
         ({"window": 4, "stride": True}, "`stride` must be a positive integer, but got True"),
         ({"window": 4.0, "stride": 4}, "`window` must be a positive integer, but got 4.0"),
+        ({"window": True, "stride": 4}, "`window` must be a positive integer, but got True"),
         ({"window": 4, "stride": 4, "min_tail": 5},
          r"`min_tail` must be at most `window` \(4\), but got 5"),
         ({"window": 4, "stride": 4, "tail": "pad"},
          "`tail` must be one of keep, drop, trace_back, but got 'pad'"),
         ({"window": 4, "stride": 4, "score": "some"}, "`score` must be one of all, new"),
         ({"window": 4, "stride": 4, "offset": "left"}, "`offset` must be one of zero, random"),
+        ({"window": 4, "stride": 4, "offset": "half"}, "`offset` must be one of zero, random"),
         ({"window": 4, "stride": 4, "seed": -1}, r"`seed` must be in \[0, 2\*\*64\), but got -1"),
         ({"window": 4, "stride": 4, "seed": 1 << 64}, r"`seed` must be in \[0, 2\*\*64\)"),
         ({"window": 4, "stride": 4, "seed": "7"}, "`seed` must be an integer, but got '7'"),

@@ -1,4 +1,5 @@
-"""`transforms.parquet`: shard rows → Parquet bytes, hashed as written (SPEC §5).
+"""`transforms.parquet`: shard rows → Parquet bytes, hashed as written
+(docs/format.md#shard-format).
 
 The bytes depend on the rows alone: not on how the documents were batched into blocks, the
 order the blocks arrive in, or the pieces the writer is handed. They read back as the

@@ -1,6 +1,6 @@
-"""The job end to end: exact rows, exact counts, identical bytes, clear errors (SPEC §2–7).
+"""The job end to end: exact rows, exact counts, identical bytes, clear errors (docs/format.md).
 
-``PipelineTests`` keeps the two tests the seeds' own command runs::
+``PipelineTests`` also runs under plain unittest::
 
     python -m unittest -v tests.test_pipeline.PipelineTests.test_targets_exactly_once \
         tests.test_pipeline.PipelineTests.test_padding_eos_is_not_ignored_eos
@@ -40,6 +40,7 @@ def scored_targets_by_doc(rows):
 
 
 class PipelineTests(unittest.TestCase):
+    @pytest.mark.slow
     def test_targets_exactly_once(self):
         """score=new with keep or trace_back scores z[1:] of every document exactly once."""
         tok = ByteTokenizer()
@@ -64,9 +65,9 @@ class PipelineTests(unittest.TestCase):
                 self.assertEqual(manifest["counts"]["uncovered_pairs"], 0)
 
     def test_padding_eos_is_not_ignored_eos(self):
-        """Seed 004's batch, end to end: documents "a" and "" (kept), the bytes tokenizer and
-        window 2 give windows [BOS a EOS] and [BOS EOS]; read back and padded with EOS, both
-        EOS targets count and the padding does not."""
+        """The worked batch of docs/format.md#collate, end to end: documents "a" and "" (kept), the
+        bytes tokenizer and window 2 give windows [BOS a EOS] and [BOS EOS]; read back and padded
+        with EOS, both EOS targets count and the padding does not."""
         import torch
 
         from reader import WindowDataset, collate, token_nll
@@ -199,6 +200,7 @@ def test_duckdb_and_pandas_read_the_shards(corpus, tmp_path):
 # ------------------------------------------------------------------ determinism
 
 
+@pytest.mark.slow
 def test_same_bytes_on_both_direct_modes_and_seed_changes_only_order(tmp_path):
     src_dir = tmp_path / "in"
     for k in range(3):
@@ -333,6 +335,7 @@ def test_unreadable_file_fails_the_job_naming_it(tmp_path):
     assert not (tmp_path / "out" / MANIFEST_NAME).exists()
 
 
+@pytest.mark.slow
 def test_parquet_input_bad_rows_and_huge_documents(tmp_path):
     import pyarrow as pa
 
@@ -349,7 +352,7 @@ def test_parquet_input_bad_rows_and_huge_documents(tmp_path):
     assert big["source"] == f"{src}#row=3" and "100 bytes" in big["detail"]
 
     # A text column of another type: every row is unusable, and the job fails
-    # (issue 10: an empty dataset is never what was asked for).
+    # (an empty dataset is never what was asked for).
     pq.write_table(pa.table({"text": [1, 2]}), src)
     with pytest.raises(Exception, match="all 2 records skipped as text_not_string"):
         run_job(tmp_path / "o2", "--input", str(src), "--tokenizer", "bytes")
@@ -399,6 +402,7 @@ def test_lost_input_fails_the_job_and_writes_no_manifest(corpus, tmp_path):
     assert not (out / MANIFEST_NAME).exists()
 
 
+@pytest.mark.slow
 def test_a_spilled_shuffle_writes_the_bytes_of_the_runner_s(tmp_path, monkeypatch):
     """With tiny chunks and parts, the file shuffle (the local default) spills every block
     and writes shards part by part: the same bytes as the runner's shuffle, in one process
@@ -496,31 +500,49 @@ def test_split_job_writes_a_finished_dataset_per_split(tmp_path):
         WindowDataset(out)  # the job's top directory is not one dataset
 
 
-def test_split_assignment_ignores_windows_shards_seed_and_runner(tmp_path):
+def _oracle(src, spec):
+    """{split name: doc_ids} as `transforms.splits.SplitSpec` assigns the corpus's documents
+    (every line of ``src`` but the two bad records), with their P (pairs)."""
+    texts = {}
+    for n, line in enumerate(src.read_text(encoding="utf-8").splitlines(), 1):
+        if n not in (6, 10):
+            texts[f"c.jsonl:{n}"] = json.loads(line)["text"]
+    ids = sorted(texts)
+    kept = spec.kept(ids) if spec.sample < 1 else [True] * len(ids)
+    names = spec.names or ("",)  # "": a job without splits
+    where = spec.split_of(ids) if spec.names else [0] * len(ids)
+    out = {name: set() for name in names}
+    for doc, keep, k in zip(ids, kept, where, strict=True):
+        if keep:
+            out[names[k]].add(doc)
+    pairs = {d: len(t.encode()) + 1 for d, t in texts.items()}
+    return out, pairs
+
+
+def test_each_document_lands_in_the_split_its_id_gives_whatever_the_windows(tmp_path):
+    """The job sends every document to `SplitSpec.split_of(doc_id)` (whose independence from
+    everything but the split seed and fractions tests/test_splits.py proves on the math):
+    two jobs that share nothing but the split, each held to that oracle document by document."""
+    from transforms.splits import SplitSpec
+
     src = _split_corpus(tmp_path, n=400)
     base = ["--input", str(src), "--tokenizer", "bytes", "--split", "val=0.2"]
-    variants = [
-        ["--window", "16"],
-        ["--window", "8", "--stride", "3", "--tail", "trace_back", "--score", "new",
-         "--num-shards", "3"],
-        ["--window", "32", "--stride", "40", "--offset", "random", "--seed", "5",
-         "--num-shards", "2", "--shuffle", "runner"],
-        ["--window", "12", "--stride", "6", "--min-tail", "4", "--seed", "9",
-         "--direct_running_mode=multi_processing", "--direct_num_workers=2"],
-    ]
-    seen = []
-    for n, extra in enumerate(variants):
-        run_job(tmp_path / f"o{n}", *base, *extra)
-        seen.append(_docs_by_split(tmp_path / f"o{n}", ("val", "train")))
-    assert all(s == seen[0] for s in seen[1:])
-    # tail drop leaves the shortest documents without rows, never moves one.
-    run_job(tmp_path / "drop", *base, "--window", "40", "--tail", "drop")
-    dropped = _docs_by_split(tmp_path / "drop", ("val", "train"))
-    assert dropped["val"] < seen[0]["val"] and dropped["train"] < seen[0]["train"]
-    run_job(tmp_path / "other", *base, "--window", "16", "--split-seed", "1")
-    assert _docs_by_split(tmp_path / "other", ("val",))["val"] != seen[0]["val"]
+    run_job(tmp_path / "a", *base, "--window", "8", "--stride", "3", "--tail", "trace_back",
+            "--score", "new", "--num-shards", "3")
+    want, _ = _oracle(src, SplitSpec(splits=(("val", 0.2),)))
+    assert _docs_by_split(tmp_path / "a", ("val", "train")) == want
+    # Another seed, offsets, shuffle and split seed; tail drop leaves the documents shorter
+    # than a window without rows, and never moves one.
+    run_job(tmp_path / "b", *base, "--window", "40", "--tail", "drop", "--offset", "random",
+            "--seed", "5", "--num-shards", "2", "--shuffle", "runner", "--split-seed", "1")
+    other, pairs = _oracle(src, SplitSpec(splits=(("val", 0.2),), seed=1))
+    assert other != want
+    assert _docs_by_split(tmp_path / "b", ("val", "train")) == {
+        name: {d for d in docs if pairs[d] >= 40} for name, docs in other.items()}
+    assert 0 < sum(p < 40 for p in pairs.values()) < len(pairs)
 
 
+@pytest.mark.slow
 def test_split_job_bytes_are_reproducible_and_overwrite_replaces_them(tmp_path):
     src = _split_corpus(tmp_path, n=300)
     args = ["--input", str(src), "--tokenizer", "bytes", "--window", "8", "--split",
@@ -538,30 +560,43 @@ def test_split_job_bytes_are_reproducible_and_overwrite_replaces_them(tmp_path):
         MANIFEST_NAME, REJECTS_DIR, "part-00000-of-00001.parquet"]
 
 
-def test_sample_nests_and_does_not_depend_on_the_windows(tmp_path):
+def test_a_sample_keeps_the_documents_its_ids_give_and_counts_the_rest(tmp_path):
+    """The job keeps `SplitSpec.kept(doc_id)` (nesting and independence from the windows are
+    the math of tests/test_splits.py) and counts the others; a sampled split job's validation
+    set is the full job's within the sample."""
+    from transforms.splits import SplitSpec
+
     src = _split_corpus(tmp_path, n=1000)
     base = ["--input", str(src), "--tokenizer", "bytes"]
-    small = run_job(tmp_path / "s1", *base, "--window", "8", "--sample", "0.1")
-    run_job(tmp_path / "s1b", *base, "--window", "32", "--stride", "5", "--sample", "0.1",
-            "--num-shards", "3", "--seed", "4")
-    large = run_job(tmp_path / "s2", *base, "--window", "8", "--sample", "0.2")
-    ids = {k: {r["doc_id"] for r in read_rows(tmp_path / k)} for k in ("s1", "s1b", "s2")}
-    assert ids["s1"] == ids["s1b"] and ids["s1"] < ids["s2"]
-    assert abs(len(ids["s1"]) - 100) < 4 * math.sqrt(1000 * 0.1 * 0.9)
+    small = run_job(tmp_path / "s1", *base, "--window", "32", "--stride", "5", "--sample",
+                    "0.1", "--num-shards", "3", "--seed", "4")
+    want = _oracle(src, SplitSpec(sample=0.1))[0][""]
+    assert {r["doc_id"] for r in read_rows(tmp_path / "s1")} == want
+    assert abs(len(want) - 100) < 4 * math.sqrt(1000 * 0.1 * 0.9)
     c = small["counts"]
     assert small["sample"] == {"fraction": 0.1, "seed": 0}
     assert c["records"] == 1000 == c["documents"] + sum(c["skipped"].values()) + c["sampled_out"]
-    assert c["documents"] == len(ids["s1"]) and large["counts"]["documents"] == len(ids["s2"])
-    # A sampled split job's validation set is the full job's, within the sample.
-    run_job(tmp_path / "full", *base, "--window", "8", "--split", "val=0.2")
-    run_job(tmp_path / "part", *base, "--window", "8", "--split", "val=0.2", "--sample", "0.2")
-    full = _docs_by_split(tmp_path / "full", ("val", "train"))
-    part = _docs_by_split(tmp_path / "part", ("val", "train"))
-    assert part["val"] == full["val"] & ids["s2"] and part["train"] == full["train"] & ids["s2"]
-    other = run_job(tmp_path / "s3", *base, "--window", "8", "--sample", "0.1",
-                    "--sample-seed", "1")
-    assert {r["doc_id"] for r in read_rows(tmp_path / "s3")} != ids["s1"]
-    assert other["fingerprint"] != small["fingerprint"]
+    assert c["documents"] == len(want) and c["sampled_out"] == 998 - len(want)
+    # A sampled split job, with another sample seed: its val and train are the full split's
+    # documents that this sample keeps.
+    part = run_job(tmp_path / "part", *base, "--window", "8", "--split", "val=0.2", "--sample",
+                   "0.2", "--sample-seed", "1")
+    full, _ = _oracle(src, SplitSpec(splits=(("val", 0.2),)))
+    kept = _oracle(src, SplitSpec(sample=0.2, sample_seed=1))[0][""]
+    assert kept != _oracle(src, SplitSpec(sample=0.2))[0][""]
+    assert _docs_by_split(tmp_path / "part", ("val", "train")) == {
+        name: docs & kept for name, docs in full.items()}
+    assert part["sample"] == {"fraction": 0.2, "seed": 1}
+    assert part["counts"]["sampled_out"] == 998 - len(kept)
+
+
+def test_the_sample_seed_is_part_of_the_fingerprint(tmp_path):
+    src = _split_corpus(tmp_path, n=50)
+    base = ["--input", str(src), "--tokenizer", "bytes", "--sample", "0.5"]
+    a = run_job(tmp_path / "a", *base)
+    b = run_job(tmp_path / "b", *base, "--sample-seed", "1")
+    assert a["fingerprint"] != b["fingerprint"]
+    assert a["windows"] == b["windows"] and a["reading"] == b["reading"]
 
 
 @pytest.mark.parametrize(("flags", "message"), [
@@ -588,6 +623,7 @@ def test_bad_split_or_sample_is_refused_before_any_work(tmp_path, capsys, flags,
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_overwrite_takes_over_a_killed_split_job_and_refuses_strays(tmp_path, capsys):
     from pipeline.run import main
     from transforms.splits import SPLITS_NAME
@@ -692,3 +728,59 @@ def test_a_job_into_one_split_of_a_split_job_is_refused(tmp_path, capsys):
     assert (f"--output {out / 'val'} is the split val of the job in {out} (_splits.json): "
             f"rerun that job (--output {out} --overwrite)") in capsys.readouterr().err
     assert dir_bytes(out) == before
+
+
+# ------------------------------------------------------------------ names and identity
+
+@pytest.mark.slow
+def test_identical_jobs_write_identical_bytes_with_the_fingerprint(corpus, tmp_path):
+    a = run_job(tmp_path / "a", "--input", str(corpus), "--tokenizer", "bytes")
+    b = run_job(tmp_path / "b", "--input", str(corpus), "--tokenizer", "bytes")
+    assert a["fingerprint"] == b["fingerprint"]
+    name = "part-00000-of-00001.parquet"
+    assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    meta = pq.read_metadata(tmp_path / "a" / name).metadata
+    assert meta[b"token_windows.fingerprint"] == a["fingerprint"].encode()
+    assert meta[b"token_windows.shard"] == b"0/1"
+    c = run_job(tmp_path / "c", "--input", str(corpus), "--tokenizer", "bytes", "--seed", "3")
+    assert c["fingerprint"] != a["fingerprint"]
+
+
+def test_shards_do_not_depend_on_where_the_tokenizer_model_lies(corpus, tmp_path, monkeypatch):
+    """The same model by another path (copied, relative or absolute) is the same job."""
+    import shutil
+
+    from tests.conftest import DATA
+
+    copy = tmp_path / "models" / "tiny.model"
+    copy.parent.mkdir()
+    shutil.copy(DATA / "tiny.model", copy)
+    monkeypatch.chdir(tmp_path)
+    args = ("--input", str(corpus), "--window", "8")
+    a = run_job(tmp_path / "a", *args, "--tokenizer", str(DATA / "tiny.model"))
+    b = run_job(tmp_path / "b", *args, "--tokenizer", "models/tiny.model")
+    assert a["tokenizer"]["path"] != b["tokenizer"]["path"]
+    assert a["fingerprint"] == b["fingerprint"]
+    name = "part-00000-of-00001.parquet"
+    assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_lone_surrogate_end_to_end_with_bytes_and_sentencepiece(tmp_path):
+    from tests.conftest import DATA
+
+    src = write_jsonl(tmp_path / "in.jsonl", ['{"text": "a \\ud800 b"}', {"text": "ok"}])
+    for tok in ("bytes", str(DATA / "tiny.model")):
+        out = tmp_path / pathlib.Path(tok).name
+        m = run_job(out, "--input", str(src), "--tokenizer", tok)
+        assert m["counts"]["documents"] == 2 and m["counts"]["repaired"]["invalid_utf8"] == 1
+
+
+def test_two_patterns_whose_files_share_names_get_ids_that_cannot_collide(tmp_path):
+    write_jsonl(tmp_path / "c" / "en" / "part-0.jsonl", [{"text": "hello"}])
+    write_jsonl(tmp_path / "c" / "zh" / "part-0.jsonl", [{"text": "你好"}])
+    write_jsonl(tmp_path / "c" / "zh" / "only.jsonl", [{"text": "x"}])
+    m = run_job(tmp_path / "o", "--input", str(tmp_path / "c" / "en" / "*.jsonl"), "--input",
+                str(tmp_path / "c" / "zh" / "*.jsonl"), "--tokenizer", "bytes")
+    assert m["counts"]["skipped"] == {}
+    assert sorted(r["doc_id"] for r in read_rows(tmp_path / "o")) == [
+        "en/part-0.jsonl:1", "only.jsonl:1", "zh/part-0.jsonl:1"]

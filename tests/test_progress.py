@@ -13,7 +13,7 @@ import pytest
 
 from pipeline import progress
 from pipeline.run import main
-from tests.conftest import ROOT, dir_bytes, write_jsonl
+from tests.conftest import ROOT, dir_bytes, run_job, write_jsonl
 from transforms.manifest import MANIFEST_NAME, parse_manifest
 from transforms.schema import REJECTS_DIR
 
@@ -99,10 +99,20 @@ def test_progress_does_not_change_a_byte(monkeypatch, capsys, big, tmp_path):
 
 
 def test_workers_report_nothing_without_the_launcher(tmp_path, monkeypatch):
-    monkeypatch.delenv(progress.ENV, raising=False)
+    # With the launcher's directory named, a worker's calls write its file there ...
+    monkeypatch.setattr(progress, "_tallies", {})
+    monkeypatch.setenv(progress.ENV, str(tmp_path))
     progress.encoded(_chunk(), [_doc("abc")], 5)
     progress.chunk_done(_chunk())
-    assert os.listdir(tmp_path) == []
+    assert os.listdir(tmp_path) == [f"{os.getpid()}.json"]
+    # ... and without it they keep no tally and write nothing, anywhere.
+    monkeypatch.setattr(progress, "_tallies", {})
+    monkeypatch.delenv(progress.ENV)
+    writes = []
+    monkeypatch.setattr(progress._Tally, "write", lambda self, **kw: writes.append(self.file))
+    progress.encoded(_chunk(), [_doc("abc")], 5)
+    progress.chunk_done(_chunk())
+    assert progress._tallies == {} and writes == []
 
 
 def test_totals_sum_the_processes_and_a_chunk_counts_its_exact_share(monkeypatch, fast):
@@ -141,3 +151,12 @@ def test_a_terminal_gets_one_redrawn_line(monkeypatch, fast):
     text = stream.getvalue()
     assert text.startswith("\rprogress: ") and text.endswith("\x1b[K\n")
     assert text.count("\n") == 1 and "read all 0.0 MB: 1 documents, 7 tokens" in text
+
+def test_summary_names_repaired_records_where_rejects_are_and_says_1_shard(tmp_path, capsys):
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b'{"text": "a"}\n{"text": "\\ud800"}\n{"t": 1}\n')
+    run_job(tmp_path / "o", "--input", str(src), "--tokenizer", "bytes")
+    out = capsys.readouterr().out
+    assert "3 records -> 2 documents (1 skipped, 1 repaired)" in out
+    assert f"rejects in {tmp_path / 'o' / REJECTS_DIR}/ (missing_text 1)" in out
+    assert "; 1 shard in " in out

@@ -28,7 +28,7 @@ __all__ = ["isolated_cache", "small"]  # fixtures
 REPO = Path(__file__).resolve().parents[1]
 
 
-# -- the example model: seed 004's causal checks -------------------------------------------
+# -- the example model's causal checks (docs/format.md#collate) -----------------------------
 
 
 def load_example() -> Any:

@@ -1,9 +1,10 @@
-"""`transforms.rows`: a shard's blocks → its rows in order, its rejects, its counts (SPEC §4–5).
+"""`transforms.rows`: a shard's blocks → its rows in order, its rejects, its counts
+(docs/format.md#shuffle-and-shards).
 
-The oracle is `reference`, SPEC §4–5 in plain Python: of each doc_id the first source in input
-order is kept, the documents are sorted by (doc_key, doc_id), and each window is a row with
-``tokens = z[start : start + length + 1]``. `ShardRows` must give exactly its rows and counts
-however the documents are batched into blocks and in whatever order the blocks arrive.
+The oracle is `reference`, docs/format.md#shuffle-and-shards in plain Python: of each doc_id the
+first source in input order is kept, the documents are sorted by (doc_key, doc_id), and each window
+is a row with ``tokens = z[start : start + length + 1]``. `ShardRows` must give exactly its rows and
+counts however the documents are batched into blocks and in whatever order the blocks arrive.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def shuffled_batchings(docs, times=5, seed=0):
 
 
 def reference(docs):
-    """(rows, counts, rejected sources) of a shard's documents, straight from SPEC §4–5."""
+    """(rows, counts, rejected sources) of a shard's documents, straight from
+    docs/format.md#shuffle-and-shards."""
     first = {}
     for d in sorted(docs, key=lambda d: source_order(d["source"])):
         first.setdefault(d["doc_id"], d)

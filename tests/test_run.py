@@ -1,4 +1,5 @@
-"""`pipeline.run`: the command line, and everything it refuses before any work (SPEC §7).
+"""`pipeline.run`: the command line, and everything it refuses before any work
+(docs/running.md#bad-input).
 
 The error cases call `main` in this process (its output captured); one test starts the real
 entry point, ``python -m pipeline``, as a user would.
@@ -6,13 +7,17 @@ entry point, ``python -m pipeline``, as a user would.
 
 from __future__ import annotations
 
+import gzip
+import os
 import subprocess
 import sys
 
+import pyarrow.parquet as pq
 import pytest
 
 from pipeline.run import main
-from tests.conftest import DATA, ROOT, run_job
+from tests.conftest import DATA, ROOT, exit_code, run_job, write_jsonl
+from transforms.chunks import relative_name
 from transforms.manifest import MANIFEST_NAME
 from transforms.schema import REJECTS_DIR
 
@@ -111,3 +116,62 @@ def test_the_real_entry_point_helps_and_refuses(corpus, tmp_path):
     assert r.stderr.splitlines()[-1] == "error: `window` must be a positive integer, but got 0"
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "o").exists()
+
+@pytest.mark.parametrize(("flag", "meant"), [("--widow", "--window"), ("--strid", "--stride"),
+                                             ("--text_field", "--text-field"),
+                                             ("--num_shards", "--num-shards")])
+def test_misspelled_flags_are_refused_with_the_suggestion(corpus, tmp_path, capsys, flag,
+                                                          meant):
+    code, err = exit_code(capsys, "--input", str(corpus), "--tokenizer", "bytes", "--output",
+                          str(tmp_path / "o"), flag, "3")
+    assert code == 2 and f"error: {flag} is not an option; did you mean {meant}?" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_beams_own_flags_still_pass(corpus, tmp_path):
+    run_job(tmp_path / "o", "--input", str(corpus), "--tokenizer", "bytes",
+            "--direct_running_mode=in_memory", "--direct_num_workers", "1")
+
+
+def test_non_utf8_file_name_is_refused_with_the_name_escaped(tmp_path, capsys):
+    name = os.fsdecode(b"caf\xe9.jsonl")
+    write_jsonl(tmp_path / "in" / name, [{"text": "abc"}])
+    assert relative_name(str(tmp_path / "in" / name), str(tmp_path / "in") + "/") == (
+        "caf\\xe9.jsonl")
+    code, err = exit_code(capsys, "--input", str(tmp_path / "in" / "*.jsonl"), "--tokenizer",
+                          "bytes", "--output", str(tmp_path / "o"))
+    assert code == 2 and "caf\\xe9.jsonl, whose name is not UTF-8" in err
+
+
+def test_parquet_with_a_truncated_footer_names_the_file_exit_1(tmp_path, capsys):
+    import pyarrow as pa
+
+    src = tmp_path / "in" / "p.parquet"
+    src.parent.mkdir()
+    pq.write_table(pa.table({"text": ["a", "b"]}), src)
+    src.write_bytes(src.read_bytes()[:-20])
+    code, err = exit_code(capsys, "--input", str(src), "--tokenizer", "bytes", "--output",
+                          str(tmp_path / "o"))
+    assert code == 1 and f"cannot read input file {src}" in err
+
+
+@pytest.mark.parametrize("kind", ["dangling", "loop"])
+def test_symlink_loop_or_dangling_symlink_matched_by_a_glob_is_refused(corpus, tmp_path,
+                                                                      capsys, kind):
+    d = corpus.parent
+    if kind == "dangling":
+        (d / "gone.jsonl").symlink_to(d / "nowhere.jsonl")
+    else:
+        (d / "loop.jsonl").symlink_to(d / "loop.jsonl")
+    code, err = exit_code(capsys, "--input", str(d / "*.jsonl"), "--tokenizer", "bytes",
+                          "--output", str(tmp_path / "o"))
+    assert code == 2 and "broken symbolic links" in err
+
+
+def test_a_failure_while_running_is_one_line_exit_1(tmp_path, capsys):
+    src = tmp_path / "x.jsonl.gz"
+    src.write_bytes(gzip.compress(b'{"text": "a"}\n' * 100)[:-30])
+    code, err = exit_code(capsys, "--input", str(src), "--tokenizer", "bytes", "--output",
+                          str(tmp_path / "o"))
+    assert code == 1 and err.startswith(f"error: the job failed: cannot read input file {src}")
+    assert sorted(os.listdir(tmp_path / "o")) == []  # claim and temporary files removed

@@ -135,6 +135,7 @@ def _corpus(tmp_path: pathlib.Path) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_same_bytes_on_fnapi_modes_portable_external_and_direct_runner(tmp_path, worker_pool):
     args = _corpus(tmp_path)
     want = run_job(tmp_path / "in_memory", *args, "--direct_running_mode=in_memory")
@@ -150,7 +151,7 @@ def test_same_bytes_on_fnapi_modes_portable_external_and_direct_runner(tmp_path,
     assert "Starting worker with command" in pool_log.read_text(errors="replace")
 
     # A bare DirectRunner tries Prism first. A missing --prism_location makes that fail
-    # at once, offline or not, and it falls back to the FnApiRunner (Prism is untested here).
+    # at once, offline or not, and it falls back to the FnApiRunner (Prism itself is not tested).
     direct = _cli(*args, "--output", str(tmp_path / "direct"), "--runner=DirectRunner",
                   f"--prism_location={tmp_path / 'no-prism'}")
     assert direct.returncode == 0, direct.stderr
@@ -239,6 +240,7 @@ def dask_cluster(tmp_path: pathlib.Path):
         stop_processes(procs)
 
 
+@pytest.mark.slow
 @needs_dask
 def test_same_bytes_on_a_dask_cluster_each_step_once_on_both_workers(tmp_path, dask_cluster):
     address, pids, worker_logs = dask_cluster

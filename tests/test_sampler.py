@@ -1,4 +1,5 @@
-"""Tests of reader.sampler: the seeded orders, ranks, the tail policy and resume (SPEC §6)."""
+"""Tests of reader.sampler: the seeded orders, ranks, the tail policy and resume
+(docs/format.md#sampler)."""
 
 from __future__ import annotations
 

@@ -28,6 +28,8 @@ from tests.conftest import SAMPLES, dir_bytes, run_job, stop_processes, wait_lis
 from transforms.manifest import MANIFEST_NAME
 from transforms.schema import REJECTS_DIR
 
+pytestmark = pytest.mark.slow  # every test here starts an S3 or a GCS server
+
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

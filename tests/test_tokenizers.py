@@ -1,4 +1,4 @@
-"""Tokenizers (SPEC §2)."""
+"""Tokenizers (docs/format.md#tokens)."""
 
 import hashlib
 import json

@@ -1,4 +1,7 @@
-"""Blocks: how documents cross the shuffle (SPEC §4).
+"""Blocks: how documents cross the shuffle.
+
+Blocks are internal to the job (docs/architecture.md#glossary); what the shuffle must keep is
+docs/format.md#shuffle-and-shards.
 
 A block is many documents of one shard in columns, as one deterministic byte string: their
 seeded keys, token counts M, window counts, covered pairs, repaired flags, ids and sources,

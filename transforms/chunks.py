@@ -1,4 +1,6 @@
-"""Input files → chunks → records, every file read exactly once (SPEC §2, §7).
+"""Input files → chunks → records, every file read exactly once.
+
+What a record becomes: docs/format.md#documents; what fails the job: docs/running.md#bad-input.
 
 A *chunk* is the piece of one input file that one worker parses: a whole file (text,
 compressed files, small line files), a byte range of an uncompressed line file larger than

@@ -1,4 +1,7 @@
-"""Records → documents, with every unusable record turned into a counted reject (SPEC §2, §7).
+"""Records → documents, with every unusable record turned into a counted reject.
+
+Specified in docs/format.md#documents; the reasons and what fails a job instead in
+docs/running.md#bad-input.
 
 A document is ``(doc_id, text)``. ``doc_id`` is the record's own id field when
 ``--id-field`` names one, otherwise the source file relative to its input pattern's base

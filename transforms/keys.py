@@ -1,4 +1,4 @@
-"""Seeded document keys and range-partitioned shards (SPEC §4).
+"""Seeded document keys and range-partitioned shards (docs/format.md#shuffle-and-shards).
 
 ``doc_key(seed, doc_id)`` is a 64-bit BLAKE2b of the id keyed by the seed: stable across
 processes, machines and Python versions (unlike ``hash``), and a different seed gives an

@@ -1,4 +1,6 @@
-"""The manifest: one definition of what it holds, used by the writer and the reader (SPEC §5).
+"""The manifest: one definition of what it holds, used by the writer and the reader.
+
+Specified in docs/format.md#the-manifest (and #the-splits-record).
 
 ``_manifest.json`` is written last, once every shard and reject file is complete: a directory
 without it is not a dataset. It holds the job's parameters and exact counts computed from the

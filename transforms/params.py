@@ -43,7 +43,7 @@ def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class WindowSpec:
-    """How each document is cut into windows (SPEC §3).
+    """How each document is cut into windows (docs/format.md#windows).
 
     Attributes:
         window: W, the most pairs in a window (the model's input length T).
@@ -87,7 +87,7 @@ class WindowSpec:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ReadSpec:
-    """How input records become documents (SPEC §2, §7).
+    """How input records become documents (docs/format.md#documents).
 
     Attributes:
         format: text (one document per file), lines (one per line), jsonl or parquet; None

@@ -1,4 +1,4 @@
-"""Shard rows → Parquet bytes, hashed as they are written (SPEC §5).
+"""Shard rows → Parquet bytes, hashed as they are written (docs/format.md#shard-format).
 
 The bytes depend only on the rows, the row-group size, the footer metadata and the pyarrow
 version: zstd level 3, a dictionary for ``doc_id`` only, statistics for the sort columns,

@@ -1,4 +1,6 @@
-"""A shard's blocks → its rows in order, its duplicate-id rejects and its exact counts (SPEC §4–5).
+"""A shard's blocks → its rows in order, its duplicate-id rejects and its exact counts.
+
+What the rows are and how they are ordered: docs/format.md#shuffle-and-shards.
 
 Rows are ordered by (doc_key, doc_id, start). Two documents with the same ``doc_id``
 (possible only with ``--id-field``) would make the order depend on arrival; the first in input

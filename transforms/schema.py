@@ -1,39 +1,14 @@
 """The shard format and the dataset's layout: one definition, for the writer and the reader.
 
-A finished dataset is a directory::
-
-    OUTPUT/part-00000-of-00004.parquet   one row per window (columns below)
-    ...
-    OUTPUT/part-00003-of-00004.parquet
-    OUTPUT/_rejects/<reason>.jsonl       skipped records, for inspection (only if any)
-    OUTPUT/_manifest.json                written last (`transforms.manifest`)
-    OUTPUT/.claim                        the running job's claim on the directory; removed
-                                         at its end (`CLAIM_NAME`)
-    OUTPUT/.tmp/<attempt>/               the running job's temporary files; removed at its end
-
-Each shard's Parquet footer carries key-value metadata (`SHARD_METADATA_KEYS`): the job's
-fingerprint (also in the manifest), ``index/num_shards``, and its counts as JSON, so a reader
-can tell from footers alone that the shards belong to the manifest and add up to its counts.
+The format is specified in docs/format.md: the directory's names in #the-directory, the
+columns, their Arrow types and meaning in #shard-format, the footer's key-value metadata in
+#footer-metadata. This module is their one definition in code (`ARROW_SCHEMA`,
+`SHARD_METADATA_KEYS`, `REJECTS_DIR`, `TMP_DIR`, `CLAIM_NAME` …), imported by the writer and
+the reader; tests/test_schema.py holds the two to each other.
 
 Every name but the shards' starts with ``_`` or ``.``, which pyarrow's dataset discovery (and
 so pandas, polars, DuckDB's globs of ``*.parquet``, Hugging Face ``datasets``) skips: a Parquet
-reader pointed at OUTPUT reads exactly the shards.
-
-Row columns (SPEC §5):
-
-=============  ==============  ===============================================
-column         Arrow type      meaning
-=============  ==============  ===============================================
-doc_id         string          stable id of the source document
-doc_key        uint64          seeded shuffle key of the document
-window_index   int32           0, 1, 2 … in the document, in window order
-start          int64           index in z = [BOS, x1 … xn, EOS] of the first input
-length         int32           L, the number of (input, target) pairs
-loss_start     int32           targets before this index of the window are context
-doc_tokens     int64           M = n + 2, the length of the whole z
-tokens         list<int32>     z[start : start + L + 1]; inputs = tokens[:-1],
-                               targets = tokens[1:]
-=============  ==============  ===============================================
+reader pointed at OUTPUT reads exactly the shards (docs/format.md#the-directory).
 
 Example: document ``abcde`` with the bytes tokenizer, window 2, stride 2, tail keep gives
 three rows with ``tokens`` [256, 97, 98], [98, 99, 100], [100, 101, 257] and ``start`` 0, 2, 4.

@@ -1,4 +1,6 @@
-"""A shuffle through files: blocks spilled by part, read back one part at a time (SPEC §4).
+"""A shuffle through files: blocks spilled by part, read back one part at a time.
+
+The user's side of it: docs/running.md#memory-on-one-machine-the-file-shuffle.
 
 On the local runner a GroupByKey keeps its whole input in memory. To keep memory flat, the
 job can instead shuffle the way MapReduce and Spark's sort-based shuffle do: each map task

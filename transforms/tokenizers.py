@@ -1,4 +1,4 @@
-"""Tokenizers: text → ``z = [BOS, x1 … xn, EOS]`` as an int32 array (SPEC §2).
+"""Tokenizers: text → ``z = [BOS, x1 … xn, EOS]`` as an int32 array (docs/format.md#tokens).
 
 * ``bytes``: the UTF-8 bytes 0..255, BOS = 256, EOS = 257, vocabulary 258; needs no file.
 * SentencePiece: a ``*.model`` file's bytes; BOS and EOS are the model's own ids, and a

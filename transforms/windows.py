@@ -1,4 +1,4 @@
-"""Window planning: the contract of SPEC §3 as a pure function.
+"""Window planning: the contract of docs/format.md#the-planner, a pure function.
 
 A document's tokens are ``z = [BOS, x1 … xn, EOS]`` (length M); it has ``P = M − 1`` pairs,
 input ``z[i]`` → target ``z[i+1]``. A window is a run of consecutive pairs of one document:

@@ -1,0 +1,66 @@
+"""`pipeline.graph`: which step feeds which, and the shard plan computed once at launch.
+
+The graphs are built and not run: what they compute is proven end to end in
+tests/test_pipeline.py; here, which steps each shuffle wires and what plan the steps get.
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipeline.graph import PART_TEXT_BYTES, build_pipeline, shard_plan
+from pipeline.options import JobConfig
+from transforms.keys import ShardPlan
+
+FILES = {"/c/a.jsonl": (200 << 20, 1.0)}  # 200 MiB matched at launch
+
+
+def config(*extra: str) -> JobConfig:
+    return JobConfig.from_options(PipelineOptions(
+        ["--input", "/c/*.jsonl", "--tokenizer", "bytes", "--output", "/o", *extra]))
+
+
+def steps(*extra: str) -> list[str]:
+    """The top-level step labels of the job's graph."""
+    p = beam.Pipeline()
+    build_pipeline(p, config(*extra), FILES, fingerprint="f" * 64, tmp_dir="/o/.tmp/a")
+    return sorted(label for label in p.applied_labels if "/" not in label)
+
+
+@pytest.mark.parametrize(("shuffle", "want"), [
+    ("runner", ["AllRejects", "EncodeChunks", "FinalizeDataset", "ShuffleDocuments",
+                "SplitInputs", "WriteRejects", "WriteShards"]),
+    # The file shuffle needs no GroupByKey of the blocks: the writers read the spill files.
+    ("files", ["AllRejects", "EncodeChunks", "FinalizeDataset", "SplitInputs", "WriteRejects",
+               "WriteShards"]),
+])
+def test_each_shuffle_wires_its_steps(shuffle, want):
+    assert steps("--shuffle", shuffle) == want
+
+
+def test_splits_and_samples_add_no_step():
+    assert steps("--split", "val=0.1", "--sample", "0.5", "--shuffle", "runner") == steps(
+        "--shuffle", "runner")
+
+
+def test_the_plan_comes_from_the_launcher_s_sizes():
+    # One shard per 64 MiB of input; with the file shuffle, parts of 16 MiB of text each.
+    assert shard_plan(config("--shuffle", "files"), FILES) == ShardPlan(num_shards=4,
+                                                                       parts_per_shard=4)
+    assert shard_plan(config("--shuffle", "runner"), FILES) == ShardPlan(num_shards=4)
+    assert shard_plan(config("--shuffle", "files", "--num-shards", "2"), FILES) == (
+        ShardPlan(num_shards=2, parts_per_shard=(100 << 20) // PART_TEXT_BYTES + 1))  # 7
+    # A compressed file is taken to hold 4× its size in text: 200 MiB of text, one shard.
+    assert shard_plan(config("--shuffle", "files"), {"/c/a.jsonl.gz": 50 << 20}) == (
+        ShardPlan(num_shards=1, parts_per_shard=13))
+    # A dry run's graph is planned as if there were no input.
+    assert shard_plan(config("--shuffle", "files"), None) == ShardPlan(num_shards=1)
+
+
+def test_a_split_job_s_plan_numbers_every_split_in_one_range():
+    plan = shard_plan(config("--split", "val=0.25", "--shuffle", "runner"), FILES)
+    assert plan.splits == (("val", 1), ("train", 3)) and plan.num_shards == 4
+    assert [plan.locate(i) for i in range(4)] == [("val", 0, 1), ("train", 0, 3),
+                                                  ("train", 1, 3), ("train", 2, 3)]
