@@ -85,6 +85,14 @@ class MixedDataset:
         self.bos_id: int = int(tokenizer["bos_id"])
         self.eos_id: int = int(tokenizer["eos_id"])
         self._lengths: npt.NDArray[np.int32] | None = None
+        self._raw: dict[np.dtype[Any], np.dtype[Any]] = {}
+
+    def _raw_record(self, dtype: np.dtype[Any]) -> np.dtype[Any]:
+        """Bytes of one record of ``dtype`` (a void type: copied as one block)."""
+        raw = self._raw.get(dtype)
+        if raw is None:
+            raw = self._raw[dtype] = np.dtype((np.void, dtype.itemsize))
+        return raw
 
     def __len__(self) -> int:
         return self._len
@@ -120,7 +128,8 @@ class MixedDataset:
         if idx.ndim != 1:
             raise ValueError(f"`indices` must be a sequence of integers, but got shape "
                              f"{idx.shape}")
-        idx = np.where(idx < 0, idx + self._len, idx)
+        if idx.size and int(idx.min()) < 0:
+            idx = np.where(idx < 0, idx + self._len, idx)
         if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self._len):
             bad = next(int(v) for v in indices if not -self._len <= int(v) < self._len)
             raise IndexError(f"index {bad} is out of range for {self._len} windows")
@@ -184,13 +193,15 @@ class MixedBatch(WindowBatch):
             order = np.argsort(src, kind="stable")  # the windows grouped by source
             ends = np.cumsum(per_source[present]).tolist()
             ats = [order[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
-            parts = [ds._records(local[at]) for ds, at in zip(datasets, ats, strict=True)]
+            grouped = local[order]
+            parts = [ds._records(grouped[a:b])
+                     for ds, a, b in zip(datasets, [0, *ends[:-1]], ends, strict=True)]
+            # Copied as raw records, in one scatter: a structured array's fancy assignment
+            # and concatenation go field by field.
+            raw = mixed._raw_record(parts[0].dtype)
             records = np.empty(len(idx), parts[0].dtype)
-            # Copied as raw records: a structured array's fancy assignment goes field by field.
-            raw = np.dtype((np.void, records.dtype.itemsize))
-            whole = records.view(raw)
-            for at, part in zip(ats, parts, strict=True):
-                whole[at] = np.ascontiguousarray(part).view(raw)
+            records.view(raw)[order] = np.concatenate(
+                [np.ascontiguousarray(part).view(raw) for part in parts])
         offsets = np.zeros(len(idx) + 1, np.int64)
         np.cumsum(records["length"].astype(np.int64) + 1, out=offsets[1:])
         tokens = np.empty(int(offsets[-1]), np.int32)
