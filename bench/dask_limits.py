@@ -14,7 +14,11 @@ Runs three tiny pipelines on a ``distributed.LocalCluster`` of two worker proces
    then the same with ``--dask_npartitions 4``: the ``Create`` is cut into 4 partitions,
    which every later step keeps, and the tasks run on both workers. (A ``Create`` of one
    element stays one partition whatever the flag says: the job therefore starts from one
-   element per input file on Dask.)
+   element per input chunk on Dask, planned by the launcher.)
+4. ``groups``: a ``GroupByKey`` keeps the number of partitions but places each key by a hash
+   of it (``dask.bag.groupby``, task shuffle): 8 keys into 4 partitions do not land 2 by 2.
+   So the job has no ``GroupByKey`` between its ``Create`` of chunks and their encoding: the
+   chunks the launcher dealt into the ``Create``'s partitions stay where it put them.
 
     python bench/dask_limits.py
 """
@@ -92,6 +96,15 @@ def main() -> None:
             per_worker = collections.Counter(t["worker"] for t in client.get_task_stream())
             _show(f"tasks per worker {' '.join(flags) or '(no flag)'}", dict(per_worker))
         _show("workers", len(cluster.workers))
+
+        print("4. groups: elements per partition after a GroupByKey of 8 keys, 4 partitions")
+        import dask.bag as db
+
+        # What Beam's DaskRunner does for a GroupByKey (transform_evaluator.GroupByKey).
+        bag = db.from_sequence([(k, k) for k in range(8)], npartitions=4)
+        grouped = bag.groupby(lambda kv: kv[0])
+        _show("before", bag.map_partitions(lambda part: [len(list(part))]).compute())
+        _show("after", grouped.map_partitions(lambda part: [len(list(part))]).compute())
 
 
 if __name__ == "__main__":

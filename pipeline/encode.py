@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import hashlib
 import logging
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, BinaryIO
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -43,7 +44,7 @@ from transforms.documents import Document, Reject
 from transforms.encoding import BATCH_CHARS, Encoded, PartBuffer, batch_documents
 from transforms.keys import ShardPlan
 from transforms.params import ReadSpec, WindowSpec
-from transforms.spill import SpillWriter, spill_rejects
+from transforms.spill import SpillWriter, disk_full_message, spill_rejects
 from transforms.splits import SplitSpec
 from transforms.tokenizers import Tokenizer, TokenizerSpec, hf_config_path, tokenizer_from_bytes
 
@@ -108,8 +109,9 @@ class _EncodeChunkFn(beam.DoFn):
     def __init__(self, *, spec: ReadSpec, windows: WindowSpec,
                  tokenizer: TokenizerSpec | str | None,
                  plan: ShardPlan, threads: int, batch_chars: int, spill_dir: str | None,
-                 splits: SplitSpec | None = None) -> None:
+                 splits: SplitSpec | None = None, output: str | None = None) -> None:
         self._spec = spec
+        self._output = output if output is not None else spill_dir
         self._plan = plan
         self._splits = splits if splits is not None and splits.active else None
         self._windows = windows
@@ -147,7 +149,7 @@ class _EncodeChunkFn(beam.DoFn):
         name = hashlib.sha256(f"{chunk.path}@{chunk.start}".encode()).hexdigest()[:16]
         path = fs.join(self._spill_dir, f"{name}-{uuid.uuid4().hex[:12]}.spill")
         rejects: list[Reject] = []
-        with contextlib.closing(fs.create(path)) as f:
+        with _spill_file(path, self._spill_dir, self._output) as f:
             spill = SpillWriter(f, num_parts=plan.num_parts)
             for tag, value in self._encode(chunk, plan, spill):
                 if tag == REJECTS:
@@ -158,7 +160,7 @@ class _EncodeChunkFn(beam.DoFn):
         yield BLOCKS, path  # complete: its index is written and the file closed
         if rejects:
             runs_path = path.removesuffix(".spill") + ".rejects"
-            with contextlib.closing(fs.create(runs_path)) as f:
+            with _spill_file(runs_path, self._spill_dir, self._output) as f:
                 runs = spill_rejects(rejects, f, path=runs_path, order=(chunk.path, chunk.start))
             for run in runs:
                 yield REJECTS, run
@@ -217,6 +219,30 @@ class _EncodeChunkFn(beam.DoFn):
         return []
 
 
+@contextlib.contextmanager
+def _spill_file(path: str, spill_dir: str, output: str | None) -> Iterator[BinaryIO]:
+    """A spill file to write, closed at the end; a full disk names the spill directory
+    (`transforms.spill.disk_full_message`).
+
+    If the body fails, its error is the one raised: closing a half-written object-store
+    upload fails too (S3's CompleteMultipartUpload without parts: "MalformedXML"), and that
+    error, which names no input and suggests a write problem, must not hide the first.
+    """
+    try:
+        f = fs.create(path, root=output or spill_dir)
+        try:
+            yield f
+        except BaseException:
+            with contextlib.suppress(Exception):
+                f.close()
+            raise
+        f.close()
+    except OSError as e:
+        if e.errno == errno.ENOSPC and not isinstance(e, fs.DiskFullError):
+            raise fs.DiskFullError(disk_full_message(spill_dir)) from e
+        raise
+
+
 class EncodeChunks(beam.PTransform):
     """Chunks → `pipeline.tagged.Outputs`: ``blocks`` (shard, block of packed documents), or
     with ``spill_dir`` one spill file's path per chunk (`transforms.spill`); ``rejects``; and
@@ -234,6 +260,8 @@ class EncodeChunks(beam.PTransform):
             output does not depend on it either).
         spill_dir: spill each chunk's blocks, by part, to a file in this directory and emit
             its path (the file shuffle); None: emit the blocks.
+        output: the output directory that holds ``spill_dir``: no spill file is reached
+            through a link below it (`pipeline.confine`). Default: ``spill_dir`` itself.
         splits: the job's sample and splits (`transforms.splits.SplitSpec`): documents left
             out by the sample are counted in the receipt and never encoded; each other goes
             to its split's shards (``plan`` numbers them). None: every document, one dataset.
@@ -242,11 +270,12 @@ class EncodeChunks(beam.PTransform):
     def __init__(self, *, spec: ReadSpec, windows: WindowSpec,
                  tokenizer: TokenizerSpec | str | None,
                  plan: ShardPlan, threads: int = 1, batch_chars: int = BATCH_CHARS,
-                 spill_dir: str | None = None, splits: SplitSpec | None = None) -> None:
+                 spill_dir: str | None = None, splits: SplitSpec | None = None,
+                 output: str | None = None) -> None:
         super().__init__()
         self._fn = _EncodeChunkFn(spec=spec, windows=windows, tokenizer=tokenizer,
                                   plan=plan, threads=threads, batch_chars=batch_chars,
-                                  spill_dir=spill_dir, splits=splits)
+                                  spill_dir=spill_dir, splits=splits, output=output)
 
     def expand(self, chunks: beam.PCollection) -> Outputs:
         return (

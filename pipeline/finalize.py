@@ -11,6 +11,7 @@ and its claim on the output.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import apache_beam as beam
@@ -21,6 +22,7 @@ from pipeline.output import check_claim, remove_job_files
 from pipeline.write import RejectCount, place_shard, write_placed_shard
 from transforms.chunks import Receipt, account_inputs, shown_name
 from transforms.keys import ShardPlan
+from transforms.launch import FOOTER_THREADS
 from transforms.manifest import (
     MANIFEST_NAME,
     WrittenShard,
@@ -93,10 +95,15 @@ class _FinalizeFn(beam.DoFn):
                                              fingerprint=self._fingerprint, rows=ShardRows([]),
                                              window=window, tmp_dir=self._tmp_dir))
         check_claim(self._output, self._attempt)
-        for shard in shards:  # a concurrent job's shard must never sit under our manifest
+        # A concurrent job's shard must never sit under our manifest. One footer per shard,
+        # each a round trip or two on an object store: read FOOTER_THREADS at a time.
+        def check(shard: WrittenShard) -> None:
             directory, _, _, footer = place_shard(plan, shard.index, self._output,
                                                   self._fingerprint)
             _check_shard_footer(fs.join(directory, shard.file), footer)
+
+        with ThreadPoolExecutor(FOOTER_THREADS, thread_name_prefix="footer") as pool:
+            list(pool.map(check, shards))
         common = {
             "tokenizer": load_tokenizer(self._tokenizer_spec).info(),
             "windows": self._windows.to_json(),
@@ -111,7 +118,8 @@ class _FinalizeFn(beam.DoFn):
                                       fingerprint=self._fingerprint,
                                       sample=definition.get("sample"), sampled_out=sampled_out)
             fs.write_atomically(fs.join(self._output, MANIFEST_NAME),
-                                lambda f: f.write(dumps_manifest(manifest)), self._tmp_dir)
+                                lambda f: f.write(dumps_manifest(manifest)), self._tmp_dir,
+                                root=self._output)
         else:
             manifest = self._write_splits(plan, shards, common, definition, skipped=skipped,
                                           records=records, sampled_out=sampled_out)
@@ -147,9 +155,11 @@ class _FinalizeFn(beam.DoFn):
                                      fingerprints=fingerprints, fingerprint=self._fingerprint)
         for name, manifest in manifests.items():
             fs.write_atomically(fs.join(self._output, name, MANIFEST_NAME),
-                                lambda f, m=manifest: f.write(dumps_manifest(m)), self._tmp_dir)
+                                lambda f, m=manifest: f.write(dumps_manifest(m)), self._tmp_dir,
+                                root=self._output)
         fs.write_atomically(fs.join(self._output, SPLITS_NAME),
-                            lambda f: f.write(dumps_manifest(record)), self._tmp_dir)
+                            lambda f: f.write(dumps_manifest(record)), self._tmp_dir,
+                            root=self._output)
         return record
 
 

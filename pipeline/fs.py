@@ -6,17 +6,23 @@ The pure code in `transforms` never opens a file; it takes `open_raw` (an
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import glob
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO, NamedTuple
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipeline import confine
+from transforms.schema import TMP_DIR
+
 __all__ = [
+    "DiskFullError",
     "Matched",
     "broken_links",
     "claim",
@@ -34,6 +40,29 @@ __all__ = [
     "set_options",
     "write_atomically",
 ]
+
+
+class DiskFullError(OSError):
+    """No space left on the device (ENOSPC), naming the job's directory that filled and what
+    to do."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.errno = errno.ENOSPC
+
+
+@contextlib.contextmanager
+def _naming_a_full_disk(root: str, path: str) -> Iterator[None]:
+    try:
+        yield
+    except OSError as e:
+        if e.errno != errno.ENOSPC or isinstance(e, DiskFullError):
+            raise
+        raise DiskFullError(
+            f"no space left on the device holding --output {root} while writing "
+            f"{path[len(root.rstrip('/')):].lstrip('/')}: the shards, the reject files and, "
+            f"with --shuffle files, the spill files in {join(root, TMP_DIR)} all live there; "
+            "free space on that disk or choose an --output on a larger one") from e
 
 
 def set_options(options: PipelineOptions) -> None:
@@ -99,8 +128,9 @@ def broken_links(pattern: str) -> list[str]:
                   if os.path.islink(p) and not os.path.exists(p))
 
 
-def claim(path: str, content: bytes) -> None:
-    """Create ``path`` holding ``content`` only if it does not exist yet.
+def claim(path: str, content: bytes, *, root: str) -> None:
+    """Create ``path`` (below ``root``, `pipeline.confine`) holding ``content`` only if it
+    does not exist yet.
 
     Locally this is ``O_CREAT | O_EXCL``: of two jobs, exactly one creates the file. Beam's
     FileSystems offers no create-if-absent precondition on object stores (its GCS ``create``
@@ -111,14 +141,13 @@ def claim(path: str, content: bytes) -> None:
     Raises:
         FileExistsError: the file exists (another job holds the claim, or a killed one left
             it).
+        confine.OutsideOutputError: the path leads out of ``root``.
     """
-    if scheme(path) in (None, "file"):
-        local = path.removeprefix("file://")
-        os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
-        fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "wb") as f:
+    if confine.is_local(path):
+        with confine.create(root, path) as f:
             f.write(content)
         return
+    confine.relative_parts(root, path)
     if FileSystems.exists(path):
         raise FileExistsError(path)
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
@@ -138,8 +167,16 @@ def read_bytes(path: str) -> bytes:
         return f.read()
 
 
-def create(path: str) -> BinaryIO:
-    """A new file to write, raw (the caller closes it); its directory is made if needed."""
+def create(path: str, *, root: str) -> BinaryIO:
+    """A new file to write, raw (the caller closes it); its directory is made if needed.
+
+    ``path`` must lie below ``root`` (the output directory), and is never reached through a
+    link below it (`pipeline.confine`); locally it must not exist yet (every name the job
+    writes to is unique).
+    """
+    if confine.is_local(path):
+        return confine.create(root, path)
+    confine.relative_parts(root, path)
     _ensure_dir(path.rsplit("/", 1)[0])
     return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
@@ -148,9 +185,20 @@ def exists(path: str) -> bool:
     return FileSystems.exists(path)
 
 
-def delete(paths: Sequence[str]) -> None:
-    if paths:
-        FileSystems.delete(list(paths))
+def delete(paths: Sequence[str], *, root: str) -> None:
+    """Delete files (or a local directory tree) below ``root``, never through a link
+    (`pipeline.confine`)."""
+    for path in paths:
+        confine.relative_parts(root, path)
+    local = [p for p in paths if confine.is_local(p)]
+    for path in local:
+        try:
+            confine.delete(root, path)
+        except FileNotFoundError:
+            raise OSError(f"cannot delete {path}: it is not there") from None
+    remote = [p for p in paths if not confine.is_local(p)]
+    if remote:
+        FileSystems.delete(remote)
 
 
 def list_dir(path: str) -> list[str]:
@@ -173,13 +221,23 @@ def _ensure_dir(path: str) -> None:
             raise
 
 
-def write_atomically(path: str, write: Callable[[BinaryIO], object], tmp_dir: str) -> object:
+def write_atomically(path: str, write: Callable[[BinaryIO], object], tmp_dir: str, *,
+                     root: str) -> object:
     """Write ``path`` through a uniquely named temporary file in ``tmp_dir``, then rename.
 
-    A failed attempt leaves only its temporary file, which the job's last step removes. The
-    random part of the name never reaches the output.
+    Both lie below ``root`` (the output directory) and are never reached through a link
+    below it (`pipeline.confine`). A failed attempt leaves only its temporary file, which the
+    job's last step removes. The random part of the name never reaches the output.
     """
     tmp = join(tmp_dir, f"{path.rsplit('/', 1)[-1]}.{uuid.uuid4().hex}")
+    if confine.is_local(path):
+        with _naming_a_full_disk(root, path):
+            with confine.create(root, tmp) as f:
+                result = write(f)
+            confine.rename(root, tmp, path)
+        return result
+    confine.relative_parts(root, path)
+    confine.relative_parts(root, tmp)
     with FileSystems.create(tmp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         result = write(f)
     _ensure_dir(path.rsplit("/", 1)[0])

@@ -15,7 +15,8 @@ side input: Beam's DaskRunner computes a side input again inside every task that
 
 The shuffle (``--shuffle``): ``runner`` sends the blocks themselves through the runner's
 GroupByKey (ShuffleDocuments); ``files`` spills each chunk's blocks to one indexed file under
-``OUTPUT/.tmp/shuffle/`` and hands WriteShards the list of files as a side input: each shard
+``OUTPUT/.tmp/shuffle/`` and hands WriteShards the list of files through a GroupByKey (not a
+side input, which Beam's DaskRunner would compute again in each writer): each shard
 writer reads its parts from every file, one part at a time, so the local runner, whose
 GroupByKey lives in memory, needs memory for a few parts and the list of files, not for the
 corpus (`transforms.spill`). Both write the same bytes.
@@ -40,9 +41,9 @@ from pipeline import fs
 from pipeline.encode import RECORDS, REJECTS, EncodeChunks
 from pipeline.finalize import FinalizeDataset
 from pipeline.options import JobConfig
-from pipeline.read import PatternMatch, SplitInputs, plan_for_files
+from pipeline.read import SplitInputs, plan_for_files
 from pipeline.write import ShuffleDocuments, WriteRejects, WriteShards
-from transforms.chunks import CHUNK_BYTES
+from transforms.chunks import CHUNK_BYTES, Chunk
 from transforms.keys import ShardPlan
 from transforms.schema import TMP_DIR
 
@@ -69,7 +70,7 @@ def build_pipeline(
     fingerprint: str = "",
     tmp_dir: str | None = None,
     attempt: str | None = None,
-    matched: list[PatternMatch] | None = None,
+    chunks: list[Chunk] | None = None,
 ) -> beam.PCollection:
     """Wire the job into ``p``; returns the PCollection holding the manifest.
 
@@ -83,21 +84,23 @@ def build_pipeline(
         tmp_dir: the job's temporary directory: every step that writes a temporary file
             writes it there, and the last step removes it. Default ``OUTPUT/.tmp/job``.
         attempt: the id in the job's claim on the output (`pipeline.run`), or None.
-        matched: every (pattern index, path, size, mtime) the launcher matched: the graph
-            starts from one element per file instead of matching the patterns on a worker
-            (`pipeline.read.SplitInputs`; the launcher passes it to Beam's DaskRunner only).
+        chunks: the input chunks as the launcher planned and numbered them
+            (`transforms.launch`): the graph starts from one element per chunk instead of
+            matching the patterns on a worker (`pipeline.read.SplitInputs`; the launcher
+            passes them to Beam's DaskRunner only).
     """
     if tmp_dir is None:
         tmp_dir = fs.join(config.output, TMP_DIR, "job")
     files = config.shuffle == "files"
     chunks = p | "SplitInputs" >> SplitInputs(config.inputs, spec=config.read,
-                                              chunk_bytes=CHUNK_BYTES, matched=matched)
+                                              chunk_bytes=CHUNK_BYTES, chunks=chunks)
     splits = config.splits if config.splits.active else None
     plan = shard_plan(config, expected_files)
     encoded = chunks | "EncodeChunks" >> EncodeChunks(
         spec=config.read, windows=config.windows, tokenizer=config.tokenizer_spec,
         plan=plan, threads=config.encode_threads,
         spill_dir=fs.join(tmp_dir, "shuffle") if files else None, splits=splits,
+        output=config.output,
     )
     if files:
         # Only the spill files' paths go on; the shard writers read their parts from them.

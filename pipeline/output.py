@@ -27,7 +27,7 @@ import socket
 import time
 from typing import Any
 
-from pipeline import fs
+from pipeline import confine, fs
 from pipeline.options import JobConfig
 from transforms.chunks import shown_name
 from transforms.manifest import (
@@ -90,10 +90,10 @@ def _take_claim(config: JobConfig, attempt: str, fingerprint: str) -> dict[str, 
                 f"--output {config.output} is claimed by another job ({who}; {path}): wait for "
                 "it to finish; if it was killed, pass --overwrite to take its claim over"
             )
-        fs.delete([path])
+        fs.delete([path], root=config.output)
         _LOG.warning("--overwrite: took over the claim %s left by %s", path, who)
     try:
-        fs.claim(path, _claim_text(attempt, fingerprint))
+        fs.claim(path, _claim_text(attempt, fingerprint), root=config.output)
     except FileExistsError:
         raise ValueError(
             f"--output {config.output} was claimed by another job a moment ago ({path}): two "
@@ -230,11 +230,18 @@ def _refuse_a_split_of_another_job(output: str) -> None:
 
 def claim_output(config: JobConfig, attempt: str, fingerprint: str) -> None:
     """Claim the output, then make sure it is empty or (--overwrite) holds only what the old
-    dataset accounts for, and delete that. Raises ValueError (and releases the claim)."""
+    dataset accounts for, and delete that. Raises ValueError (and releases the claim).
+
+    Before anything is written: an OUTPUT holding a symbolic link below it (or, on an object
+    store, a key with an empty, ``.`` or ``..`` segment) is refused (`pipeline.confine`).
+    """
+    confine.check_output_path(config.output)
     if fs.is_file(config.output):
         raise ValueError(
             f"--output {config.output} is a file, not a directory: choose a directory"
         )
+    confine.check_output_tree(
+        config.output, None if confine.is_local(config.output) else fs.list_dir(config.output))
     _refuse_a_split_of_another_job(config.output)
     stale = _take_claim(config, attempt, fingerprint)
     try:
@@ -262,8 +269,8 @@ def claim_output(config: JobConfig, attempt: str, fingerprint: str) -> None:
         manifests = [fs.join(config.output, n)
                      for n in (SPLITS_NAME, MANIFEST_NAME, LEGACY_MANIFEST_NAME)]
         manifests += [e for e in entries if e.endswith("/" + MANIFEST_NAME) and e not in manifests]
-        fs.delete([m for m in manifests if m in entries])
-        fs.delete([e for e in entries if e not in manifests])
+        fs.delete([m for m in manifests if m in entries], root=config.output)
+        fs.delete([e for e in entries if e not in manifests], root=config.output)
         _remove_emptied_dirs(config.output, entries)
         _LOG.info("--overwrite: deleted the %d files of the dataset in %s", len(entries),
                   config.output)
@@ -328,14 +335,17 @@ def release(config: JobConfig, *, attempt: str | None, fingerprint: str, tmp_dir
             ]
             if config.splits.names:
                 written += sorted(_split_files(config.output, entries, fingerprint))
-            fs.delete(written)
+            fs.delete(written, root=config.output)
             _remove_emptied_dirs(config.output, written)
             directory = fs.join(config.output, REJECTS_DIR)
-            if fs.scheme(directory) is None and os.path.isdir(directory) and not os.listdir(
-                    directory):
+            if (fs.scheme(directory) is None and os.path.isdir(directory)
+                    and not os.path.islink(directory) and not os.listdir(directory)):
                 os.rmdir(directory)
-        remove_job_files(config.output, tmp_dir, attempt)
     except Exception as e:  # the job's own error matters more
+        _LOG.warning("could not remove what this job wrote in %s: %s", config.output, e)
+    try:  # even so: a link refused above must not leave the claim behind
+        remove_job_files(config.output, tmp_dir, attempt)
+    except Exception as e:
         _LOG.warning("could not remove this job's temporary files and claim: %s", e)
 
 
@@ -359,7 +369,7 @@ def check_claim(output: str, attempt: str | None) -> None:
 def remove_job_files(output: str, tmp_dir: str, attempt: str | None) -> None:
     """Remove this job's temporary directory and, if it holds it, its claim on ``output``."""
     found = fs.list_dir(tmp_dir)
-    fs.delete(found + ([tmp_dir] if fs.exists(tmp_dir) else []))
+    fs.delete(found + ([tmp_dir] if fs.exists(tmp_dir) else []), root=output)
     parent = tmp_dir.rstrip("/").rsplit("/", 1)[0]
     if fs.scheme(parent) in (None, "file") and os.path.isdir(parent) and not os.listdir(parent):
         os.rmdir(parent)  # OUTPUT/.tmp, when no other attempt's files are left in it
@@ -371,6 +381,6 @@ def remove_job_files(output: str, tmp_dir: str, attempt: str | None) -> None:
     except Exception:
         return
     if holder == attempt:
-        fs.delete([claim])
+        fs.delete([claim], root=output)
 
 

@@ -1,15 +1,23 @@
 """Input patterns → numbered chunks, each file's exactly once; and the shard plan.
 
 The steps wire `transforms.chunks`: files are matched on the workers (nothing is listed while
-the graph is built) or taken as the launcher matched them (``matched``, on Dask), a file
-matched by several patterns is read once (as the first pattern's), and uncompressed line
-files larger than the chunk size become byte ranges after a parallel pass that counts each
-range's lines, so that ids keep true line numbers.
+the graph is built), a file matched by several patterns is read once (as the first pattern's),
+and uncompressed line files larger than the chunk size become byte ranges after a parallel
+pass that counts each range's lines, so that ids keep true line numbers.
+
+On a runner that spreads a job only as far as its first ``Create``'s partitions (Beam's
+DaskRunner), the launcher plans the chunks instead (`transforms.launch`), has the workers
+count the lines of the byte ranges in a short job of its own (`count_chunk_lines`), numbers
+them, and the job starts from one element per chunk (``SplitInputs(chunks=...)``): the same
+chunks, named and numbered the same.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import dataclasses
+import json
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import apache_beam as beam
 
@@ -27,22 +35,25 @@ from transforms.chunks import (
     shown_name,
 )
 from transforms.keys import ShardPlan, plan_shards
+from transforms.launch import PatternMatch, number_counted
 from transforms.params import ReadSpec
 from transforms.splits import SplitSpec
 
-__all__ = ["COMPRESSED_TEXT_RATIO", "TARGET_SHARD_INPUT_BYTES", "PatternMatch", "SplitInputs",
-           "plan_for_files"]
+__all__ = ["COMPRESSED_TEXT_RATIO", "LINE_COUNTS_NAME", "TARGET_SHARD_INPUT_BYTES",
+           "PatternMatch", "SplitInputs", "count_chunk_lines", "plan_for_files"]
+
+_LOG = logging.getLogger("token_windows")
 
 # Without --num-shards: one shard per this many bytes of input files.
 TARGET_SHARD_INPUT_BYTES = 64 << 20
 
 
 _Match = tuple[int, str, int, float | None]  # pattern index, relative name, size, mtime
-PatternMatch = tuple[int, str, int, float | None]  # pattern index, path, size, mtime
 
 
 def _named(found: PatternMatch, bases: list[str]) -> tuple[str, tuple[str, _Match]]:
-    """(relative name, (path, (pattern index, relative name, size, mtime)))."""
+    """(relative name, (path, (pattern index, relative name, size, mtime))); the launcher
+    names files the same way (`transforms.launch.name_files`)."""
     index, path, size, mtime = found
     rel = relative_name(path, bases[index])
     return rel, (path, (index, rel, size, mtime))
@@ -105,33 +116,41 @@ class SplitInputs(beam.PTransform):
         patterns: the ``--input`` patterns, in order.
         spec: how to read the inputs.
         chunk_bytes: uncompressed line files larger than this are read in ranges.
-        matched: every (pattern index, path, size, mtime) the launcher matched, a file once
-            per pattern that matched it: the graph starts from one element per match, so
-            that a runner that parallelizes by its source's partitions (Beam's DaskRunner,
-            ``--dask_npartitions``) spreads the files; they are embedded in the graph. None:
-            the graph starts from the patterns, which the workers match (``MatchFiles``).
-            Either way the same chunks, named the same.
+        chunks: the launcher's plan (`transforms.launch`, every chunk numbered): the graph
+            starts from one element per chunk, so that a runner that parallelizes by its
+            source's partitions (Beam's DaskRunner, ``--dask_npartitions``) spreads them;
+            they are embedded in the graph. None: the graph starts from the patterns, which
+            the workers match (``MatchFiles``). Either way the same chunks, named the same.
     """
 
     def __init__(self, patterns: Iterable[str], *, spec: ReadSpec,
                  chunk_bytes: int = CHUNK_BYTES,
-                 matched: Iterable[PatternMatch] | None = None) -> None:
+                 chunks: Iterable[Chunk] | None = None) -> None:
         super().__init__()
         self._patterns = list(patterns)
         self._spec = spec
         self._chunk_bytes = chunk_bytes
-        self._matched = None if matched is None else list(matched)
+        self._chunks = None if chunks is None else list(chunks)
+        unnumbered = [c for c in self._chunks or () if c.first is None]
+        if unnumbered:
+            raise ValueError(
+                f"the chunk {shown_name(unnumbered[0].path)}@{unnumbered[0].start} has no "
+                "first line: number the launcher's chunks (count_chunk_lines) first")
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+        if self._chunks is not None:
+            # Planned and numbered at launch: nothing to group, so the runner's partitions of
+            # this Create are the encoding's (a GroupByKey would place them by key hash).
+            # Each as a JSON array of its fields: Beam's Create infers its type from every
+            # value and pickles what its coder does not know, which for 10^5 dataclasses (or
+            # tuples) takes seconds; bytes it takes as they are.
+            return (pbegin
+                    | "Chunks" >> beam.Create([_as_row(c) for c in self._chunks])
+                    | "AsChunks" >> beam.Map(_as_chunk))
         bases = [pattern_base(p) for p in self._patterns]
-        if self._matched is None:
-            named = (pbegin
-                     | "Patterns" >> beam.Create(list(enumerate(self._patterns)))
-                     | "MatchFiles" >> beam.ParDo(_MatchPatternFn(bases)))
-        else:
-            named = (pbegin
-                     | "Files" >> beam.Create(self._matched)
-                     | "Named" >> beam.Map(_named, bases))
+        named = (pbegin
+                 | "Patterns" >> beam.Create(list(enumerate(self._patterns)))
+                 | "MatchFiles" >> beam.ParDo(_MatchPatternFn(bases)))
         return (
             named
             | "GroupByName" >> beam.GroupByKey()
@@ -145,6 +164,71 @@ class SplitInputs(beam.PTransform):
             | "NumberLines" >> beam.FlatMap(_number_chunks)
             | "SpreadNumberedChunks" >> beam.Reshuffle()
         )
+
+
+_CHUNK_FIELDS = tuple(f.name for f in dataclasses.fields(Chunk))
+
+
+def _as_row(chunk: Chunk) -> bytes:
+    return json.dumps([getattr(chunk, name) for name in _CHUNK_FIELDS],
+                      separators=(",", ":")).encode()
+
+
+def _as_chunk(row: bytes) -> Chunk:
+    return Chunk(**dict(zip(_CHUNK_FIELDS, json.loads(row), strict=True)))
+
+
+# The line counts of a count job (`count_chunk_lines`), in the job's temporary directory.
+LINE_COUNTS_NAME = "line-counts.json"
+
+
+def _counted(chunk: Chunk) -> tuple[None, tuple[str, int, int]]:
+    lines = count_lines(chunk, fs.open_raw)
+    _LOG.debug("counted chunk %s@%d: %d lines", chunk.path, chunk.start, lines)
+    return None, (chunk.path, chunk.start, lines)
+
+
+def _write_counts(item: tuple[None, Iterable[tuple[str, int, int]]], path: str,
+                  tmp_dir: str, root: str) -> None:
+    counts = sorted(item[1])
+    fs.write_atomically(path, lambda f: f.write(json.dumps(counts).encode()), tmp_dir,
+                        root=root)
+
+
+def count_chunk_lines(chunks: Iterable[Chunk], *, pipeline: Callable[[], beam.Pipeline],
+                      tmp_dir: str, root: str) -> list[Chunk]:
+    """The launcher's chunks, numbered (`transforms.launch.number_counted`): the lines of
+    every chunk still to be numbered are counted by a job of their own on ``pipeline()``
+    (the job's runner), which writes them to `LINE_COUNTS_NAME` in ``tmp_dir`` (below ``root``,
+    the output directory, `pipeline.confine`). No job runs
+    when every chunk is numbered already (no uncompressed line file exceeds the chunk size).
+
+    Raises:
+        Exception: whatever failed the count job (a file that cannot be read is named).
+    """
+    chunks = list(chunks)
+    todo = [c for c in chunks if c.first is None]
+    if not todo:
+        return chunks
+    path = fs.join(tmp_dir, LINE_COUNTS_NAME)
+    p = pipeline()
+    _ = (p
+         | "ChunksToCount" >> beam.Create([_as_row(c) for c in todo])
+         | "AsChunks" >> beam.Map(_as_chunk)
+         | "CountLines" >> beam.Map(_counted)
+         | "AllCounts" >> beam.GroupByKey()
+         | "WriteCounts" >> beam.Map(_write_counts, path, tmp_dir, root))
+    result = p.run()
+    try:
+        result.wait_until_finish()
+    finally:
+        client = getattr(result, "client", None)  # the DaskRunner leaves its client open
+        if client is not None:
+            client.close()
+    counts = {(path_, start): lines
+              for path_, start, lines in json.loads(fs.read_bytes(path))}
+    fs.delete([path], root=root)
+    return number_counted(chunks, counts)
 
 
 # A compressed input is taken to hold this many times its size in text when parts are cut.

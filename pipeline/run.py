@@ -42,13 +42,13 @@ from apache_beam.options.pipeline_options import (
 )
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
-from pipeline import fs, progress
+from pipeline import fs, graph, launch, progress
 from pipeline.encode import load_tokenizer
 from pipeline.graph import build_pipeline, shard_plan
 from pipeline.options import JobConfig, TokenWindowsOptions, runner_name
 from pipeline.output import absolute, check_outside_inputs, claim_output, release
 from pipeline.read import PatternMatch
-from transforms.chunks import pattern_base, relative_name, shown_name
+from transforms.chunks import Chunk, pattern_base, relative_name, shown_name
 from transforms.manifest import (
     MANIFEST_NAME,
     job_fingerprint,
@@ -99,6 +99,8 @@ class Plan(NamedTuple):
     tmp_dir: str  # OUTPUT/.tmp/<attempt>: every temporary file of this job
     # (pattern index, path, size, mtime) of every match, a file once per pattern; None: dry run
     matched: list[PatternMatch] | None = None
+    # The input chunks as the launcher planned them (`pipeline.launch`: Dask only), else None
+    chunks: list[Chunk] | None = None
 
 
 def preflight(config: JobConfig, options: PipelineOptions) -> Plan:
@@ -117,13 +119,6 @@ def preflight(config: JobConfig, options: PipelineOptions) -> Plan:
             "--direct_running_mode=multi_threading is refused: in Beam 2.77 it silently loses "
             "elements under load (1e6 elements through a GroupByKey lost 0.3-1.2 %); use "
             "in_memory or multi_processing"
-        )
-    if runner_name(options) == "daskrunner" and config.shuffle == "files":
-        raise ValueError(
-            "--shuffle files is refused with --runner DaskRunner: Beam's DaskRunner computes a "
-            "side input inside each task that reads it, so the shard writers' list of spill "
-            "files would encode the corpus a second time; use --shuffle runner (the default "
-            "there)"
         )
     if _is_dataflow(options):
         _check_dataflow(config, options)
@@ -162,13 +157,16 @@ def preflight(config: JobConfig, options: PipelineOptions) -> Plan:
             if path not in files:
                 names.append((index, relative_name(path, base), size))
             files.setdefault(path, (size, mtime))
+    chunks = (launch.plan_at_launch(config, matched, chunk_bytes=graph.CHUNK_BYTES)
+              if launch.plans_chunks(options) else None)
     tokenizer = load_tokenizer(config.tokenizer_spec).info()
     fingerprint = job_fingerprint(tokenizer=tokenizer, windows=config.windows.to_json(),
                                   reading=config.read.to_json(), num_shards=config.num_shards,
                                   files=names, splits=config.splits.to_json() or None)
     attempt = uuid.uuid4().hex[:16]  # temporary names only: it never reaches the output
     claim_output(config, attempt, fingerprint)
-    return Plan(files, fingerprint, attempt, fs.join(config.output, TMP_DIR, attempt), matched)
+    return Plan(files, fingerprint, attempt, fs.join(config.output, TMP_DIR, attempt), matched,
+                chunks)
 
 
 def _check_dataflow(config: JobConfig, options: PipelineOptions) -> None:
@@ -350,14 +348,18 @@ def _start(job: _Prepared) -> Submitted:
             setup.save_main_session = False
 
         started = time.monotonic()
-        p = beam.Pipeline(runner=_runner(options), options=options)
         # On Dask the work spreads only as far as the first Create's partitions: start from
-        # the matched files (--dask_npartitions). Elsewhere the workers match the patterns
+        # the launcher's chunks (`pipeline.launch`). Elsewhere the workers match the patterns
         # (a Create of 10^5 paths would sit in the job graph, whose size Dataflow limits)
         # and Reshuffle spreads the chunks.
-        matched = plan.matched if runner_name(options) == "daskrunner" else None
+        chunks = None
+        if plan.chunks is not None:
+            chunks = launch.prepare_chunks(
+                plan.chunks, options, tmp_dir=plan.tmp_dir, root=config.output,
+                pipeline=lambda: beam.Pipeline(runner=_runner(options), options=options))
+        p = beam.Pipeline(runner=_runner(options), options=options)
         build_pipeline(p, config, plan.files, fingerprint=plan.fingerprint,
-                       tmp_dir=plan.tmp_dir, attempt=plan.attempt, matched=matched)
+                       tmp_dir=plan.tmp_dir, attempt=plan.attempt, chunks=chunks)
         if dry_run and not _is_dataflow(options):
             p.to_runner_api()  # the graph translates; nothing runs
             return Submitted(config, None, dry_run, started, plan)
@@ -433,6 +435,9 @@ def _finish(job: Submitted) -> dict[str, Any] | None:
     finally:
         if job.progress is not None:
             job.progress.stop()
+        client = getattr(job.result, "client", None)  # the DaskRunner leaves its client open
+        if client is not None:
+            client.close()
     output = job.config.output
     if job.config.splits.names:
         record = fs.join(output, SPLITS_NAME)

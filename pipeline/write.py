@@ -75,7 +75,10 @@ class ShuffleDocuments(beam.PTransform):
 
 def write_shard_file(*, output: str, index: int, num_shards: int,
                       rows: ShardRows | ShardParts, window: int, fingerprint: str,
-                      tmp_dir: str, split: str | None = None) -> WrittenShard:
+                      tmp_dir: str, split: str | None = None,
+                      root: str | None = None) -> WrittenShard:
+    """Write one shard into ``output``; ``root`` (default ``output``) is the job's output
+    directory, below which nothing is reached through a link (`pipeline.confine`)."""
     name = shard_file_name(index, num_shards)
 
     def metadata() -> dict[str, str]:  # a ShardParts' counts are complete once it is written
@@ -88,6 +91,7 @@ def write_shard_file(*, output: str, index: int, num_shards: int,
             fs.join(output, name),
             lambda f: write_rows(rows, f, window=window, metadata=metadata),
             tmp_dir,
+            root=output if root is None else root,
         ),
     )
     counts: ShardCounts = rows.counts
@@ -114,7 +118,7 @@ def write_placed_shard(*, plan: ShardPlan, index: int, output: str, fingerprint:
     directory, local, of, footer = place_shard(plan, index, output, fingerprint)
     shard = write_shard_file(output=directory, index=local, num_shards=of, rows=rows,
                               window=window, fingerprint=footer, tmp_dir=tmp_dir,
-                              split=plan.locate(index)[0])
+                              split=plan.locate(index)[0], root=output)
     return dataclasses.replace(shard, index=index)
 
 
@@ -124,12 +128,12 @@ class _WriteShardFn(beam.DoFn):
     (`pipeline.tagged`). Metrics are bumped here, on the bundle thread.
 
     A shard arrives as (index, its blocks), written before the next; or, with the file
-    shuffle, a batch of indexes, its parts then read from every spill file one part at a
-    time (`transforms.spill`), the batch written at once. Shards are written on the helper
-    threads of a pool shared by the worker process (pyarrow encodes and compresses off the
-    GIL), up to `SHARDS_AT_ONCE` at a time (and no more than it has cores). Nothing is left
-    to emit when ``process`` returns: runners that drop what ``finish_bundle`` emits (Beam's
-    DaskRunner) get every shard.
+    shuffle, as (a batch of indexes, every spill file), its parts then read from every spill
+    file one part at a time (`transforms.spill`), the batch written at once. Shards are
+    written on the helper threads of a pool shared by the worker process (pyarrow encodes
+    and compresses off the GIL), up to `SHARDS_AT_ONCE` at a time (and no more than it has
+    cores). Nothing is left to emit when ``process`` returns: runners that drop what
+    ``finish_bundle`` emits (Beam's DaskRunner) get every shard.
     """
 
     def __init__(self, *, output: str, window: int, plan: ShardPlan, fingerprint: str,
@@ -149,22 +153,23 @@ class _WriteShardFn(beam.DoFn):
             lambda: ThreadPoolExecutor(self._at_once, thread_name_prefix="write-shard"),
             tag="write-shard")
 
-    def process(self, item: tuple[int, Iterable[bytes]] | list[int],
-                spills: list[str] | None = None) -> Iterator[tuple[str, Any]]:
+    def process(self, item: tuple[int, Iterable[bytes]] | tuple[list[int], list[str]]
+                ) -> Iterator[tuple[str, Any]]:
         plan = self._plan
-        if spills is None:
+        if not isinstance(item[0], list):
             index, blocks = item  # type: ignore[misc]
             # On the process's pool all the same: however many bundle threads a runner runs
             # in a process (Dataflow: a dozen), at most `_at_once` shards are written at once.
             rows = ShardRows(list(blocks))
             yield from self._finished(self._pool.submit(self._write, index, rows, plan).result())
             return
+        indexes, spills = item
         writing = [
             self._pool.submit(self._write, index,
                               ShardParts(spills, shard=index, num_shards=plan.num_shards,
                                          parts_per_shard=plan.parts_per_shard,
                                          open_file=fs.open_raw), plan)
-            for index in item  # type: ignore[union-attr]
+            for index in indexes  # type: ignore[union-attr]
         ]
         for future in writing:
             yield from self._finished(future.result())
@@ -212,26 +217,43 @@ class WriteShards(beam.PTransform):
         self._spills = spills
 
     def expand(self, groups: beam.PCollection | beam.pvalue.PBegin) -> Outputs:
-        side: dict[str, Any] = {}
         if self._spills is not None:
-            # Every shard, in batches spread over the workers; each shard reads its parts
-            # from every file.
-            groups = (groups | "EveryShard" >> beam.Create(list(_shard_batches(self._plan)))
-                      | "SpreadShards" >> beam.Reshuffle())
-            side["spills"] = beam.pvalue.AsList(self._spills)
+            # Every shard, in batches spread over the workers, each with the list of every
+            # spill file, from which it reads its parts. The list reaches them through a
+            # GroupByKey, not as a side input: Beam's DaskRunner computes a side input again
+            # inside each task that reads it, which would encode the corpus again.
+            groups = (self._spills
+                      | "KeySpills" >> beam.Map(_one_key)
+                      | "AllSpills" >> beam.GroupByKey()
+                      | "EveryShard" >> beam.FlatMap(_shard_batches, self._plan)
+                      | "SpreadShards" >> beam.GroupByKey()
+                      | "Batches" >> beam.Map(_batch))
         return (
             groups
             | "WriteShard" >> beam.ParDo(
                 _WriteShardFn(output=self._output, window=self._window, plan=self._plan,
-                              fingerprint=self._fingerprint, tmp_dir=self._tmp_dir), **side)
+                              fingerprint=self._fingerprint, tmp_dir=self._tmp_dir))
             | "ByTag" >> SplitTags([SHARDS, REJECTS])
         )
 
 
-def _shard_batches(plan: ShardPlan) -> Iterator[list[int]]:
-    """The plan's shard indexes in batches of `SHARDS_AT_ONCE`, each written at once."""
+def _one_key(path: str) -> tuple[None, str]:
+    return None, path
+
+
+def _shard_batches(item: tuple[None, Iterable[str]], plan: ShardPlan
+                   ) -> Iterator[tuple[int, tuple[list[int], list[str]]]]:
+    """(batch number, (shard indexes, every spill file)): the plan's shards in batches of
+    `SHARDS_AT_ONCE`, each written at once."""
+    spills = sorted(item[1])
     for lo in range(0, plan.num_shards, SHARDS_AT_ONCE):
-        yield list(range(lo, min(lo + SHARDS_AT_ONCE, plan.num_shards)))
+        yield lo, (list(range(lo, min(lo + SHARDS_AT_ONCE, plan.num_shards))), spills)
+
+
+def _batch(item: tuple[int, Iterable[tuple[list[int], list[str]]]]
+           ) -> tuple[list[int], list[str]]:
+    (batch,) = item[1]
+    return batch
 
 
 def _key_by_reason(reject: Reject | RejectRun) -> tuple[str, Reject | RejectRun]:
@@ -270,7 +292,8 @@ def _write_rejects(item: tuple[str, Iterable[Reject | RejectRun]], output: str,
             f.write(b"".join(r.to_line() for r in rows))
 
         count, first = len(rows), rows[0]
-    fs.write_atomically(fs.join(output, REJECTS_DIR, f"{reason}.jsonl"), write, tmp_dir)
+    fs.write_atomically(fs.join(output, REJECTS_DIR, f"{reason}.jsonl"), write, tmp_dir,
+                        root=output)
     return reason, RejectCount(count, first._replace(record=first.record[:4096]))
 
 

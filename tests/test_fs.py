@@ -10,7 +10,7 @@ from pipeline import fs
 def test_write_atomically_renames_a_complete_temporary_file(tmp_path):
     target = tmp_path / "out" / "sub" / "file.bin"
     result = fs.write_atomically(str(target), lambda f: f.write(b"payload") and 42,
-                                 str(tmp_path / "out" / ".tmp"))
+                                 str(tmp_path / "out" / ".tmp"), root=str(tmp_path / "out"))
     assert result == 42 and target.read_bytes() == b"payload"
     assert list((tmp_path / "out" / ".tmp").iterdir()) == []
 
@@ -21,7 +21,8 @@ def test_a_failed_write_leaves_only_its_temporary_file(tmp_path):
         raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"):
-        fs.write_atomically(str(tmp_path / "file.bin"), fail, str(tmp_path / ".tmp"))
+        fs.write_atomically(str(tmp_path / "file.bin"), fail, str(tmp_path / ".tmp"),
+                            root=str(tmp_path))
     assert not (tmp_path / "file.bin").exists()
     (left,) = (tmp_path / ".tmp").iterdir()
     assert left.name.startswith("file.bin.")
@@ -40,8 +41,8 @@ def test_match_list_read_and_delete(tmp_path):
     with fs.open_raw(found[1]) as f:
         f.seek(1)
         assert f.read(2) == b"el"
-    fs.delete(found)
-    fs.delete([])
+    fs.delete(found, root=str(tmp_path / "d"))
+    fs.delete([], root=str(tmp_path / "d"))
     assert not fs.exists(found[0]) and fs.list_dir(str(tmp_path / "d")) == []
     assert fs.scheme("gs://b/x") == "gs" and fs.scheme(str(tmp_path)) is None
     assert fs.join(str(tmp_path) + "/", "part", "x") == f"{tmp_path}/part/x"

@@ -36,10 +36,13 @@ def test_each_file_once_with_its_first_pattern_s_relative_name(tmp_path):
                     equal_to([("one.txt", 0, 5, 1), ("b/two.txt", 0, 11, 1)]))
 
 
-def test_from_the_launcher_s_matches_the_same_chunks_as_from_the_patterns(tmp_path):
-    """What the DaskRunner gets (one element per matched file) names and reads every file as
-    matching on the workers does: a file of several patterns once, clashing names disambiguated."""
+def test_from_the_launcher_s_chunks_the_same_chunks_as_from_the_patterns(tmp_path):
+    """What the DaskRunner gets (the launcher's chunks, numbered by a count job) names,
+    splits and numbers every file as matching on the workers does: a file of several patterns
+    once, clashing names disambiguated, byte ranges with their first lines."""
     from pipeline import fs
+    from pipeline.read import count_chunk_lines
+    from transforms.launch import name_files, plan_files
 
     for d in ("en", "zh"):
         (tmp_path / d).mkdir()
@@ -50,17 +53,42 @@ def test_from_the_launcher_s_matches_the_same_chunks_as_from_the_patterns(tmp_pa
     matched = [(i, path, size, mtime) for i, pattern in enumerate(patterns)
                for path, size, mtime in fs.match_files(pattern)]
     assert len(matched) == 4  # big.jsonl twice
+    planned = plan_files(name_files(matched, patterns), spec=ReadSpec(), open_file=fs.open_raw,
+                         chunk_bytes=100)
+    (tmp_path / "tmp").mkdir()
+    launched = count_chunk_lines(planned, pipeline=fn_api_pipeline,
+                                 tmp_dir=str(tmp_path / "tmp"), root=str(tmp_path))
+    # Lines 1 … k begin in [0, 100) (one at 0, one after each newline before byte 99).
+    k = 1 + (tmp_path / "en" / "big.jsonl").read_bytes()[:99].count(b"\n")
+    assert [c.first for c in launched if c.rel == "big.jsonl"][:2] == [1, k + 1]
+    assert not list((tmp_path / "tmp").iterdir())  # the counts file is removed
     want = []
     for rel, path in (("big.jsonl", "en/big.jsonl"), ("en/part-0.jsonl", "en/part-0.jsonl"),
                       ("zh/part-0.jsonl", "zh/part-0.jsonl")):
         size = (tmp_path / path).stat().st_size
         want += [(rel, start, min(start + 100, size)) for start in range(0, size, 100)]
+    assert sorted((c.rel, c.start, c.end) for c in launched) == sorted(want)
     with fn_api_pipeline() as p:
-        for label, given in (("Patterns", None), ("Files", matched)):
-            chunks = p | f"By{label}" >> SplitInputs(patterns, spec=ReadSpec(), chunk_bytes=100,
-                                                     matched=given)
-            assert_that(chunks | f"{label}Summary" >> beam.Map(lambda c: (c.rel, c.start, c.end)),
-                        equal_to(want), label=f"Check{label}")
+        by_patterns = (p | "ByPatterns" >> SplitInputs(patterns, spec=ReadSpec(),
+                                                       chunk_bytes=100)
+                       | "Everything" >> beam.Map(lambda c: c))
+        assert_that(by_patterns, equal_to(launched), label="CheckPatterns")
+        by_chunks = p | "ByChunks" >> SplitInputs(patterns, spec=ReadSpec(), chunks=launched)
+        assert_that(by_chunks, equal_to(launched), label="CheckChunks")
+
+
+def test_unnumbered_chunks_are_refused(tmp_path):
+    import pytest
+
+    from transforms.launch import NamedFile, plan_files
+
+    (tmp_path / "big.jsonl").write_text("\n".join(LINES) + "\n")
+    size = (tmp_path / "big.jsonl").stat().st_size
+    chunks = plan_files([NamedFile(path=str(tmp_path / "big.jsonl"), index=0, rel="big.jsonl",
+                                   size=size, mtime=None)], spec=ReadSpec(),
+                        open_file=open, chunk_bytes=100)
+    with pytest.raises(ValueError, match=r"big.jsonl@0 has no first line"):
+        SplitInputs([str(tmp_path / "big.jsonl")], spec=ReadSpec(), chunks=chunks)
 
 
 def test_a_split_file_s_chunks_are_numbered_by_their_first_line(tmp_path):

@@ -6,7 +6,8 @@
   as on Flink), and ``--runner=DirectRunner`` (which tries Prism first and falls back).
 * A Dask cluster: a ``dask scheduler`` and two ``dask worker`` processes on 127.0.0.1, the
   job submitted with ``--runner DaskRunner --dask_npartitions 4``: the same bytes, each
-  chunk encoded and each shard written once, both workers encoding.
+  chunk encoded and each shard written once, both workers encoding (one input file spread
+  over both: tests/test_dask_chunks.py).
 * The Dataflow translation, offline: with gs:// input, tokenizer and output, the job builds
   and translates for Dataflow with ``--setup_file ./setup.py`` while every socket, GCS client
   and credential lookup is made to fail, and the staged package holds the project.
@@ -261,8 +262,8 @@ def test_same_bytes_on_a_dask_cluster_each_step_once_on_both_workers(tmp_path, d
     assert len(every) == len(set(every)) == 7, chunks
     shards = re.findall(r"wrote (part-\d+-of-00003\.parquet)", "".join(logs))
     assert sorted(shards) == [f"part-0000{i}-of-00003.parquet" for i in range(3)], shards
-    # The graph starts from one element per file, so --dask_npartitions cuts the files into
-    # partitions, and both workers encode some of them.
+    # The graph starts from one element per chunk the launcher planned, so
+    # --dask_npartitions cuts the chunks into partitions, and both workers encode some.
     assert all(chunks), chunks
     per_worker: dict[str, int] = {}
     for task in tasks:
@@ -270,15 +271,6 @@ def test_same_bytes_on_a_dask_cluster_each_step_once_on_both_workers(tmp_path, d
     print(f"dask tasks per worker: {per_worker}; chunks encoded per worker: "
           f"{[len(c) for c in chunks]}")
     assert len(per_worker) == 2, per_worker
-
-
-def test_the_file_shuffle_is_refused_on_dask(tmp_path):
-    from pipeline.run import run
-
-    with pytest.raises(ValueError, match=r"--shuffle files is refused with --runner DaskRunner"):
-        run(["--input", str(SAMPLES / "corpus" / "*.jsonl"), "--tokenizer", "bytes",
-             "--output", str(tmp_path / "out"), "--runner", "DaskRunner", "--shuffle", "files"])
-    assert not (tmp_path / "out").exists()
 
 
 # ---------------------------------------------------------------- Dataflow, offline

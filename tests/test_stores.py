@@ -13,6 +13,7 @@ is replaced by anonymous credentials and the metadata host is a closed loopback 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import json
 import os
@@ -248,3 +249,65 @@ def test_gcs_corpus_tokenizer_and_output_same_bytes_overwrite_and_the_reader(
                                "&scheme=http", cache_dir=tmp_path / "c1")
         assert len(local) > 0
         assert _windows(remote) == local
+
+
+# ---------------------------------------------------------------- S3: confined keys, read errors
+# (docs/integrity.md#the-job)
+
+
+@pytest.mark.slow
+def test_s3_output_with_dot_dot_is_refused_and_the_bucket_untouched(tmp_path, s3):
+    pytest.importorskip("apache_beam.io.aws.s3io", reason="needs apache-beam[aws]")
+    endpoint, client = s3
+    client.create_bucket(Bucket="bucket")
+    client.put_object(Bucket="bucket", Key="victim/empty.jsonl", Body=b"precious\n")
+
+    def stored() -> dict[str, bytes]:
+        listed = client.list_objects_v2(Bucket="bucket").get("Contents", [])
+        return {o["Key"]: client.get_object(Bucket="bucket", Key=o["Key"])["Body"].read()
+                for o in listed}
+
+    before = stored()
+    job_input = write_jsonl(tmp_path / "in.jsonl", [{"text": ""}, {"text": "ok"}])
+    code, err = _job("--input", str(job_input), "--tokenizer", "bytes",
+                     "--output", "s3://bucket/data/../victim", "--s3_endpoint_url", endpoint,
+                     "--s3_access_key_id", "test", "--s3_secret_access_key", "test",
+                     "--s3_region_name", "us-east-1")
+    assert code == 2, err
+    assert "--output s3://bucket/data/../victim has '..' as a segment" in err, err
+    assert stored() == before
+
+
+@pytest.mark.slow
+def test_an_input_bucket_deleted_mid_run_names_the_input(tmp_path, s3, monkeypatch):
+    """The inputs were matched and their chunks planned; then, as the first chunk is read,
+    their bucket is gone. The error names the input (not the spill file's
+    CompleteMultipartUpload that the failure interrupted: "MalformedXML")."""
+    pytest.importorskip("apache_beam.io.aws.s3io", reason="needs apache-beam[aws]")
+    endpoint, client = s3
+    client.create_bucket(Bucket="inputs")
+    client.create_bucket(Bucket="outputs")
+    for i in range(2):
+        lines = [json.dumps({"text": f"document {k} of file {i}"}) for k in range(300)]
+        client.put_object(Bucket="inputs", Key=f"corpus/{i}.jsonl",
+                          Body="\n".join(lines).encode() + b"\n")
+    encode = importlib.import_module("pipeline.encode")
+    reading = encode.read_chunk
+
+    def bucket_gone(chunk, spec, open_file):
+        with contextlib.suppress(client.exceptions.NoSuchBucket):  # the first chunk only
+            for o in client.list_objects_v2(Bucket="inputs").get("Contents", []):
+                client.delete_object(Bucket="inputs", Key=o["Key"])
+            client.delete_bucket(Bucket="inputs")
+        return reading(chunk, spec, open_file)
+
+    monkeypatch.setattr(encode, "read_chunk", bucket_gone)
+    code, err = _job("--input", "s3://inputs/corpus/*.jsonl", "--tokenizer", "bytes",
+                     "--output", "s3://outputs/ds", "--shuffle", "files",
+                     "--s3_endpoint_url", endpoint, "--s3_access_key_id", "test",
+                     "--s3_secret_access_key", "test", "--s3_region_name", "us-east-1")
+    assert code == 1, err
+    assert "error: the job failed: cannot read input file s3://inputs/corpus/" in err, err
+    assert "MalformedXML" not in err and "CompleteMultipartUpload" not in err, err
+    listed = client.list_objects_v2(Bucket="outputs").get("Contents", [])
+    assert [o["Key"] for o in listed] == []  # the claim and the temporary files removed

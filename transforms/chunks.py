@@ -42,6 +42,7 @@ from transforms.documents import (
     parse_parquet,
     parse_text_file,
 )
+from transforms.input_parquet import DamagedInput, read_row_groups
 from transforms.params import ReadSpec
 
 __all__ = [
@@ -288,9 +289,12 @@ def count_lines(chunk: Chunk, open_file: Opener) -> int:
     if chunk.first is not None:
         return 0
     first = max(chunk.start - 1, 0)
-    with open_file(chunk.path) as f:
-        f.seek(first)
-        data = f.read(chunk.end - first)
+    try:
+        with open_file(chunk.path) as f:
+            f.seek(first)
+            data = f.read(chunk.end - first)
+    except Exception as e:  # an object store's error names no file: this one does
+        raise OSError(f"cannot read input file {shown_name(chunk.path)}: {e}") from e
     return line_starts_in(data, chunk.start, chunk.end)
 
 
@@ -436,7 +440,12 @@ def read_chunk(chunk: Chunk, spec: ReadSpec, open_file: Opener) -> Iterator[Docu
         with open_file(chunk.path) as f:
             consumed: int | None = None
             if chunk.fmt == "parquet":
-                table = pq.ParquetFile(f).read_row_groups(range(chunk.start, chunk.end))
+                try:
+                    table = read_row_groups(f, start=chunk.start, end=chunk.end,
+                                            first_row=first, name=shown_name(chunk.path))
+                except DamagedInput:
+                    _check_unchanged(chunk, f, None)  # rewritten under the job: not damaged
+                    raise
             elif chunk.compression is not None or chunk.fmt == "text":
                 counted = _CountingReader(f)
                 data = _decompress(counted, chunk.compression)
@@ -444,7 +453,7 @@ def read_chunk(chunk: Chunk, spec: ReadSpec, open_file: Opener) -> Iterator[Docu
             else:
                 data, consumed = _read_line_range(f, chunk.start, chunk.end)
             _check_unchanged(chunk, f, consumed)
-    except InputChanged:
+    except (InputChanged, DamagedInput):
         raise
     except Exception as e:  # a file that cannot be read fails the job, naming it
         raise OSError(f"cannot read input file {shown_name(chunk.path)}: {e}") from e

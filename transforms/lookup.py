@@ -44,7 +44,7 @@ def _lines(f: BinaryIO, wanted: set[int]) -> Iterator[tuple[int, str]]:
 
 
 def _rows(f: BinaryIO, wanted: set[int], spec: ReadSpec) -> Iterator[tuple[int, str]]:
-    pf = pq.ParquetFile(f)
+    pf = pq.ParquetFile(f, page_checksum_verification=True)  # as `read_chunk` read it
     first = 0
     for group in range(pf.metadata.num_row_groups):
         rows = pf.metadata.row_group(group).num_rows

@@ -47,10 +47,26 @@ from transforms.chunks import Opener
 from transforms.documents import Reject
 from transforms.rows import ShardCounts, ShardRows
 
-__all__ = ["RejectRun", "ShardParts", "SpillWriter", "read_run", "spill_rejects"]
+__all__ = ["RejectRun", "ShardParts", "SpillWriter", "disk_full_message", "read_run",
+           "spill_rejects"]
 
 _FOOTER = struct.Struct("<4sqqq")
 _MAGIC = b"TWS1"
+
+
+def disk_full_message(directory: str) -> str:
+    """What a full disk under the spill files says: the directory, what it needs, the fixes.
+
+    The spill holds every document's tokens and windows until the shards are written: about
+    0.85 bytes per byte of input text with a 32k-vocabulary SentencePiece model, 2.3 with the
+    bytes tokenizer (docs/integrity.md#the-job).
+    """
+    return (f"no space left on the device holding {directory}, where the file shuffle spills "
+            "the encoded documents (the job's temporary directory, always inside --output): "
+            "the spill needs about 0.85x the input text with a 32k-vocabulary model and 2.3x "
+            "with --tokenizer bytes, until the shards are written; free that much on that "
+            "disk, choose an --output on a larger one, or pass --shuffle runner (no spill "
+            "files; the local runner then holds the documents in memory)")
 
 
 class SpillWriter:
