@@ -186,13 +186,10 @@ class MixedBatch(WindowBatch):
         # One pass over the batch: every source's records, then every window's ids. (Each
         # part is used as it is: concatenating or fancy-indexing structured arrays is slow.)
         if len(present) == 1:
-            ats: list[Any] = [slice(None)]
-            parts = [datasets[0]._records(local)]
-            records = parts[0]
+            records = datasets[0]._records(local)
         else:
             order = np.argsort(src, kind="stable")  # the windows grouped by source
             ends = np.cumsum(per_source[present]).tolist()
-            ats = [order[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
             grouped = local[order]
             parts = [ds._records(grouped[a:b])
                      for ds, a, b in zip(datasets, [0, *ends[:-1]], ends, strict=True)]
@@ -202,11 +199,23 @@ class MixedBatch(WindowBatch):
             records = np.empty(len(idx), parts[0].dtype)
             records.view(raw)[order] = np.concatenate(
                 [np.ascontiguousarray(part).view(raw) for part in parts])
+        sizes = records["length"].astype(np.int64) + 1
         offsets = np.zeros(len(idx) + 1, np.int64)
-        np.cumsum(records["length"].astype(np.int64) + 1, out=offsets[1:])
+        np.cumsum(sizes, out=offsets[1:])
         tokens = np.empty(int(offsets[-1]), np.int32)
-        for ds, at, part in zip(datasets, ats, parts, strict=True):
-            ds._copy_tokens(part, tokens, offsets[:-1][at])
+        if len(present) == 1:
+            datasets[0]._copy_tokens(records, tokens, offsets[:-1])
+        else:  # one loop over the batch, in request order, each window from its source
+            tables: list[Any] = [None] * len(mixed.names)
+            for s, ds in zip(present, datasets, strict=True):
+                tables[s] = ds._tokens  # mapped (or None) for this process: _records checked
+            for o, s, shard, lo, n in zip(offsets[:-1].tolist(), src.tolist(),
+                                          records["shard"].tolist(), records["lo"].tolist(),
+                                          sizes.tolist(), strict=False):
+                array = tables[s][shard]
+                if array is None:
+                    array = mixed.sources[mixed.names[s]]._layout(shard).tokens
+                tokens[o : o + n] = array[lo : lo + n]
         super().__init__(tokens=tokens, offsets=offsets, index=idx, records=records,
                          doc_id=lambda s, i: "")  # items are read by __getitem__ (below)
         self.source_ids = src
