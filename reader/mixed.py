@@ -180,8 +180,8 @@ class MixedBatch(WindowBatch):
 
     def __init__(self, mixed: MixedDataset, idx: npt.NDArray[np.int64],
                  src: npt.NDArray[np.int64], local: npt.NDArray[np.int64]) -> None:
-        per_source = np.bincount(src, minlength=len(mixed.names))
-        present = np.flatnonzero(per_source).tolist()
+        per_source = np.bincount(src, minlength=len(mixed.names)).tolist()
+        present = [s for s, m in enumerate(per_source) if m]
         datasets = [mixed.sources[mixed.names[s]] for s in present]
         # One pass over the batch: every source's records, then every window's ids. (Each
         # part is used as it is: concatenating or fancy-indexing structured arrays is slow.)
@@ -189,10 +189,11 @@ class MixedBatch(WindowBatch):
             records = datasets[0]._records(local)
         else:
             order = np.argsort(src, kind="stable")  # the windows grouped by source
-            ends = np.cumsum(per_source[present]).tolist()
             grouped = local[order]
-            parts = [ds._records(grouped[a:b])
-                     for ds, a, b in zip(datasets, [0, *ends[:-1]], ends, strict=True)]
+            parts, a = [], 0
+            for s, ds in zip(present, datasets, strict=True):
+                parts.append(ds._records(grouped[a : a + per_source[s]]))
+                a += per_source[s]
             # Copied as raw records, in one scatter: a structured array's fancy assignment
             # and concatenation go field by field.
             raw = mixed._raw_record(parts[0].dtype)
