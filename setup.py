@@ -31,7 +31,7 @@ setuptools.setup(
         "reader": ["torch>=2.1,<3"],
         # --tokenizer path/to/tokenizer.json (Hugging Face tokenizers). The reader needs no
         # transformers: a trainer that feeds an HF model brings its own (README, 5.x).
-        "hf": ["tokenizers>=0.19"],
+        "hf": ["tokenizers>=0.19", "tiktoken>=0.7"],  # tiktoken: docs/tokenizers.md#engines
         # python -m reader.inspect OUT --plot FILE.png
         "plot": ["matplotlib>=3.7"],
         "gcp": ["apache-beam[gcp]>=2.77,<3"],
@@ -46,6 +46,7 @@ setuptools.setup(
             "pandas>=2",
             "polars>=1.0",
             "tokenizers>=0.19",
+            "tiktoken>=0.7",
             "transformers>=5,<6",  # tests/test_hf.py (skipped without it)
             "matplotlib>=3.7",
             "moto[server]>=5",  # an S3 server on loopback (reader and job on s3://)

@@ -1,150 +1,194 @@
-"""The job's throughput with a Hugging Face tokenizer.json next to SentencePiece, same corpus.
+"""A byte-level BPE ``tokenizer.json`` job with each engine, against ``tokenizers`` alone.
 
-Builds (once, in ``bench/work/tokenizers/``) a corpus of the bundled samples repeated to
-``--mb`` MB (ids suffixed, so every document is distinct) and a byte-level BPE
-``tokenizer.json`` trained on the samples with the same vocabulary size as
-``samples/spm.model`` (8000), the GPT-2 recipe with ``<|endoftext|>`` as BOS and EOS. Then,
-alternating, ``--repeats`` rounds of ``python -m pipeline`` with each tokenizer (window 512,
-stride 256, the default runner) and, for reference, each library alone on the same texts
-(SentencePiece ``encode(batch, num_threads=cores)``; tokenizers ``encode_batch_fast``, which
-uses every core). Prints medians: wall s, M corpus tokens/s (Σ M, so the two tokenizers'
-different token counts do not flatter either), MB/s of input.
+Corpus: `bench/corpus.py`'s real text (``--mb`` MB: Linux documentation and classical
+Chinese, from packages). Tokenizer: a 32 000-token byte-level BPE trained, the GPT-2 recipe
+(ByteLevel, ``<|endoftext|>`` as BOS and EOS), on an evenly spread 12 MB sample of the 100 MB
+corpus's lines; built once into ``bench/work/``. Nothing is downloaded but the corpus
+packages (`bench/corpus.py`).
+
+Each round, alternating: the job (``python -m pipeline``, window 512, stride 256, the
+default runner) with ``--tokenizer-engine auto`` (tiktoken, when the file converts) and
+with ``--tokenizer-engine tokenizers``; then, in this process, ``tokenizers``' own
+``encode_batch_fast`` (its thread pool, every core) and the tiktoken engine alone
+(`transforms.tokenizers.HFTokenizer`, every core) on the same texts, batches of 4096. Every
+row of the two jobs' shards is hashed (doc_id, start, tokens) and the hashes must be equal,
+as must the shards' bytes and the fingerprints; the engines alone must give the same ids.
+Prints medians and the ratios that matter, each from the same rounds::
 
     python bench/bench_tokenizers.py                 # 25 MB, 3 rounds
-    python bench/bench_tokenizers.py --mb 50 --repeats 5 --python bench/work/venv/bin/python
+    python bench/bench_tokenizers.py --mb 100 --repeats 2
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import pathlib
+import resource
 import statistics
 import subprocess
 import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-WORK = ROOT / "bench" / "work" / "tokenizers"
-SPM = ROOT / "samples" / "spm.model"
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import corpus as bench_corpus  # noqa: E402
+
+VOCAB = 32000
+TRAIN_BYTES = 12 << 20
+BATCH = 4096
+RUNS = ("job auto", "job tokenizers", "tokenizers alone", "tiktoken alone")
+# CPU seconds (every thread; the job's whole process) of each run, beside the wall times: on
+# a shared machine they say what the work costs whatever the other load took.
+CPU: dict[str, list[float]] = {k: [] for k in RUNS}
 
 
-def build_corpus(mb: int) -> pathlib.Path:
-    path = WORK / f"corpus-{mb}mb.jsonl"
-    if path.exists():
-        return path
-    records = [json.loads(line) for f in sorted((ROOT / "samples" / "corpus").glob("*.jsonl"))
-               for line in f.read_text(encoding="utf-8").splitlines()]
-    WORK.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    size, copy = 0, 0
-    with tmp.open("w", encoding="utf-8") as f:
-        while size < mb * 1_000_000:
-            for r in records:
-                line = json.dumps({"id": f"{r['id']}~{copy}", "text": r["text"]},
-                                  ensure_ascii=False) + "\n"
-                size += len(line.encode())
-                f.write(line)
-            copy += 1
-    tmp.rename(path)
-    return path
-
-
-def build_bpe(vocab_size: int) -> pathlib.Path:
-    path = WORK / f"bpe-{vocab_size}" / "tokenizer.json"
+def build_bpe(corpus: pathlib.Path) -> pathlib.Path:
+    """The 32k byte-level BPE trained on a sample of ``corpus`` (cached)."""
+    path = corpus.parent / f"bpe-{corpus.name}-{VOCAB}" / "tokenizer.json"
     if path.exists():
         return path
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    texts = [json.loads(line)["text"] for f in sorted((ROOT / "samples" / "corpus").glob("*.jsonl"))
-             for line in f.read_text(encoding="utf-8").splitlines()]
+    lines = [x for text in _texts(corpus) for x in text.split("\n") if x.strip()]
+    total = sum(len(x.encode()) for x in lines)
+    step = max(1, round(total / TRAIN_BYTES))
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(texts, trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=["<|endoftext|>"], show_progress=False,
+    started = time.perf_counter()
+    tok.train_from_iterator(lines[::step], trainers.BpeTrainer(
+        vocab_size=VOCAB, special_tokens=["<|endoftext|>"], show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tok.save(str(path))
+    tmp = path.with_suffix(".tmp")
+    tok.save(str(tmp))
+    tmp.rename(path)
     (path.parent / "tokenizer_config.json").write_text(json.dumps(
         {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}))
+    print(f"[bench] trained {path} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return path
 
 
-def run_job(python: str, corpus: pathlib.Path, tokenizer: pathlib.Path,
+def _texts(corpus: pathlib.Path) -> list[str]:
+    return [json.loads(line)["text"] for f in sorted(corpus.glob("*.jsonl"))
+            for line in f.open(encoding="utf-8")]
+
+
+def run_job(corpus: pathlib.Path, tokenizer: pathlib.Path, engine: str,
             out: pathlib.Path) -> tuple[float, dict]:
-    cmd = [python, "-m", "pipeline", "--input", str(corpus), "--id-field", "id",
-           "--tokenizer", str(tokenizer), "--window", "512", "--stride", "256",
-           "--output", str(out), "--overwrite"]
+    cmd = [sys.executable, "-m", "pipeline", "--input", str(corpus / "*.jsonl"), "--id-field",
+           "id", "--tokenizer", str(tokenizer), "--window", "512", "--stride", "256",
+           "--tokenizer-engine", engine, "--output", str(out), "--overwrite"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    before = _children_cpu()
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, cwd=ROOT, env=env, capture_output=True, timeout=3600)
+    subprocess.run(cmd, check=True, cwd=ROOT, env=env, capture_output=True, timeout=7200)
     wall = time.perf_counter() - t0
+    CPU[f"job {engine}"].append(_children_cpu() - before)
     return wall, json.loads((out / "_manifest.json").read_text())
 
 
-def library_alone(corpus: pathlib.Path, tokenizer: pathlib.Path) -> tuple[float, int]:
-    texts = [json.loads(line)["text"] for line in corpus.open(encoding="utf-8")]
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def row_hashes(out: pathlib.Path, manifest: dict) -> tuple[str, list[str]]:
+    """A SHA-256 over every row (doc_id, start, tokens) in shard order; the shards' SHA-256."""
+    import pyarrow.parquet as pq
+
+    h = hashlib.sha256()
+    for shard in manifest["shards"]:
+        table = pq.read_table(out / shard["file"], columns=["doc_id", "start", "tokens"])
+        for doc_id, start, tokens in zip(*(table.column(c).to_pylist() for c in
+                                           ("doc_id", "start", "tokens")), strict=True):
+            h.update(f"{doc_id}\0{start}\0{','.join(map(str, tokens))}\n".encode())
+    return h.hexdigest(), [s["sha256"] for s in manifest["shards"]]
+
+
+def alone(texts: list[str], tokenizer: pathlib.Path, engine: str) -> tuple[float, str]:
+    """Seconds for one library to encode every text, and a hash of the ids."""
     cores = os.cpu_count() or 1
-    t0 = time.perf_counter()
-    if tokenizer.suffix == ".json":
+    cpu = time.process_time()
+    if engine == "tokenizers":
         from tokenizers import Tokenizer
 
         tok = Tokenizer.from_file(str(tokenizer))
-        tokens = 0
-        for i in range(0, len(texts), 4096):
-            tokens += sum(len(e.ids) + 2 for e in tok.encode_batch_fast(
-                texts[i : i + 4096], add_special_tokens=False))
+        t0 = time.perf_counter()
+        ids = [e.ids for i in range(0, len(texts), BATCH)
+               for e in tok.encode_batch_fast(texts[i : i + BATCH], add_special_tokens=False)]
     else:
-        import sentencepiece as spm
+        from transforms.tokenizers import HFTokenizer
 
-        sp = spm.SentencePieceProcessor(model_file=str(tokenizer))
-        tokens = 0
-        for i in range(0, len(texts), 4096):
-            tokens += sum(len(z) for z in sp.encode(texts[i : i + 4096], add_bos=True,
-                                                      add_eos=True, num_threads=cores))
-    return time.perf_counter() - t0, tokens
+        tok = HFTokenizer(tokenizer.read_bytes(), where=str(tokenizer), num_threads=cores,
+                          bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                          engine="tiktoken")
+        t0 = time.perf_counter()
+        ids = [z[1:-1] for i in range(0, len(texts), BATCH)
+               for z in tok.encode_batch(texts[i : i + BATCH])]
+    seconds = time.perf_counter() - t0
+    CPU[f"{engine} alone"].append(time.process_time() - cpu)
+    h = hashlib.sha256()
+    for x in ids:
+        h.update(",".join(map(str, list(x))).encode() + b"\n")
+    return seconds, h.hexdigest()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mb", type=int, default=25, help="corpus size in MB. Default: 25.")
+    ap.add_argument("--mb", type=float, default=25, help="corpus size in MB. Default: 25.")
     ap.add_argument("--repeats", type=int, default=3, help="rounds. Default: 3.")
-    ap.add_argument("--python", default=sys.executable,
-                    help="the interpreter that runs the job (e.g. a lean venv's).")
     args = ap.parse_args()
-    corpus = build_corpus(args.mb)
-    bpe = build_bpe(8000)
-    mb = corpus.stat().st_size / 1e6
-    kinds = {"sentencepiece": SPM, "huggingface": bpe}
-    job: dict[str, list[float]] = {k: [] for k in kinds}
-    alone: dict[str, list[float]] = {k: [] for k in kinds}
-    tokens: dict[str, int] = {}
+    corpus = bench_corpus.build_corpus(args.mb)
+    bpe = build_bpe(bench_corpus.build_corpus(bench_corpus.MODEL_CORPUS_MB))
+    texts = _texts(corpus)
+    mb = sum(len(t.encode()) for t in texts) / 1e6
+    work = bench_corpus.WORK / "tokenizers"
+    times: dict[str, list[float]] = {k: [] for k in RUNS}
     for r in range(args.repeats):
-        for kind, path in kinds.items():
-            wall, manifest = run_job(args.python, corpus, path, WORK / f"out-{kind}")
-            c = manifest["counts"]
-            tokens[kind] = c["pairs"] + c["documents"]
-            job[kind].append(wall)
-            seconds, n = library_alone(corpus, path)
-            assert n == tokens[kind], (kind, n, tokens[kind])
-            alone[kind].append(seconds)
-            print(f"round {r + 1}: {kind:<13} job {wall:6.2f} s, library alone {seconds:6.2f} s",
-                  file=sys.stderr)
-    print(f"corpus: {mb:.1f} MB, {corpus.name}; window 512, stride 256; {os.cpu_count()} cores; "
-          f"medians of {args.repeats}")
-    print("| tokenizer | tokens | job wall s | job M tokens/s | job MB/s | library alone "
-          "M tokens/s |")
-    print("|---|---:|---:|---:|---:|---:|")
-    rates = {}
-    for kind in kinds:
-        w, a = statistics.median(job[kind]), statistics.median(alone[kind])
-        rates[kind] = tokens[kind] / w
-        print(f"| {kind} | {tokens[kind] / 1e6:.1f} M | {w:.2f} | {tokens[kind] / w / 1e6:.2f} | "
-              f"{mb / w:.1f} | {tokens[kind] / a / 1e6:.2f} |")
-    print(f"huggingface / sentencepiece, job tokens/s: "
-          f"{rates['huggingface'] / rates['sentencepiece']:.2f}")
+        hashes, fingerprints = {}, {}
+        for engine in ("auto", "tokenizers") if r % 2 == 0 else ("tokenizers", "auto"):
+            out = work / f"out-{engine}"
+            wall, manifest = run_job(corpus, bpe, engine, out)
+            want = "tiktoken" if engine == "auto" else "tokenizers"
+            if manifest["tokenizer"].get("engine") != want:
+                raise SystemExit(f"the job with --tokenizer-engine {engine} ran "
+                                 f"{manifest['tokenizer'].get('engine')}, not {want}")
+            times[f"job {engine}"].append(wall)
+            hashes[engine] = row_hashes(out, manifest)
+            fingerprints[engine] = manifest["fingerprint"]
+        if hashes["auto"] != hashes["tokenizers"] or len(set(fingerprints.values())) != 1:
+            raise SystemExit("the engines' jobs differ: rows, shards or fingerprint")
+        ids = {}
+        for engine in ("tokenizers", "tiktoken") if r % 2 == 0 else ("tiktoken", "tokenizers"):
+            seconds, ids[engine] = alone(texts, bpe, engine)
+            times[f"{engine} alone"].append(seconds)
+        if ids["tokenizers"] != ids["tiktoken"]:
+            raise SystemExit("tiktoken's ids differ from tokenizers' alone")
+        print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items())
+              + f"; rows identical ({hashes['auto'][0][:12]})", file=sys.stderr)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    cpu = {k: statistics.median(v) for k, v in CPU.items()}
+    print(f"corpus: {mb:.1f} MB of text, {len(texts)} documents ({corpus.name}); {bpe.parent.name}"
+          f"; window 512, stride 256; {os.cpu_count()} cores; medians of {args.repeats} rounds")
+    print("| run | wall s | MB/s | CPU s |")
+    print("|---|---:|---:|---:|")
+    for k, v in med.items():
+        print(f"| {k} | {v:.2f} | {mb / v:.2f} | {cpu[k]:.2f} |")
+    per_round = [b / a for a, b in zip(times["job auto"], times["tokenizers alone"], strict=True)]
+    print(f"tokenizers' encode_batch_fast alone / job with tiktoken: "
+          f"{med['tokenizers alone'] / med['job auto']:.2f} (rounds: "
+          f"{', '.join(f'{x:.2f}' for x in per_round)})")
+    print(f"the same in CPU seconds: {cpu['tokenizers alone'] / cpu['job auto']:.2f}")
+    print(f"job tokenizers / job tiktoken: {med['job tokenizers'] / med['job auto']:.2f}; "
+          f"tokenizers alone / tiktoken alone: "
+          f"{med['tokenizers alone'] / med['tiktoken alone']:.2f}")
+    print("rows, shard bytes and fingerprints identical across engines in every round")
 
 
 if __name__ == "__main__":

@@ -71,8 +71,9 @@ def load_tokenizer(spec: str | TokenizerSpec | None, num_threads: int = 1) -> To
     """The tokenizer named by ``--tokenizer`` (None: bytes), read through FileSystems.
 
     ``spec`` is the path of a SentencePiece ``.model`` or a Hugging Face ``tokenizer.json``,
-    or a `TokenizerSpec` (the path and ``--bos-token``/``--eos-token``). A ``tokenizer.json``
-    takes the BOS/EOS tokens it is not given from the ``tokenizer_config.json`` beside it.
+    or a `TokenizerSpec` (the path, ``--bos-token``/``--eos-token`` and
+    ``--tokenizer-engine``). A ``tokenizer.json`` takes the BOS/EOS tokens it is not given
+    from the ``tokenizer_config.json`` beside it.
 
     Raises:
         ValueError: the model cannot be read or is not a usable tokenizer.
@@ -82,7 +83,7 @@ def load_tokenizer(spec: str | TokenizerSpec | None, num_threads: int = 1) -> To
     path = spec.path
     if path is None:
         return tokenizer_from_bytes(None, where="bytes", bos_token=spec.bos_token,
-                                    eos_token=spec.eos_token)
+                                    eos_token=spec.eos_token, engine=spec.engine)
     try:
         model = fs.read_bytes(path)
     except Exception as e:  # FileSystems raises BeamIOError, OSError, or a cloud error
@@ -95,7 +96,7 @@ def load_tokenizer(spec: str | TokenizerSpec | None, num_threads: int = 1) -> To
         config = fs.read_bytes(beside)
     return tokenizer_from_bytes(model, where=path, num_threads=num_threads,
                                 bos_token=spec.bos_token, eos_token=spec.eos_token,
-                                config=config)
+                                config=config, engine=spec.engine)
 
 
 class _EncodeChunkFn(beam.DoFn):

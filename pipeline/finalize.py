@@ -28,13 +28,13 @@ from transforms.manifest import (
     WrittenShard,
     build_manifest,
     build_splits_record,
-    check_skipped_share,
     dumps_manifest,
 )
 from transforms.params import WindowSpec
 from transforms.parquet import row_group_rows
 from transforms.rows import ShardRows
 from transforms.schema import FINGERPRINT_KEY
+from transforms.skipped import check_skipped_share
 from transforms.splits import SPLITS_NAME, SplitSpec, split_fingerprint
 from transforms.tokenizers import TokenizerSpec
 

@@ -17,6 +17,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from pipeline.encode import SHUFFLES
 from pipeline.read import TARGET_SHARD_INPUT_BYTES
+from transforms.bpe_engine import ENGINES
 from transforms.params import (
     FORMATS,
     OFFSETS,
@@ -130,6 +131,17 @@ class TokenWindowsOptions(PipelineOptions):
                 f"'{example}'; one token may be both BOS and EOS). Default: the {name}_token "
                 "of the tokenizer_config.json beside it.",
             )
+        g.add_argument(
+            "--tokenizer-engine",
+            dest="tokenizer_engine",
+            type=str,
+            default="auto",
+            choices=ENGINES,
+            help="With a tokenizer.json: the library that encodes it. auto: tiktoken when the "
+            "file converts to it exactly (byte-level BPE) and agrees on a probe text, else "
+            "tokenizers; tiktoken: refuse a file that does not convert. The ids are "
+            "tokenizers' either way. Default: %(default)s.",
+        )
         g.add_argument(
             "--encode-threads",
             dest="encode_threads",
@@ -306,6 +318,7 @@ class JobConfig:
     max_skipped_share: float = 1.0
     bos_token: str | None = None
     eos_token: str | None = None
+    tokenizer_engine: str = "auto"
     splits: SplitSpec = dataclasses.field(default_factory=SplitSpec)
 
     @property
@@ -315,8 +328,10 @@ class JobConfig:
 
     @property
     def tokenizer_spec(self) -> TokenizerSpec:
-        """The tokenizer file and the BOS/EOS tokens named for it (`pipeline.encode`)."""
-        return TokenizerSpec(self.tokenizer_path, self.bos_token, self.eos_token)
+        """The tokenizer file, the BOS/EOS tokens and the engine named for it
+        (`pipeline.encode`)."""
+        return TokenizerSpec(self.tokenizer_path, self.bos_token, self.eos_token,
+                             self.tokenizer_engine)
 
     @classmethod
     def from_options(cls, options: PipelineOptions) -> JobConfig:
@@ -368,6 +383,7 @@ class JobConfig:
             max_skipped_share=float(share),
             bos_token=o.bos_token,
             eos_token=o.eos_token,
+            tokenizer_engine=o.tokenizer_engine,
             splits=splits,
         )
 

@@ -48,6 +48,7 @@ from pipeline.graph import build_pipeline, shard_plan
 from pipeline.options import JobConfig, TokenWindowsOptions, runner_name
 from pipeline.output import absolute, check_outside_inputs, claim_output, release
 from pipeline.read import PatternMatch
+from pipeline.views import JobOptions
 from transforms.chunks import Chunk, pattern_base, relative_name, shown_name
 from transforms.manifest import (
     MANIFEST_NAME,
@@ -331,7 +332,7 @@ def _prepare(argv: Sequence[str] | None) -> _Prepared:
     """Every check before any work; raises ValueError (the job is refused)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     _parser().parse_known_args(argv)  # --help, and argparse's own type/choice errors
-    options = PipelineOptions(argv)
+    options = JobOptions(argv)
     check_flags(argv, options)
     config = JobConfig.from_options(options)
     dry_run = _settle_dry_run(options)
@@ -486,6 +487,10 @@ def cli() -> None:
     Once the manifest is written nothing is left to do; tearing down Beam's few thousand
     modules would cost about half a second.
     """
+    # The command owns its process, and nothing in it needs IPython, which Beam would import
+    # (about 0.3 s) only to ask whether it runs in a notebook (Pipeline.apply) when the gcp
+    # extra has made it importable (see pipeline/__init__.py).
+    sys.modules.setdefault("IPython", None)  # type: ignore[arg-type]
     main()
     logging.shutdown()
     sys.stdout.flush()

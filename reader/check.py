@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from reader.integrity import READ_OPTIONS
 from transforms.manifest import MANIFEST_NAME
 from transforms.params import WindowSpec
 from transforms.splits import SplitSpec
 from transforms.windows import random_offset
 
 if TYPE_CHECKING:
-    from reader.inspect import Dataset
+    from reader.inspect import InspectedDataset
 
 __all__ = ["COLUMNS", "SHOWN_FAILURES", "check"]
 
@@ -32,8 +33,8 @@ SHOWN_FAILURES = 20
 COLUMNS = ("doc_id", "window_index", "start", "length", "loss_start", "doc_tokens")
 
 
-def _shard_columns(ds: Dataset, i: int) -> dict[str, Any]:
-    table = pq.read_table(ds.shard_path(i), filesystem=ds.fs)
+def _shard_columns(ds: InspectedDataset, i: int) -> dict[str, Any]:
+    table = pq.read_table(ds.shard_path(i), filesystem=ds.fs, **READ_OPTIONS)
     tokens = table.column("tokens").combine_chunks()
     return {
         **{c: table.column(c).to_pylist() for c in COLUMNS},
@@ -119,7 +120,7 @@ def _check_document(doc: str, rows: list[int], col: dict[str, Any], spec: Window
     return max(P - max(covered, 0), 0)
 
 
-def check(ds: Dataset) -> dict[str, Any]:
+def check(ds: InspectedDataset) -> dict[str, Any]:
     """Seed 000 §4.3's checks from the rows, and the manifest's counts recomputed.
 
     Returns ``{"ok": bool, "failures": [{"check", "message"}], "checked": {...}}``.
@@ -179,7 +180,7 @@ def check(ds: Dataset) -> dict[str, Any]:
             "checked": {k: int(v) for k, v in totals.items()}}
 
 
-def _check_split(ds: Dataset, doc_ids: set[str], fail: Any) -> None:
+def _check_split(ds: InspectedDataset, doc_ids: set[str], fail: Any) -> None:
     """Every document is in the sample and belongs to this split, as its doc_id says."""
     split, sample = ds.manifest.get("split"), ds.manifest.get("sample")
     if not split and not sample:

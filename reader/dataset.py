@@ -1,27 +1,25 @@
-"""Random access to the windows of a finished output (SPEC §5, §6).
+"""Random access to the windows of a finished output (docs/format.md).
 
 Contract:
 
 * ``WindowDataset(path)`` opens a directory written by the pipeline, on the local disk or
-  anywhere ``pyarrow.fs`` reaches (``gs://``, ``s3://``, ``hdfs://``, ``file://``). It reads
-  ``_manifest.json`` first (no manifest, no dataset), checks its format and version, and
-  checks every shard the manifest lists: it exists, its Parquet footer holds the manifest's
-  row count and the columns of :data:`transforms.schema.ARROW_SCHEMA`, and, with
-  ``verify=True``, its bytes hash to the manifest's SHA-256.
-* ``len(ds)`` is the manifest's ``counts.windows``, which must equal the sum of the shards'
-  rows. Global index ``i`` runs over the shards in manifest order and the rows of each shard
-  in file order, so ``ds[0]`` is the first row of the first shard.
+  anywhere ``pyarrow.fs`` reaches (``gs://``, ``s3://``, ``hdfs://``, ``file://``), through
+  `reader.opening.open_files`: the manifest is read and checked, and every shard it lists
+  must exist (one listing, whatever the number of shards). Each shard's footer, SHA-256,
+  page checksums, rows and BOS/EOS are checked when the shard is first read (its layout is
+  built); with ``verify=True``, for every shard at open, and every cached layout file is
+  hashed on first use (`docs/integrity.md#the-reader`).
+* ``len(ds)`` is the manifest's ``counts.windows`` (the sum of the shards' rows). Global
+  index ``i`` runs over the shards in manifest order and the rows of each shard in file
+  order, so ``ds[0]`` is the first row of the first shard.
 * ``ds[i]`` is a dict: ``tokens`` (``np.int32`` array of ``length + 1`` ids, the stored span
   ``z[start : start + length + 1]``), ``start``, ``length``, ``loss_start``, ``doc_id``,
   ``doc_key``, ``window_index``, ``doc_tokens`` and ``index`` (= ``i``).
-* Reads go through the local layout of :mod:`reader.layout`: each shard, the first time it
-  is read (or all at once with :meth:`WindowDataset.prepare`), is verified against the
-  manifest's SHA-256, checked row by row (token ids in ``[0, vocab_size)``,
-  ``1 <= length <= window``, ``len(tokens) == length + 1``, ``0 <= loss_start < length``; a
-  bad row is a ``ValueError`` naming the shard, the row and the dataset index, never a
-  silent out-of-range embedding lookup) and written as flat arrays into a cache directory
-  (``cache_dir``, never inside the dataset), which every process then memory-maps. A remote
-  shard is downloaded into the cache on demand; ``cache_limit`` bounds the cache's bytes.
+* Reads go through the local layout of :mod:`reader.layout`, built once per shard into a
+  cache directory (``cache_dir``, never inside the dataset), which every process then
+  memory-maps; a bad row is a ``ValueError`` naming the shard, the row and the dataset
+  index, never a silent out-of-range embedding lookup. A remote shard is downloaded into
+  the cache on demand; ``cache_limit`` bounds the cache's bytes.
 * ``ds.__getitems__(indices)`` (what ``DataLoader`` calls for a batch) gathers the windows
   vectorised into a :class:`WindowBatch`, a sequence of the same dicts that
   :func:`reader.collate` pads without a per-window loop.
@@ -40,68 +38,27 @@ Example::
 from __future__ import annotations
 
 import bisect
-import hashlib
+import dataclasses
 import os
 import time
-import urllib.parse
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from reader import integrity
 from reader.layout import COLUMNS as LAYOUT_COLUMNS
 from reader.layout import RECORD, LayoutCache, ShardLayout, ShardSource, default_cache_dir
-from transforms.manifest import MANIFEST_NAME, parse_manifest, parse_splits_record
-from transforms.schema import ARROW_SCHEMA, SHARD_PATTERN
-from transforms.splits import SPLITS_NAME, split_job_message
+from reader.opening import open_files, read_column, row_groups, verify_files
+from reader.windowbatch import WindowBatch, WindowRows
+from transforms.manifest import MANIFEST_NAME
 
 __all__ = ["BLOCK_UNITS", "WindowBatch", "WindowDataset", "WindowRows"]
 
 BLOCK_UNITS = ("shard", "row_group")
-_HASH_CHUNK = 8 * 2**20
-
-
-@dataclass(frozen=True)
-class _Shard:
-    """What the reader keeps of one shard: its path, rows, row groups and SHA-256."""
-
-    file: str
-    path: str
-    rows: int
-    row_group_starts: tuple[int, ...]  # first row of each row group, in the shard
-    sha256: str
-    stamp: tuple[int, int]  # (size, mtime in ns) of the file when the dataset was opened
-
-
-def _open_root(path: str | os.PathLike[str],
-               filesystem: pafs.FileSystem | None) -> tuple[pafs.FileSystem, str, str]:
-    """The filesystem, the root path inside it, and the name to show in messages."""
-    text = os.fspath(path)
-    if filesystem is not None:
-        root = text.rstrip("/")
-        return filesystem, root, f"{filesystem.type_name}:{root}"
-    if "://" in text:
-        fs, root = pafs.FileSystem.from_uri(text)
-        # Shown in messages: without credentials (s3://KEY:SECRET@bucket/…) or query options.
-        parts = urllib.parse.urlsplit(text)
-        shown = f"{parts.scheme}://{parts.hostname or ''}{parts.path}".rstrip("/")
-        return fs, root.rstrip("/"), shown
-    root = os.path.abspath(text)
-    return pafs.LocalFileSystem(), root, root
-
-
-def _same_type(actual: pa.DataType, expected: pa.DataType) -> bool:
-    """Type equality that ignores the nullability of list items (a writer detail)."""
-    if pa.types.is_list(expected):
-        return pa.types.is_list(actual) and actual.value_type == expected.value_type
-    return actual == expected
 
 
 class WindowDataset:
@@ -110,8 +67,9 @@ class WindowDataset:
     Args:
         path: the output directory: a local path or a URI that ``pyarrow.fs`` opens
             (``s3://``, ``gs://``, ``file://`` …).
-        verify: also check each shard's SHA-256 against the manifest at open (reads every
-            byte once; a shard's layout is always built from bytes that hash to it).
+        verify: check every shard at open (footer, SHA-256, page checksums, BOS/EOS, the
+            counts its rows give: reads every byte once) and hash every cached layout file on
+            first use; a shard's layout is always built from bytes that hash to it.
         filesystem: a ``pyarrow.fs.FileSystem`` in which ``path`` is a path (e.g.
             ``S3FileSystem(endpoint_override=...)`` for an S3-compatible store); default: from
             the URI, or the local disk.
@@ -124,11 +82,15 @@ class WindowDataset:
         cache_bytes: ignored (the in-memory row-group cache of earlier releases; memory is
             now the operating system's page cache). Passing it warns.
 
+        allow_unfinished: open a split whose job's ``_splits.json`` is missing (to look at
+            what a killed job left; never to train on).
+
     Raises:
-        FileNotFoundError: the manifest or a shard it lists does not exist.
+        FileNotFoundError: the manifest or a shard it lists does not exist, or the dataset
+            is a split of an unfinished job.
         ValueError: the manifest is invalid, of another format or version, or disagrees with
-            a shard (row count, columns, checksum), the counts disagree, or ``cache_dir`` is
-            inside the dataset.
+            itself or (with ``verify``) a shard (footer, checksum, BOS/EOS, counts), or
+            ``cache_dir`` is inside the dataset.
     """
 
     def __init__(
@@ -140,136 +102,48 @@ class WindowDataset:
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
         cache_bytes: int | None = None,
+        allow_unfinished: bool = False,
     ) -> None:
         if cache_bytes is not None:
             warnings.warn("`cache_bytes` no longer applies: windows are read from a memory-mapped "
                           "layout (see `cache_dir` and `cache_limit`)", DeprecationWarning,
                           stacklevel=2)
-        self._fs, self._root, self.path = _open_root(path, filesystem)
-        directory = os.path.abspath(os.fspath(cache_dir if cache_dir is not None
-                                              else default_cache_dir()))
-        if isinstance(self._fs, pafs.LocalFileSystem):
-            real_root = os.path.realpath(self._root)
-            real_cache = os.path.realpath(directory)
-            if os.path.commonpath([real_root, real_cache]) == real_root:
-                raise ValueError(f"`cache_dir` must be outside the dataset directory "
-                                 f"{self.path}, but got {directory}")
-        self._layouts = LayoutCache(directory, limit_bytes=cache_limit)
-        self.manifest: dict[str, Any] = self._read_manifest()
-        tokenizer = self.manifest["tokenizer"]
-        self.vocab_size: int = int(tokenizer["vocab_size"])
-        self.bos_id: int = int(tokenizer["bos_id"])
-        self.eos_id: int = int(tokenizer["eos_id"])
-        self.window: int = int(self.manifest["windows"]["window"])
-        self._footer_counts: list[dict[str, int] | None] = []
-        self._shards = tuple(self._check_shard(i, s, verify) for i, s in enumerate(self._entries))
-        integrity.check_totals(self._footer_counts, self.manifest,
-                               where=self._where(MANIFEST_NAME))
+        files = open_files(path, filesystem=filesystem, allow_unfinished=allow_unfinished)
+        self._files = files
+        self._fs, self._root, self.path = files.location.fs, files.location.root, \
+            files.location.shown
+        directory = files.location.outside(cache_dir if cache_dir is not None
+                                           else default_cache_dir())
+        self._layouts = LayoutCache(directory, limit_bytes=cache_limit, verify=verify)
+        self.manifest: dict[str, Any] = files.manifest.json
+        tokenizer = files.manifest.tokenizer
+        self.vocab_size: int = tokenizer.vocab_size
+        self.bos_id: int = tokenizer.bos_id
+        self.eos_id: int = tokenizer.eos_id
+        self.window: int = files.manifest.windows.window
+        self._shards = files.shards
         self._shard_starts: list[int] = []
         total = 0
         for shard in self._shards:
             self._shard_starts.append(total)
             total += shard.rows
-        expected = self.manifest["counts"]["windows"]
-        if total != expected:
-            raise ValueError(
-                f"{self._where(MANIFEST_NAME)} says counts.windows is {expected}, but its shards "
-                f"hold {total} rows; the dataset is damaged"
-            )
-        self._len = total
+        self._len = total  # the manifest's counts.windows (read_manifest checks the sum)
         self._starts = np.array([*self._shard_starts, total], dtype=np.int64)
-        self.fingerprint: str = hashlib.sha256(
-            "".join(s.sha256 for s in self._shards).encode()).hexdigest()
+        self.fingerprint: str = files.fingerprint
+        self._row_groups: tuple[int, ...] | None = None
         self._lengths: npt.NDArray[np.int32] | None = None
         self._reset_process_state()
-
-    # -- opening and checking -------------------------------------------------------------
+        if verify:  # rows a cached layout checked against this manifest are not decoded again
+            verify_files(files, known=lambda s: self._layouts.content(self._source(s)))
 
     def _where(self, name: str) -> str:
         return f"{self.path}/{name}"
 
-    def _read_manifest(self) -> dict[str, Any]:
-        where = self._where(MANIFEST_NAME)
-        info = self._fs.get_file_info(f"{self._root}/{MANIFEST_NAME}")
-        if info.type != pafs.FileType.File:
-            splits = f"{self._root}/{SPLITS_NAME}"
-            if self._fs.get_file_info(splits).type == pafs.FileType.File:
-                with self._fs.open_input_stream(splits) as f:
-                    record = parse_splits_record(f.read(), where=self._where(SPLITS_NAME))
-                raise FileNotFoundError(split_job_message(self.path, record))
-            raise FileNotFoundError(
-                f"{where} not found: a directory without a manifest is not a finished dataset "
-                "(the pipeline writes the manifest last, after every shard is complete)"
-            )
-        with self._fs.open_input_stream(f"{self._root}/{MANIFEST_NAME}") as f:
-            data = f.read()
-        # Keys, and the types of the values read below, are checked there.
-        return parse_manifest(data, where=where)
-
     @property
-    def _entries(self) -> list[dict[str, Any]]:
-        return self.manifest["shards"]
-
-    def _check_shard(self, i: int, entry: dict[str, Any], verify: bool) -> _Shard:
-        file = entry["file"]
-        if not isinstance(file, str) or not SHARD_PATTERN.match(file):
-            raise ValueError(
-                f"{self._where(MANIFEST_NAME)}: shards[{i}].file must be a shard name like "
-                f"'part-00000-of-00001.parquet', but got {file!r}"
-            )
-        path = f"{self._root}/{file}"
-        where = self._where(file)
-        info = self._fs.get_file_info(path)
-        if info.type != pafs.FileType.File:
-            raise FileNotFoundError(f"shard {where}, listed in the manifest, does not exist")
-        with self._fs.open_input_file(path) as f:
-            try:
-                pf = pq.ParquetFile(f, **integrity.READ_OPTIONS)
-            except (OSError, ValueError) as e:
-                raise integrity.footer_error(e, where=where) from e
-            metadata = pf.metadata
-            schema = pf.schema_arrow
-        self._footer_counts.append(integrity.check_footer(
-            metadata, entry, index=i, manifest=self.manifest, where=where))
-        for field in ARROW_SCHEMA:
-            index = schema.get_field_index(field.name)
-            if index < 0:
-                raise ValueError(f"shard {where} lacks the column {field.name!r}")
-            actual = schema.field(index).type
-            if not _same_type(actual, field.type):
-                raise ValueError(
-                    f"shard {where}: column {field.name!r} has type {actual}, expected {field.type}"
-                )
-        rows = entry["rows"]
-        if metadata.num_rows != rows:
-            raise ValueError(
-                f"shard {where} holds {metadata.num_rows} rows, but the manifest says {rows}"
-            )
-        if verify:
-            digest = self._sha256(path)
-            if digest != entry["sha256"]:
-                raise ValueError(
-                    f"shard {where} has SHA-256 {digest}, but the manifest says "
-                    f"{entry['sha256']}; the file is damaged or was replaced"
-                )
-        sha256 = entry["sha256"]
-        if not isinstance(sha256, str) or len(sha256) != 64:
-            raise ValueError(f"{self._where(MANIFEST_NAME)}: shards[{i}].sha256 must be a "
-                             f"SHA-256 in hex, but got {sha256!r}")
-        starts, total = [], 0
-        for g in range(metadata.num_row_groups):
-            starts.append(total)
-            total += metadata.row_group(g).num_rows
-        mtime = info.mtime_ns if info.mtime_ns is not None else -1
-        return _Shard(file=file, path=path, rows=rows, row_group_starts=tuple(starts),
-                      sha256=sha256, stamp=(int(info.size or 0), int(mtime)))
-
-    def _sha256(self, path: str) -> str:
-        h = hashlib.sha256()
-        with self._fs.open_input_stream(path) as f:
-            while chunk := f.read(_HASH_CHUNK):
-                h.update(chunk)
-        return h.hexdigest()
+    def _index_checked(self) -> dict[str, Any]:
+        """What the dataset index was checked against: reused only for the same manifest."""
+        return {"counts": dataclasses.asdict(self._files.manifest.counts),
+                "tokenizer": dataclasses.asdict(self._files.manifest.tokenizer)}
 
     # -- per-process state: the mapped layouts -------------------------------------------
 
@@ -297,10 +171,10 @@ class WindowDataset:
 
     def _source(self, s: int) -> ShardSource:
         shard = self._shards[s]
-        return ShardSource(fs=self._fs, path=shard.path, where=self._where(shard.file),
+        return ShardSource(fs=self._fs, path=shard.path, where=shard.where,
                            sha256=shard.sha256, stamp=shard.stamp, rows=shard.rows,
-                           first_index=self._shard_starts[s], vocab_size=self.vocab_size,
-                           window=self.window)
+                           first_index=self._shard_starts[s], manifest=self._files.manifest,
+                           index=s)
 
     def _check_pid(self) -> None:
         if self._pid != os.getpid():
@@ -315,8 +189,12 @@ class WindowDataset:
             self._open[s] = layout
             self._tokens[s] = layout.tokens
             if self._index is None and all(x is not None for x in self._open):
+                # Every shard is local: the totals its rows give must be the manifest's.
+                integrity.check_totals([x.content for x in self._open],  # type: ignore[union-attr]
+                                       self._files.manifest.counts,
+                                       where=self._where(MANIFEST_NAME))
                 self._index = self._layouts.build_dataset_index(
-                    self.fingerprint, self._open)  # type: ignore[arg-type]
+                    self.fingerprint, self._open, self._index_checked)  # type: ignore[arg-type]
                 self._index_looked = True
         return layout
 
@@ -325,7 +203,8 @@ class WindowDataset:
         self._check_pid()
         if not self._index_looked:
             self._index_looked = True
-            self._index = self._layouts.open_dataset_index(self.fingerprint, self._len)
+            self._index = self._layouts.open_dataset_index(self.fingerprint, self._len,
+                                                           self._index_checked)
         return self._index
 
     @property
@@ -404,13 +283,9 @@ class WindowDataset:
             if index is not None:
                 lengths = np.ascontiguousarray(index["length"], dtype=np.int32)
             else:
-                parts = [np.zeros(0, np.int32)]
-                for shard in self._shards:
-                    with self._fs.open_input_file(shard.path) as f:
-                        pf = pq.ParquetFile(f, **integrity.READ_OPTIONS)
-                        column = pf.read(columns=["length"]).column("length")
-                    parts.append(column.to_numpy().astype(np.int32))
-                lengths = np.concatenate(parts)
+                lengths = np.concatenate([np.zeros(0, np.int32), *(
+                    read_column(self._files, s, "length").astype(np.int32)
+                    for s in range(len(self._shards)))])
             if len(lengths) != self._len:
                 raise ValueError(f"{self.path}: read {len(lengths)} lengths for {self._len} "
                                  "windows; the dataset is damaged")
@@ -504,11 +379,10 @@ class WindowDataset:
             raise ValueError(f"`unit` must be one of {BLOCK_UNITS}, but got {unit!r}")
         if unit == "shard":
             return tuple(s.rows for s in self._shards)
-        out: list[int] = []
-        for shard in self._shards:
-            edges = [*shard.row_group_starts, shard.rows]
-            out += [b - a for a, b in zip(edges, edges[1:], strict=False)]
-        return tuple(out)
+        if self._row_groups is None:  # from the footers, read (and checked) once
+            self._row_groups = tuple(
+                size for s in range(len(self._shards)) for size in row_groups(self._files, s))
+        return self._row_groups
 
     @property
     def shard_files(self) -> tuple[str, ...]:
@@ -525,74 +399,3 @@ class WindowDataset:
             f"WindowDataset({self.path!r}, windows={self._len}, shards={len(self._shards)}, "
             f"window={self.window}, vocab_size={self.vocab_size})"
         )
-
-
-class WindowBatch(Sequence):
-    """Windows gathered by :meth:`WindowDataset.__getitems__`: flat arrays, one row each.
-
-    A sequence of the dicts ``WindowDataset[i]`` gives (built when an item is asked for);
-    :func:`reader.collate` reads the arrays directly. ``tokens`` holds every window's ids back
-    to back (int32), window k being ``tokens[offsets[k] : offsets[k + 1]]``; ``columns``
-    holds ``start``, ``length``, ``loss_start``, ``doc_tokens``, ``doc_key`` and
-    ``window_index``, one value per window; ``index`` the dataset indices. It pickles as the
-    list of its dicts (it holds a reference to the dataset, which maps the layout).
-    """
-
-    def __init__(self, *, tokens: npt.NDArray[np.int32], offsets: npt.NDArray[np.int64],
-                 index: npt.NDArray[np.int64], records: npt.NDArray[Any],
-                 doc_id: Callable[[int, int], str]) -> None:
-        self.tokens = tokens
-        self.offsets = offsets
-        self.index = index
-        self.records = records
-        self.columns = {name: records[name] for name in LAYOUT_COLUMNS}
-        self._doc_id = doc_id
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def __getitem__(self, k: int) -> dict[str, Any]:  # type: ignore[override]
-        if isinstance(k, slice):
-            raise TypeError("WindowBatch does not slice; index one window at a time")
-        k = range(len(self))[k]
-        window: dict[str, Any] = {
-            "tokens": self.tokens[self.offsets[k] : self.offsets[k + 1]].copy()}
-        for name, values in self.columns.items():
-            window[name] = int(values[k])
-        window["doc_id"] = self._doc_id(int(self.records["shard"][k]), int(self.index[k]))
-        window["index"] = int(self.index[k])
-        return window
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return (self[k] for k in range(len(self)))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (list, (list(self),))
-
-
-class WindowRows(Sequence):
-    """The rows of a packed batch, gathered at once: row r is windows
-    ``starts[r] : starts[r + 1]`` of ``windows`` (a :class:`WindowBatch`).
-
-    A sequence of rows, each a list of the dicts ``WindowDataset[i]`` gives;
-    :func:`reader.collate_packed` reads the flat arrays directly. It pickles as its lists.
-    """
-
-    def __init__(self, windows: WindowBatch, starts: npt.ArrayLike) -> None:
-        self.windows = windows
-        self.starts = np.asarray(starts, dtype=np.int64)
-
-    def __len__(self) -> int:
-        return len(self.starts) - 1
-
-    def __getitem__(self, r: int) -> list[dict[str, Any]]:  # type: ignore[override]
-        if isinstance(r, slice):
-            raise TypeError("WindowRows does not slice; index one row at a time")
-        r = range(len(self))[r]
-        return [self.windows[k] for k in range(int(self.starts[r]), int(self.starts[r + 1]))]
-
-    def __iter__(self) -> Iterator[list[dict[str, Any]]]:
-        return (self[r] for r in range(len(self)))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (list, (list(self),))

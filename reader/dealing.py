@@ -13,7 +13,7 @@ import numbers
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["Dealt", "check_int", "rank_span", "tail_repeat"]
+__all__ = ["Dealt", "check_fingerprint", "check_int", "rank_span", "tail_repeat"]
 
 
 def check_int(name: str, value: Any, low: int | None) -> int:
@@ -22,6 +22,26 @@ def check_int(name: str, value: Any, low: int | None) -> int:
     if low is not None and value < low:
         raise ValueError(f"`{name}` must be at least {low}, but got {value}")
     return int(value)
+
+
+def check_fingerprint(name: str, value: Any, *, state: Any = None) -> str | None:
+    """A sampler's ``fingerprint`` argument (None or a string); with ``state``, also that
+    the state's, when both have one, is the same (a state without one still loads).
+
+    Raises:
+        ValueError: naming both fingerprints and the fix.
+    """
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"`fingerprint` must be a string or None, but got {value!r}")
+    theirs = None if state is None else state.get("fingerprint")
+    if theirs is not None and not isinstance(theirs, str):
+        raise ValueError(f"the {name} state's fingerprint must be a string, but got {theirs!r}")
+    if value is not None and theirs is not None and theirs != value:
+        raise ValueError(
+            f"the {name} state was saved for the dataset with fingerprint {theirs}, but this "
+            f"sampler reads the dataset with fingerprint {value}: it belongs to another "
+            "dataset; resume on the dataset that saved it, or start the sampler afresh")
+    return value
 
 
 def rank_span(lo: int, hi: int, *, rank: int, world_size: int, per_rank: int,

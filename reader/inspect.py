@@ -13,14 +13,12 @@ any file system pyarrow opens), and prints:
 * ``--decode N``: the first N windows decoded with the manifest's tokenizer (the file the
   manifest names, checked against its SHA-256; ``--tokenizer`` points elsewhere), showing
   doc_id, start, length and where scoring starts (``▌``);
-* ``--check``: seed 000 §4.3's three checks recomputed from the rows, with the manifest's
-  parameters: **coverage** (every pair of every document is in a window, but for the pairs
-  the parameters leave out: before a random first origin, gaps when S > W, a dropped tail),
-  **overlap** (consecutive full windows of a document are S apart, so overlap by W − S; only
-  a trace_back tail starts earlier), **boundaries** (no window crosses its document:
-  0 ≤ start, start + length ≤ P, 0 ≤ loss_start < length, L + 1 stored ids); plus loss_start
-  as ``--score`` defines it, the ids two windows share agree, and the manifest's counts
-  recomputed. Any failure names the window and exits with status 1;
+* ``--check``: first everything ``WindowDataset(path, verify=True)`` checks
+  (`reader.opening.verify_files`: every shard's SHA-256, footer, fingerprint and place in the
+  list, page checksums, BOS/EOS), then docs/format.md's checks recomputed from the rows, with
+  the manifest's parameters (`reader.check`): **coverage**, **overlap**, **boundaries**,
+  loss_start as ``--score`` defines it, the ids two windows share agree, and the manifest's
+  counts recomputed. Any failure names the shard or the window and exits with status 1;
 * ``--plot FILE.png`` (matplotlib: the ``plot`` extra): the same distributions as a picture;
 * ``--json``: everything above as one JSON object, for scripts.
 
@@ -52,38 +50,46 @@ import pyarrow.parquet as pq
 
 from reader.check import COLUMNS as _COLUMNS
 from reader.check import SHOWN_FAILURES, check
-from transforms.manifest import (
-    LEGACY_MANIFEST_NAME,
-    MANIFEST_NAME,
-    parse_manifest,
-    parse_splits_record,
-)
+from reader.integrity import READ_OPTIONS
+from reader.opening import DatasetFiles, locate, open_files, read_footer, verify_files
+from reader.plot import plot
+from transforms.manifest import MANIFEST_NAME
 from transforms.params import WindowSpec
-from transforms.splits import SPLITS_NAME, split_job_message
 from transforms.tokenizers import BYTES, Tokenizer, tokenizer_from_bytes
 
-__all__ = ["Dataset", "check", "decode", "main", "open_dataset", "padding_share", "summarize"]
+__all__ = ["InspectedDataset", "check", "decode", "main", "manifest_tokenizer", "open_dataset",
+           "padding_share", "read_columns", "summarize"]
 
 QUANTILES = (0.0, 0.1, 0.5, 0.9, 0.99, 1.0)
 DEFAULT_BATCH = 8
 
 
 @dataclasses.dataclass
-class Dataset:
-    """A finished dataset: its manifest and, per shard, its rows' small columns."""
+class InspectedDataset:
+    """A finished dataset as inspect reads it: its manifest and, per shard, its rows' small
+    columns (opened by `reader.opening.open_files`, as `reader.WindowDataset` is)."""
 
-    root: str
-    manifest: dict[str, Any]
-    fs: pafs.FileSystem
-    path: str  # root on ``fs``
+    files: DatasetFiles
     shards: list[pa.Table]  # _COLUMNS of each shard, in manifest order
+
+    @property
+    def root(self) -> str:
+        return self.files.location.shown
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return self.files.manifest.json
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        return self.files.location.fs
 
     @property
     def windows(self) -> WindowSpec:
         return WindowSpec(**self.manifest["windows"])
 
     def shard_path(self, i: int) -> str:
-        return f"{self.path}/{self.manifest['shards'][i]['file']}"
+        return self.files.shards[i].path
 
     def column(self, name: str) -> np.ndarray:
         """One column of every shard, end to end."""
@@ -91,46 +97,34 @@ class Dataset:
         return np.concatenate(parts) if parts else np.zeros(0)
 
 
-def _filesystem(root: str) -> tuple[pafs.FileSystem, str]:
-    if "://" in root:
-        return pafs.FileSystem.from_uri(root)
-    return pafs.LocalFileSystem(), os.path.abspath(root)
+def open_dataset(root: str, *, verify: bool = False,
+                 allow_unfinished: bool = False) -> InspectedDataset:
+    """Open the dataset as `reader.WindowDataset` does (`reader.opening.open_files`), check
+    every shard's footer, and read the rows' small columns (not the token ids).
 
-
-def _exists(fs: pafs.FileSystem, path: str) -> bool:
-    return fs.get_file_info(path).type != pafs.FileType.NotFound
-
-
-def open_dataset(root: str) -> Dataset:
-    """Read the manifest and the rows' small columns (not the token ids).
+    Args:
+        root: the dataset directory (local or a URI).
+        verify: first check everything ``WindowDataset(verify=True)`` checks
+            (`reader.opening.verify_files`): what ``--check`` starts with.
+        allow_unfinished: open a split whose job's ``_splits.json`` is missing.
 
     Raises:
-        ValueError: no manifest (a dataset under the old name is refused with the fix), a
-            damaged manifest, or a missing shard.
+        ValueError, OSError: the dataset is missing, unfinished, damaged or not this job's.
     """
-    fs, path = _filesystem(root.rstrip("/") or root)
-    where = f"{root.rstrip('/')}/{MANIFEST_NAME}"
-    if not _exists(fs, f"{path}/{MANIFEST_NAME}"):
-        if _exists(fs, f"{path}/{LEGACY_MANIFEST_NAME}"):
-            raise ValueError(
-                f"{root} holds {LEGACY_MANIFEST_NAME}, the name token-windows 0.1.0 gave the "
-                f"manifest; this version reads {MANIFEST_NAME} (so that Parquet readers skip "
-                f"it): rename it, and rejects/ to _rejects/; the shards need no change"
-            )
-        if _exists(fs, f"{path}/{SPLITS_NAME}"):
-            with fs.open_input_stream(f"{path}/{SPLITS_NAME}") as f:
-                record = parse_splits_record(f.read(), where=f"{root}/{SPLITS_NAME}")
-            raise ValueError(split_job_message(root, record))
-        raise ValueError(f"{where} does not exist: {root} is not a finished dataset")
-    with fs.open_input_stream(f"{path}/{MANIFEST_NAME}") as f:
-        manifest = parse_manifest(f.read(), where=where)
+    files = open_files(root, allow_unfinished=allow_unfinished)
+    if verify:
+        verify_files(files)
+    return read_columns(files)
+
+
+def read_columns(files: DatasetFiles) -> InspectedDataset:
+    """Check every shard's footer and read its rows' small columns."""
     shards = []
-    for entry in manifest["shards"]:
-        file = f"{path}/{entry['file']}"
-        if not _exists(fs, file):
-            raise ValueError(f"{root}/{entry['file']} is listed in {MANIFEST_NAME} but missing")
-        shards.append(pq.read_table(file, columns=list(_COLUMNS), filesystem=fs))
-    return Dataset(root=root, manifest=manifest, fs=fs, path=path, shards=shards)
+    for s, shard in enumerate(files.shards):
+        read_footer(files, s)
+        shards.append(pq.read_table(shard.path, columns=list(_COLUMNS),
+                                    filesystem=files.location.fs, **READ_OPTIONS))
+    return InspectedDataset(files=files, shards=shards)
 
 
 # ------------------------------------------------------------------ summary and distributions
@@ -159,7 +153,7 @@ def padding_share(lengths: np.ndarray, batch_size: int, seed: int = 0) -> float:
     return float(1 - grid.sum() / positions)
 
 
-def summarize(ds: Dataset, *, batch_size: int = DEFAULT_BATCH) -> dict[str, Any]:
+def summarize(ds: InspectedDataset, *, batch_size: int = DEFAULT_BATCH) -> dict[str, Any]:
     """The summary table, the distributions and the padding share (a JSON-able dict)."""
     c = ds.manifest["counts"]
     lengths = ds.column("length").astype(np.int64)
@@ -261,7 +255,7 @@ def _split_lines(summary: dict[str, Any]) -> list[str]:
 # ------------------------------------------------------------------ decode
 
 
-def load_tokenizer(ds: Dataset, path: str | None = None) -> Tokenizer:
+def manifest_tokenizer(ds: InspectedDataset, path: str | None = None) -> Tokenizer:
     """The manifest's tokenizer: bytes needs no file; a model file is the one ``path`` names,
     else the manifest's ``path`` (as the job was given it), else its ``file`` beside the
     dataset; its SHA-256 must be the manifest's.
@@ -272,11 +266,15 @@ def load_tokenizer(ds: Dataset, path: str | None = None) -> Tokenizer:
     info = ds.manifest["tokenizer"]
     if info["kind"] == BYTES and path is None:
         return tokenizer_from_bytes(None, where=BYTES)
+    file = info.get("file")
+    beside = isinstance(file, str) and file and "/" not in file and "\\" not in file and (
+        file not in (".", ".."))  # a plain name beside the dataset, never a path out of it
     candidates = [path] if path else [p for p in (
-        info.get("path"), info.get("file") and f"{ds.root.rstrip('/')}/{info['file']}") if p]
+        info.get("path"), beside and f"{ds.root.rstrip('/')}/{file}") if isinstance(p, str) and p]
     for candidate in candidates:
-        fs, where = _filesystem(candidate)
-        if not _exists(fs, where):
+        loc = locate(candidate)
+        fs, where = loc.fs, loc.root
+        if fs.get_file_info(where).type == pafs.FileType.NotFound:
             continue
         with fs.open_input_stream(where) as f:
             data = f.read()
@@ -293,7 +291,7 @@ def load_tokenizer(ds: Dataset, path: str | None = None) -> Tokenizer:
                      "pass it with --tokenizer")
 
 
-def _token_rows(ds: Dataset, limit: int) -> Iterator[dict[str, Any]]:
+def _token_rows(ds: InspectedDataset, limit: int) -> Iterator[dict[str, Any]]:
     left = limit
     for i in range(len(ds.shards)):
         if left <= 0:
@@ -308,7 +306,7 @@ def _token_rows(ds: Dataset, limit: int) -> Iterator[dict[str, Any]]:
                 return
 
 
-def decode(ds: Dataset, n: int, tokenizer: Tokenizer) -> list[dict[str, Any]]:
+def decode(ds: InspectedDataset, n: int, tokenizer: Tokenizer) -> list[dict[str, Any]]:
     """The first ``n`` windows, their text split where scoring starts."""
     out = []
     for row in _token_rows(ds, n):
@@ -320,68 +318,6 @@ def decode(ds: Dataset, n: int, tokenizer: Tokenizer) -> list[dict[str, Any]]:
             "scored": tokenizer.decode(tokens[ls + 1 :]),
         })
     return out
-
-
-# ------------------------------------------------------------------ plot
-
-
-def plot(ds: Dataset, summary: dict[str, Any], path: str) -> None:
-    """Four panels: document tokens, window lengths, padding by batch size, scored share by
-    position in the window.
-
-    Raises:
-        ValueError: matplotlib is not installed.
-    """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise ValueError("--plot needs matplotlib: pip install 'token-windows[plot]'") from e
-    W = ds.windows.window
-    lengths = ds.column("length").astype(np.int64)
-    loss = ds.column("loss_start").astype(np.int64)
-    doc_tokens = ds.column("doc_tokens")[ds.column("window_index") == 0]
-    s = summary["summary"]
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-    fig.suptitle(f"{ds.root}: {s['documents']:,} documents, {s['windows']:,} windows, "
-                 f"{s['corpus_pairs']:,} corpus pairs, overlap ×{s['overlap_factor']:.2f}")
-
-    ax = axes[0, 0]
-    if len(doc_tokens):
-        bins = np.geomspace(max(doc_tokens.min(), 1), max(doc_tokens.max(), 2), 40)
-        ax.hist(doc_tokens, bins=bins, color="#4C72B0")
-        ax.set_xscale("log")
-        ax.axvline(W + 1, color="#C44E52", ls="--", label=f"W + 1 = {W + 1}")
-        ax.legend()
-    ax.set(title="document tokens M (per document)", xlabel="tokens (log)", ylabel="documents")
-
-    ax = axes[0, 1]
-    ax.hist(lengths, bins=min(50, W), range=(0.5, W + 0.5), color="#55A868")
-    ax.set_yscale("log")
-    ax.set(title="window length L (pairs)", xlabel="length", ylabel="windows (log)")
-
-    ax = axes[1, 0]
-    sizes = np.array([1, 2, 4, 8, 16, 32, 64, 128])
-    ax.plot(sizes, [100 * padding_share(lengths, int(b)) for b in sizes], marker="o",
-            color="#8172B2")
-    ax.set_xscale("log", base=2)
-    ax.set(title="padding in random batches", xlabel="batch size", ylabel="% of positions",
-           ylim=(0, None))
-
-    ax = axes[1, 1]
-    pos = np.arange(W)
-    present = (lengths[None, :] > pos[:, None]).sum(axis=1) if len(lengths) * W < 5e7 else None
-    if present is not None:
-        scored = ((lengths[None, :] > pos[:, None]) & (loss[None, :] <= pos[:, None])).sum(axis=1)
-        ax.fill_between(pos, present, color="#DD8452", alpha=0.4, label="targets held")
-        ax.fill_between(pos, scored, color="#C44E52", alpha=0.8, label="scored")
-        ax.legend()
-    ax.set(title="targets by position in the window", xlabel="position t", ylabel="windows")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 # ------------------------------------------------------------------ command line
@@ -402,8 +338,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", type=str, default=None, metavar="PATH",
                    help="the tokenizer file for --decode. Default: the one the manifest names.")
     p.add_argument("--check", action="store_true",
-                   help="recompute coverage, overlap, boundaries and the counts; exit 1 on any "
-                   "failure.")
+                   help="verify every shard as WindowDataset(verify=True) does (SHA-256, "
+                   "footers, page checksums, BOS/EOS), then recompute coverage, overlap, "
+                   "boundaries and the counts; exit 1 on any failure.")
+    p.add_argument("--allow-unfinished", action="store_true",
+                   help="open a split whose job's _splits.json is missing (to look at what a "
+                   "killed job left).")
     p.add_argument("--plot", type=str, default=None, metavar="FILE.png",
                    help="draw the distributions into FILE.png (needs matplotlib).")
     p.add_argument("--json", action="store_true", help="print one JSON object instead.")
@@ -431,10 +371,21 @@ def run(argv: Sequence[str] | None = None) -> int:
         print("error: --batch-size must be ≥ 1 and --decode ≥ 0", file=sys.stderr)
         return 2
     try:
-        ds = open_dataset(args.output)
+        files = open_files(args.output, allow_unfinished=args.allow_unfinished)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.check:  # everything opening checks, and reading, before the recomputations
+        try:
+            verify_files(files, totals=False)  # check() recomputes the totals by window
+        except (ValueError, OSError) as e:
+            print(f"check: failed: {e}")
+            return 1
+    try:
+        ds = read_columns(files)
         report = summarize(ds, batch_size=args.batch_size)
         if args.decode:
-            report["decoded"] = decode(ds, args.decode, load_tokenizer(ds, args.tokenizer))
+            report["decoded"] = decode(ds, args.decode, manifest_tokenizer(ds, args.tokenizer))
         if args.plot:
             plot(ds, report, args.plot)
             report["plot"] = args.plot
@@ -456,8 +407,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         if args.check:
             result = report["check"]
             if result["ok"]:
-                print(f"\ncheck: ok (coverage, overlap, boundaries, counts of "
-                      f"{result['checked']['windows']:,} windows)")
+                print(f"\ncheck: ok (shards verified; coverage, overlap, boundaries, counts "
+                      f"of {result['checked']['windows']:,} windows)")
             else:
                 print(f"\ncheck: {len(result['failures'])} failures")
                 for f in result["failures"][:SHOWN_FAILURES]:

@@ -16,20 +16,30 @@ Contract:
                                 ``loss_start``, ``doc_tokens``, ``doc_key``, ``window_index``
   ``doc_rows.npy``              int64, documents + 1: the first row of each document
   ``doc_ids.bin``, ``doc_id_offsets.npy``  the documents' ids, UTF-8, back to back
-  ``layout.json``               written last: version, SHA-256, rows, vocabulary, window, the
-                                size of every file above
+  ``layout.json``               written last: version, SHA-256, the shard's (size, mtime),
+                                what the build checked against (``checked``: vocabulary,
+                                window, BOS/EOS, fingerprint, position, the entry's counts),
+                                the rows' totals (``content``) and, for every file above,
+                                its size, SHA-256 and sampled-page digest
   ============================  =========================================================
 
-* Building reads the shard (downloaded first into the cache's ``tmp/`` when it is remote),
-  hashes its bytes and refuses a shard whose SHA-256 is not the manifest's, checks every row
-  (token ids in the vocabulary, ``1 <= length <= window``, ``len(tokens) == length + 1``,
-  ``0 <= loss_start < length``) and writes into ``tmp/<sha>.<pid>.<random>/``, renamed to
-  its final name only when complete, under a per-shard ``flock`` so that two processes
-  never build the same shard at once. A crash leaves at most a temporary directory, which
-  the next build sweeps.
-* Reuse is checked cheaply (no hashing): ``layout.json`` parses and names this version,
-  shard, row count, vocabulary and window, and every file has the size it records. A
-  layout that fails the check is stale or partial: it is removed and rebuilt.
+* The SHA-256 that names a layout's directory is validated (64 lowercase hex digits) before
+  any path is built from it, so no manifest can name a directory outside the cache.
+* Building (`reader.layout_build`) reads the shard (downloaded first into the cache's
+  ``tmp/`` when it is remote), checks its footer against the manifest, its page checksums,
+  every row (token ids in the vocabulary, ``1 <= length <= window``,
+  ``len(tokens) == length + 1``, ``0 <= loss_start < length``) and its BOS/EOS, refuses a
+  shard whose SHA-256 is not the manifest's, and writes into ``tmp/<sha>.<pid>.<random>/``,
+  renamed to its final name only when complete, under a per-shard ``flock`` so that two
+  processes never build the same shard at once. A crash leaves at most a temporary
+  directory, which the next build sweeps. A full disk is an ``OSError`` naming the cache and
+  the knobs (``cache_dir=``, ``$TOKEN_WINDOWS_CACHE``, ``cache_limit=``).
+* Reuse, on a layout's first map in a process: ``layout.json`` names this version, shard,
+  file stamp and ``checked`` (a layout built for another manifest is rebuilt, which checks
+  the shard against this one), and every file has its recorded size and sampled-page
+  digest (16 pages of 4 KiB; the whole file when smaller), or, with ``verify``, its
+  SHA-256. A layout whose files fail is never served: a ``RuntimeWarning`` names it, and it
+  is rebuilt from the shard. The dataset index is checked the same way.
 * ``limit_bytes`` bounds the cache: after a build, the least recently used layouts are
   removed until the total fits (the one just built always stays; a process that has a
   layout mapped keeps reading it: POSIX unlinks only the name).
@@ -44,23 +54,33 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
-import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from reader import integrity
+from reader.layout_build import (
+    COLUMNS,
+    FILES,
+    RECORD,
+    ShardSource,
+    download,
+    file_digest,
+    files_problem,
+    sha256_local,
+    write_layout,
+)
 
 __all__ = [
     "COLUMNS",
@@ -72,17 +92,26 @@ __all__ = [
     "default_cache_dir",
 ]
 
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 _META = "layout.json"
-# One record per window. ``shard`` is 0 in a shard's layout; the dataset index
-# (:meth:`LayoutCache.dataset_index`) concatenates the shards' records and sets it.
-RECORD = np.dtype([("lo", "<i8"), ("start", "<i8"), ("doc_tokens", "<i8"), ("doc_key", "<u8"),
-                   ("length", "<i4"), ("loss_start", "<i4"), ("window_index", "<i4"),
-                   ("shard", "<u4")])
-COLUMNS = ("start", "length", "loss_start", "doc_tokens", "doc_key", "window_index")
-_DTYPES = {name: RECORD.fields[name][0] for name in RECORD.names}
-_ARRAYS = ("windows", "doc_rows", "doc_id_offsets")
-_COPY_CHUNK = 8 * 2**20
+_HEX = re.compile(r"^[0-9a-f]{64}$")
+_TOKEN_DTYPES = ("uint16", "int32")
+_FULL = ("ENOSPC", "EDQUOT")
+
+
+def _hex(value: str, what: str) -> str:
+    """``value`` if it is a SHA-256 in lowercase hex (it names a directory), else raise."""
+    if not isinstance(value, str) or not _HEX.match(value):
+        raise ValueError(f"{what} must be 64 lowercase hex digits, but got {value!r}")
+    return value
+
+
+def _full_disk(e: OSError, directory: str, what: str) -> OSError:
+    """Disk full (or over quota) in the cache, as an error naming it and the knobs."""
+    return OSError(e.errno, f"no space left in the layout cache {directory} while building "
+                   f"{what} ({e.strerror}): free space there, point `cache_dir=` (or "
+                   "$TOKEN_WINDOWS_CACHE, or --cache-dir) at a larger disk, or bound the cache "
+                   "with `cache_limit=`")
 
 
 def default_cache_dir() -> str:
@@ -91,35 +120,6 @@ def default_cache_dir() -> str:
         return os.path.abspath(os.environ["TOKEN_WINDOWS_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(os.path.abspath(base), "token-windows")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ShardSource:
-    """Where a shard is and what the manifest says of it (what a build checks against).
-
-    Args:
-        fs: the shard's filesystem.
-        path: its path in ``fs``.
-        where: its name in messages (the dataset's path or URI and the file).
-        sha256: the manifest's SHA-256 of the file.
-        stamp: the file's (size, mtime in ns) now: a layout built from a file with another
-            stamp (the file was rewritten, or this is a copy) is rebuilt, which re-reads and
-            re-verifies the file.
-        rows: the manifest's row count.
-        first_index: the dataset index of its first row (for messages).
-        vocab_size: ids must be in ``[0, vocab_size)``.
-        window: lengths must be in ``[1, window]``.
-    """
-
-    fs: pafs.FileSystem
-    path: str
-    where: str
-    sha256: str
-    stamp: tuple[int, int]
-    rows: int
-    first_index: int
-    vocab_size: int
-    window: int
 
 
 def _map(path: str, dtype: np.dtype, count: int) -> npt.NDArray[Any]:
@@ -141,13 +141,14 @@ class ShardLayout:
         self.directory = directory
         self.rows: int = meta["rows"]
         dtype = np.dtype(meta["token_dtype"])
-        size = meta["files"]["tokens.bin"] // dtype.itemsize
+        size = meta["files"]["tokens.bin"]["bytes"] // dtype.itemsize
         self.tokens: npt.NDArray[Any] = _map(os.path.join(directory, "tokens.bin"), dtype, size)
         self.records: npt.NDArray[Any] = _load(os.path.join(directory, "windows.npy"))
         self.doc_rows: npt.NDArray[np.int64] = _load(os.path.join(directory, "doc_rows.npy"))
         self._doc_id_offsets = _load(os.path.join(directory, "doc_id_offsets.npy"))
         with open(os.path.join(directory, "doc_ids.bin"), "rb") as f:
             self._doc_ids = f.read()
+        self.content = integrity.ContentStats(**meta["content"])
         if self.records.dtype != RECORD or len(self.records) != self.rows or (
                 self.rows and int(self.records["lo"][-1]) + int(self.records["length"][-1]) + 1
                 != size):
@@ -166,14 +167,15 @@ class LayoutCache:
     Args:
         directory: the cache directory (created if missing).
         limit_bytes: at most this many bytes of layouts are kept (``None``: no bound).
+        verify: check every cached file's SHA-256 when a layout is first opened in this
+            process (default: sampled pages only, see `reader.layout_build.sample_digest`).
 
     Raises:
         ValueError: ``limit_bytes`` is not a positive integer or ``None``.
     """
 
-    def __init__(
-        self, directory: str | os.PathLike[str], *, limit_bytes: int | None = None
-    ) -> None:
+    def __init__(self, directory: str | os.PathLike[str], *, limit_bytes: int | None = None,
+                 verify: bool = False) -> None:
         if limit_bytes is not None and (
             isinstance(limit_bytes, bool) or not isinstance(limit_bytes, int) or limit_bytes < 1
         ):
@@ -181,6 +183,7 @@ class LayoutCache:
                              f"{limit_bytes!r}")
         self.directory = os.path.abspath(os.fspath(directory))
         self.limit_bytes = limit_bytes
+        self.verify = verify
         self._root = os.path.join(self.directory, f"layouts-v{LAYOUT_VERSION}")
         self._tmp = os.path.join(self._root, "tmp")
         self._locks = os.path.join(self._root, "locks")
@@ -190,13 +193,26 @@ class LayoutCache:
         return {**self.__dict__, "builds": 0}  # a count per process
 
     def path(self, sha256: str) -> str:
-        """The directory of the layout of the shard with this SHA-256."""
-        return os.path.join(self._root, sha256)
+        """The directory of the layout of the shard with this SHA-256.
+
+        Raises:
+            ValueError: ``sha256`` is not 64 lowercase hex digits (it would name another
+                directory).
+        """
+        return os.path.join(self._root, _hex(sha256, "a shard's SHA-256"))
 
     # -- reuse -------------------------------------------------------------------------------
 
-    def _valid_meta(self, source: ShardSource) -> dict[str, Any] | None:
-        """The layout's ``layout.json`` if the cheap check passes, else ``None``."""
+    def content(self, source: ShardSource) -> integrity.ContentStats | None:
+        """What the rows of the shard gave when its cached layout was built and checked
+        against a manifest that says what this one says (None: no such layout)."""
+        meta = self._valid_meta(source, warn=False, files=False)
+        return None if meta is None else integrity.ContentStats(**meta["content"])
+
+    def _valid_meta(self, source: ShardSource, *, warn: bool = True,
+                    files: bool = True) -> dict[str, Any] | None:
+        """The layout's ``layout.json`` if its check passes, else ``None`` (and, when files
+        were there but fail their digests, a warning: the layout is rebuilt)."""
         directory = self.path(source.sha256)
         try:
             with open(os.path.join(directory, _META), "rb") as f:
@@ -204,50 +220,54 @@ class LayoutCache:
         except (OSError, ValueError):
             return None
         expected = {"version": LAYOUT_VERSION, "sha256": source.sha256, "rows": source.rows,
-                    "vocab_size": source.vocab_size, "window": source.window,
-                    "source": list(source.stamp)}
-        if not isinstance(meta, dict) or any(meta.get(k) != v for k, v in expected.items()):
+                    "source": list(source.stamp), "checked": source.checked()}
+        if not isinstance(meta, dict) or any(meta.get(k) != v for k, v in expected.items()) or (
+                meta.get("token_dtype") not in _TOKEN_DTYPES) or not isinstance(
+                meta.get("content"), dict) or sorted(meta.get("files") or ()) != sorted(FILES):
+            return None  # stale (another manifest, a rewritten shard) or another version
+        if not files:
+            return meta
+        problem = files_problem(directory, meta["files"], verify=self.verify)
+        if problem is not None:
+            if warn:
+                warnings.warn(f"the cached layout of {source.where} in {directory} is damaged "
+                              f"({problem}): it is not used, and is rebuilt from the shard",
+                              RuntimeWarning, stacklevel=4)
             return None
-        files = meta.get("files")
-        if not isinstance(files, dict):
-            return None
-        for name, size in files.items():
-            try:
-                if os.stat(os.path.join(directory, name)).st_size != size:
-                    return None
-            except OSError:
-                return None
         return meta
 
-    def _open(self, source: ShardSource) -> ShardLayout | None:
-        meta = self._valid_meta(source)
+    def _open(self, source: ShardSource, *, warn: bool = True) -> ShardLayout | None:
+        meta = self._valid_meta(source, warn=warn)
         if meta is None:
             return None
         try:
             layout = ShardLayout(self.path(source.sha256), meta)
-        except (OSError, ValueError):
+        except (OSError, ValueError, TypeError, KeyError):
             return None
         with contextlib.suppress(OSError):
             os.utime(os.path.join(layout.directory, _META))  # recently used, for eviction
         return layout
 
     def get(self, source: ShardSource) -> ShardLayout:
-        """The shard's layout, built first if it is missing, stale or partial.
+        """The shard's layout, built first if it is missing, stale, partial or damaged.
 
         Raises:
-            ValueError: the shard's bytes do not hash to the manifest's SHA-256, or a row is
-                invalid (the message names the shard, the row and the dataset index).
+            ValueError: the shard's SHA-256 is not valid or its bytes do not hash to it, its
+                footer disagrees with the manifest, or a row is invalid (the message names the
+                shard, the row and the dataset index).
+            OSError: the cache's disk is full (naming it and the knobs).
         """
+        directory = self.path(source.sha256)  # validated before anything is opened
         layout = self._open(source)
         if layout is not None:
             return layout
         with self._lock(source.sha256):
-            layout = self._open(source)  # another process may have built it meanwhile
+            layout = self._open(source, warn=False)  # another process may have built it
             if layout is None:
-                shutil.rmtree(self.path(source.sha256), ignore_errors=True)  # stale or partial
+                shutil.rmtree(directory, ignore_errors=True)  # stale, partial or damaged
                 self._build(source)
                 self.builds += 1
-                layout = self._open(source)
+                layout = self._open(source, warn=False)
                 if layout is None:
                     raise OSError(f"the layout of {source.where} in {self._root} could not be "
                                   "reopened after it was built")
@@ -256,75 +276,92 @@ class LayoutCache:
         return layout
 
     def _index_paths(self, fingerprint: str) -> tuple[str, str]:
-        directory = os.path.join(self._root, "datasets", fingerprint)
+        directory = os.path.join(self._root, "datasets", _hex(fingerprint, "a fingerprint"))
         return os.path.join(directory, "windows.npy"), os.path.join(directory, "index.json")
 
-    def open_dataset_index(self, fingerprint: str, n: int) -> npt.NDArray[Any] | None:
+    def open_dataset_index(self, fingerprint: str, n: int, checked: Any = None, *,
+                           warn: bool = True) -> npt.NDArray[Any] | None:
         """The dataset's index (every window's record, in dataset order) if it is built.
 
-        Checked cheaply: ``index.json`` names this version, fingerprint and n, and the file
-        has the size it records. The index holds no tokens: each shard's ``tokens.bin`` is
-        still read from its layout.
+        Checked as a layout is: ``index.json`` names this version, fingerprint, n and what
+        was checked at build (``checked``), and the file has the size and digest it records.
+        The index holds no tokens: each shard's ``tokens.bin`` is still read from its layout.
         """
         array_path, meta_path = self._index_paths(fingerprint)
         try:
             with open(meta_path, "rb") as f:
                 meta = json.loads(f.read())
-            if (meta.get("version"), meta.get("fingerprint"), meta.get("n")) != (
-                    LAYOUT_VERSION, fingerprint, n) or os.stat(array_path).st_size != meta["bytes"]:
+            if not isinstance(meta, dict) or (meta.get("version"), meta.get("fingerprint"),
+                                              meta.get("n"), meta.get("checked")) != (
+                    LAYOUT_VERSION, fingerprint, n, checked):
+                return None
+            problem = files_problem(os.path.dirname(array_path),
+                                    {"windows.npy": meta.get("file")}, verify=self.verify)
+            if problem is not None:
+                if warn:
+                    warnings.warn(f"the cached dataset index {array_path} is damaged ({problem}): "
+                                  "it is not used, and is rebuilt", RuntimeWarning,
+                                  stacklevel=3)
                 return None
             index = _load(array_path)
         except (OSError, ValueError, KeyError, AttributeError):
             return None
         return index if index.dtype == RECORD and len(index) == n else None
 
-    def build_dataset_index(self, fingerprint: str,
-                            layouts: list[ShardLayout]) -> npt.NDArray[Any]:
+    def build_dataset_index(self, fingerprint: str, layouts: list[ShardLayout],
+                            checked: Any = None) -> npt.NDArray[Any]:
         """Concatenate the shards' records into the dataset's index (see
         :meth:`open_dataset_index`), written to a temporary name and renamed."""
         n = sum(layout.rows for layout in layouts)
         array_path, meta_path = self._index_paths(fingerprint)
         with self._lock(f"dataset-{fingerprint}"):
-            index = self.open_dataset_index(fingerprint, n)
-            if index is not None:
-                return index
-            directory = os.path.dirname(array_path)
-            os.makedirs(self._tmp, exist_ok=True)
-            tmp = os.path.join(self._tmp, f"dataset-{fingerprint}.{os.getpid()}."
-                                          f"{secrets.token_hex(4)}")
-            os.makedirs(tmp)
-            try:
-                parts = []
-                for s, layout in enumerate(layouts):
-                    rec = np.array(layout.records)
-                    rec["shard"] = s
-                    parts.append(rec)
-                np.save(os.path.join(tmp, "windows.npy"),
-                        np.concatenate(parts) if parts else np.zeros(0, RECORD))
-                size = os.stat(os.path.join(tmp, "windows.npy")).st_size
-                with open(os.path.join(tmp, "index.json"), "w") as f:
-                    json.dump({"version": LAYOUT_VERSION, "fingerprint": fingerprint, "n": n,
-                               "bytes": size}, f)
-                shutil.rmtree(directory, ignore_errors=True)
-                os.makedirs(os.path.dirname(directory), exist_ok=True)
-                os.rename(tmp, directory)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
-        index = self.open_dataset_index(fingerprint, n)
+            if self.open_dataset_index(fingerprint, n, checked, warn=False) is None:
+                try:
+                    self._write_index(fingerprint, layouts, n, checked, array_path)
+                except OSError as e:
+                    if errno.errorcode.get(e.errno or 0) in _FULL:
+                        raise _full_disk(e, self.directory, f"the index of {n} windows") from e
+                    raise
+        index = self.open_dataset_index(fingerprint, n, checked, warn=False)
         if index is None:
             raise OSError(f"the dataset index {array_path} could not be reopened after it "
                           "was built")
         return index
 
+    def _write_index(self, fingerprint: str, layouts: list[ShardLayout], n: int,
+                     checked: Any, array_path: str) -> None:
+        directory = os.path.dirname(array_path)
+        os.makedirs(self._tmp, exist_ok=True)
+        tmp = os.path.join(self._tmp, f"dataset-{fingerprint}.{os.getpid()}."
+                                      f"{secrets.token_hex(4)}")
+        os.makedirs(tmp)
+        try:
+            parts = []
+            for s, layout in enumerate(layouts):
+                rec = np.array(layout.records)
+                rec["shard"] = s
+                parts.append(rec)
+            np.save(os.path.join(tmp, "windows.npy"),
+                    np.concatenate(parts) if parts else np.zeros(0, RECORD))
+            with open(os.path.join(tmp, "index.json"), "w") as f:
+                json.dump({"version": LAYOUT_VERSION, "fingerprint": fingerprint, "n": n,
+                           "checked": checked,
+                           "file": file_digest(os.path.join(tmp, "windows.npy"))}, f)
+            shutil.rmtree(directory, ignore_errors=True)
+            os.makedirs(os.path.dirname(directory), exist_ok=True)
+            os.rename(tmp, directory)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
     def is_ready(self, source: ShardSource) -> bool:
-        """Whether a valid layout of the shard is in the cache (the cheap check)."""
-        return self._valid_meta(source) is not None
+        """Whether a valid layout of the shard is in the cache (its check passes)."""
+        return self._valid_meta(source, warn=False) is not None
 
     @contextlib.contextmanager
-    def _lock(self, sha256: str) -> Iterator[None]:
+    def _lock(self, name: str) -> Iterator[None]:
         os.makedirs(self._locks, exist_ok=True)
-        with open(os.path.join(self._locks, f"{sha256}.lock"), "a+b") as f:
+        with open(os.path.join(self._locks, f"{name}.lock"), "a+b") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 yield
@@ -334,19 +371,25 @@ class LayoutCache:
     # -- building ----------------------------------------------------------------------------
 
     def _build(self, source: ShardSource) -> None:
-        os.makedirs(self._tmp, exist_ok=True)
-        self._sweep(source.sha256)
-        tmp = os.path.join(self._tmp, f"{source.sha256}.{os.getpid()}.{secrets.token_hex(4)}")
-        os.makedirs(tmp)
+        try:
+            os.makedirs(self._tmp, exist_ok=True)
+            self._sweep(source.sha256)
+            tmp = os.path.join(self._tmp, f"{source.sha256}.{os.getpid()}."
+                                          f"{secrets.token_hex(4)}")
+            os.makedirs(tmp)
+        except OSError as e:
+            if errno.errorcode.get(e.errno or 0) in _FULL:
+                raise _full_disk(e, self.directory, f"the layout of {source.where}") from e
+            raise
         try:
             if isinstance(source.fs, pafs.LocalFileSystem):
-                local, digest = source.path, _sha256_local(source.path)
+                local, digest = source.path, sha256_local(source.path)
             else:  # download once, hashing on the way; read the local copy
                 local = os.path.join(tmp, "shard.parquet")
-                digest = _download(source.fs, source.path, local)
+                digest = download(source.fs, source.path, local)
             # Converting first verifies Parquet's page checksums, whose error names the row
             # group; the hash then covers every byte.
-            _write_layout(source, local, tmp)
+            built = write_layout(source, local, tmp)
             if digest != source.sha256:
                 raise ValueError(
                     f"shard {source.where} has SHA-256 {digest}, but the manifest says "
@@ -354,7 +397,16 @@ class LayoutCache:
                 )
             if local != source.path:
                 os.remove(local)
+            meta = {"version": LAYOUT_VERSION, "sha256": source.sha256,
+                    "source": list(source.stamp), "checked": source.checked(), **built}
+            with open(os.path.join(tmp, _META), "w") as f:
+                json.dump(meta, f, sort_keys=True)
             os.rename(tmp, self.path(source.sha256))
+        except OSError as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if errno.errorcode.get(e.errno or 0) in _FULL:
+                raise _full_disk(e, self.directory, f"the layout of {source.where}") from e
+            raise
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -367,16 +419,19 @@ class LayoutCache:
 
     def entries(self) -> list[tuple[str, int, float]]:
         """(SHA-256, bytes, last use) of every complete layout in the cache."""
-        out = []
+        out: list[tuple[str, int, float]] = []
         if not os.path.isdir(self._root):
             return out
         for name in os.listdir(self._root):
+            if not _HEX.match(name):
+                continue  # tmp/, locks/, datasets/: never a layout
             meta_path = os.path.join(self._root, name, _META)
             try:
                 with open(meta_path, "rb") as f:
                     meta = json.loads(f.read())
-                out.append((name, int(sum(meta["files"].values())), os.stat(meta_path).st_mtime))
-            except (OSError, ValueError, KeyError, TypeError):
+                size = sum(int(v["bytes"]) for v in meta["files"].values())
+                out.append((name, size, os.stat(meta_path).st_mtime))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 continue
         return out
 
@@ -391,115 +446,3 @@ class LayoutCache:
             with self._lock(sha):
                 shutil.rmtree(self.path(sha), ignore_errors=True)
             total -= size
-
-
-def _sha256_local(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_COPY_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _download(fs: pafs.FileSystem, path: str, local: str) -> str:
-    h = hashlib.sha256()
-    with fs.open_input_stream(path) as src, open(local, "wb") as dst:
-        while chunk := src.read(_COPY_CHUNK):
-            h.update(chunk)
-            dst.write(chunk)
-    return h.hexdigest()
-
-
-def _check_rows(source: ShardSource, first_row: int, values: npt.NDArray[np.int64],
-                offsets: npt.NDArray[np.int64], cols: dict[str, npt.NDArray[Any]]) -> None:
-    """Check one row group, vectorised; name the first bad row."""
-
-    def fail(local: int, why: str) -> None:
-        row = first_row + int(local)
-        raise ValueError(f"shard {source.where} row {row} (dataset index "
-                         f"{source.first_index + row}): {why}")
-
-    bad = (values < 0) | (values >= source.vocab_size)
-    if bad.any():
-        at = int(np.flatnonzero(bad)[0])
-        local = int(np.searchsorted(offsets, at, side="right")) - 1
-        fail(local, f"token id {int(values[at])} is outside the vocabulary "
-                    f"[0, {source.vocab_size}) of the manifest")
-    length = cols["length"].astype(np.int64)
-    loss_start = cols["loss_start"].astype(np.int64)
-    sizes = np.diff(offsets)
-    checks: tuple[tuple[npt.NDArray[np.bool_], Callable[[int], str]], ...] = (
-        ((length < 1) | (length > source.window),
-         lambda j: f"length {length[j]} is outside [1, {source.window}] (the window)"),
-        (sizes != length + 1,
-         lambda j: f"tokens has {sizes[j]} ids, but length {length[j]} needs {length[j] + 1}"),
-        ((loss_start < 0) | (loss_start >= length),
-         lambda j: f"loss_start {loss_start[j]} is outside [0, {length[j]})"),
-    )
-    for mask, why in checks:
-        if mask.any():
-            j = int(np.flatnonzero(mask)[0])
-            fail(j, why(j))
-
-
-def _write_layout(source: ShardSource, local: str, out: str) -> None:
-    """Convert the (verified) Parquet file ``local`` into a layout in the directory ``out``."""
-    dtype = np.dtype(np.uint16 if source.vocab_size <= 2**16 else np.int32)
-    records: list[npt.NDArray[Any]] = []
-    doc_rows: list[int] = []
-    doc_ids: list[bytes] = []
-    last_id: str | None = None
-    total = rows = 0
-    try:
-        pf = pq.ParquetFile(local, **integrity.READ_OPTIONS)
-    except (OSError, ValueError) as e:
-        raise integrity.footer_error(e, where=source.where) from e
-    with open(os.path.join(out, "tokens.bin"), "wb") as tokens_file:
-        for g in range(pf.metadata.num_row_groups):
-            try:  # page checksums are verified on the way (pyarrow's errors name no file)
-                table = pf.read_row_group(g, columns=["doc_id", "tokens", *COLUMNS])
-            except (OSError, ValueError) as e:
-                raise integrity.read_error(e, where=source.where, row_group=g) from e
-            tokens = table.column("tokens").combine_chunks()
-            if tokens.null_count:
-                raise ValueError(f"shard {source.where}: null tokens in row group {g}")
-            off = np.asarray(tokens.offsets, dtype=np.int64)
-            values = np.asarray(tokens.values)[off[0] : off[-1]]
-            off = off - off[0]
-            group = {name: table.column(name).to_numpy().astype(_DTYPES[name], copy=False)
-                     for name in COLUMNS}
-            _check_rows(source, rows, values, off, group)
-            tokens_file.write(values.astype(dtype).tobytes())
-            rec = np.zeros(table.num_rows, RECORD)
-            rec["lo"] = off[:-1] + total
-            for name in COLUMNS:
-                rec[name] = group[name]
-            records.append(rec)
-            for j, doc_id in enumerate(table.column("doc_id").to_pylist()):
-                if doc_id != last_id:
-                    doc_rows.append(rows + j)
-                    doc_ids.append(doc_id.encode())
-                    last_id = doc_id
-            total += int(off[-1])
-            rows += table.num_rows
-    if rows != source.rows:
-        raise ValueError(f"shard {source.where} holds {rows} rows, but the manifest says "
-                         f"{source.rows}")
-    arrays: dict[str, npt.NDArray[Any]] = {
-        "windows": np.concatenate(records) if records else np.zeros(0, RECORD),
-        "doc_rows": np.array([*doc_rows, rows], np.int64),
-        "doc_id_offsets": np.concatenate([[0], np.cumsum([len(d) for d in doc_ids],
-                                                         dtype=np.int64)]).astype(np.int64),
-    }
-    for name, array in arrays.items():
-        np.save(os.path.join(out, f"{name}.npy"), array)
-    with open(os.path.join(out, "doc_ids.bin"), "wb") as f:
-        f.write(b"".join(doc_ids))
-    files = {name: os.stat(os.path.join(out, name)).st_size for name in sorted(os.listdir(out))
-             if name != "shard.parquet"}
-    meta = {"version": LAYOUT_VERSION, "sha256": source.sha256, "rows": rows,
-            "vocab_size": source.vocab_size, "window": source.window,
-            "source": list(source.stamp),
-            "token_dtype": dtype.name, "files": files, "built": time.time()}
-    with open(os.path.join(out, _META), "w") as f:
-        json.dump(meta, f, sort_keys=True)

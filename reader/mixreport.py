@@ -21,10 +21,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-import pyarrow.fs as pafs
-
 from reader.blend import normalise_weights
-from transforms.manifest import MANIFEST_NAME, parse_manifest
+from reader.opening import open_files
 
 __all__ = ["TOKENIZER_KEYS", "check_compatible", "mixture_report", "parse_mix", "run_mix"]
 
@@ -103,15 +101,8 @@ def parse_mix(text: str) -> dict[str, float]:
 
 
 def _read_manifest(root: str) -> dict[str, Any]:
-    if "://" in root:
-        fs, path = pafs.FileSystem.from_uri(root)
-    else:
-        fs, path = pafs.LocalFileSystem(), os.path.abspath(root)
-    where = f"{root.rstrip('/')}/{MANIFEST_NAME}"
-    if fs.get_file_info(f"{path.rstrip('/')}/{MANIFEST_NAME}").type != pafs.FileType.File:
-        raise ValueError(f"{where} does not exist: {root} is not a finished dataset")
-    with fs.open_input_stream(f"{path.rstrip('/')}/{MANIFEST_NAME}") as f:
-        return parse_manifest(f.read(), where=where)
+    # The readers' one open path: the same checks and messages as WindowDataset's.
+    return open_files(root).manifest.json
 
 
 def run_mix(outputs: list[str], mix: str | None, *, tokens: float | None, unit: str,

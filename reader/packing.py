@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from reader.dealing import Dealt
+from reader.dealing import Dealt, check_fingerprint
 from reader.dealing import check_int as _check_int
 from reader.sampler import EpochSampler
 
@@ -149,6 +149,8 @@ class PackedSampler(Dealt):
         drop_last: drop the last global batch of each epoch when it is short.
         open_rows: the packing's look-ahead (rows open at once); more packs tighter.
         order, blocks, buffer_blocks: the window order, as for ``EpochSampler``.
+        fingerprint: the dataset's (``ds.fingerprint``): recorded in the state, and a state
+            saved for another dataset is refused (a state without one still loads).
 
     Raises:
         ValueError: a parameter out of range, a window longer than ``seq_len``, or
@@ -171,7 +173,9 @@ class PackedSampler(Dealt):
         order: str = "global",
         blocks: Sequence[int] | None = None,
         buffer_blocks: int = 16,
+        fingerprint: str | None = None,
     ) -> None:
+        self.fingerprint = check_fingerprint("PackedSampler", fingerprint)
         lens = np.asarray(lengths)
         if lens.ndim != 1 or not len(lens) or not np.issubdtype(lens.dtype, np.integer):
             raise ValueError(f"`lengths` must be a non-empty 1-D array of integers, but got "
@@ -243,7 +247,8 @@ class PackedSampler(Dealt):
         """The global position, a small JSON-serialisable dict (committed once ``step`` is used)."""
         return {"format": _STATE_FORMAT, "version": _STATE_VERSION, **self._identity(),
                 "global_batch": self.global_batch, "world_size": self.world_size,
-                "rows_per_batch": self.rows_per_batch, **self._position()}
+                "rows_per_batch": self.rows_per_batch, **self._position(),
+                **({} if self.fingerprint is None else {"fingerprint": self.fingerprint})}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state``: the next iteration yields exactly the batches that came next.
@@ -263,6 +268,7 @@ class PackedSampler(Dealt):
         for key in (*mine, "epoch", "cursor", "targets_seen", "batches_seen"):
             if key not in state:
                 raise ValueError(f"the PackedSampler state lacks the key {key!r}")
+        check_fingerprint("PackedSampler", self.fingerprint, state=state)
         for key, value in mine.items():
             if state[key] != value:
                 raise ValueError(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,8 +33,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                    help="where the layouts go (default: $TOKEN_WINDOWS_CACHE, else "
                         "$XDG_CACHE_HOME/token-windows or ~/.cache/token-windows)")
     p.add_argument("--verify", action="store_true",
-                   help="also hash every shard at open (a layout is always built from verified "
-                        "bytes; this checks shards whose layout is already cached)")
+                   help="verify every shard at open as WindowDataset(verify=True) does (SHA-256, "
+                        "footers, page checksums, BOS/EOS) and hash every cached layout file")
     args = p.parse_args(argv)
     ds = WindowDataset(args.path, args.verify, cache_dir=args.cache_dir)
     report = {"path": ds.path, "windows": len(ds), "fingerprint": ds.fingerprint,
@@ -43,5 +44,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     return report
 
 
+def _command() -> int:
+    """``python -m reader.prepare``: a refused dataset is one line naming it, exit status 2."""
+    try:
+        main()
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    raise SystemExit(_command())

@@ -76,7 +76,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from reader.dealing import Dealt
+from reader.dealing import Dealt, check_fingerprint
 from reader.dealing import check_int as _check_int
 from reader.permutation import FeistelPermutation, round_keys
 
@@ -177,6 +177,8 @@ class EpochSampler(Dealt):
         blocks: for ``order="blocks"``, the block sizes in dataset order (they sum to n),
             e.g. ``dataset.blocks("shard")`` or ``dataset.blocks("row_group")``.
         buffer_blocks: for ``order="blocks"``, k, the blocks whose windows are mixed together.
+        fingerprint: the dataset's (``ds.fingerprint``): recorded in the state, and a state
+            saved for another dataset is refused (a state without one still loads).
 
     Raises:
         ValueError: a parameter out of range, ``drop_last`` with fewer than
@@ -196,8 +198,10 @@ class EpochSampler(Dealt):
         order: str = "global",
         blocks: Sequence[int] | None = None,
         buffer_blocks: int = 16,
+        fingerprint: str | None = None,
     ) -> None:
         self.n = _check_int("n", n, 1)
+        self.fingerprint = check_fingerprint("EpochSampler", fingerprint)
         self.batch_size = _check_int("batch_size", batch_size, 1)
         self.seed = _check_int("seed", seed, None)
         self._init_dealing(world_size=world_size, rank=rank, per_rank=self.batch_size,
@@ -290,6 +294,7 @@ class EpochSampler(Dealt):
             "blocks": None if self._blocks is None else {
                 "count": len(self._blocks), "sha256": self._blocks_digest,
                 "buffer_blocks": self.buffer_blocks},
+            **({} if self.fingerprint is None else {"fingerprint": self.fingerprint}),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -301,7 +306,7 @@ class EpochSampler(Dealt):
         Raises:
             ValueError: the state is not a sampler state, is of another version (version 1,
                 the ``torch.randperm`` order, cannot be continued by this reader), or belongs
-                to another dataset, seed or order.
+                to another dataset (its fingerprint, or n), seed or order.
         """
         if not isinstance(state, Mapping) or state.get("format") != _STATE_FORMAT:
             raise ValueError(f"not an EpochSampler state: {state!r}")
@@ -324,6 +329,7 @@ class EpochSampler(Dealt):
                     "order", "blocks"):
             if key not in state:
                 raise ValueError(f"the EpochSampler state lacks the key {key!r}")
+        check_fingerprint("EpochSampler", self.fingerprint, state=state)
         mine = self.state_dict()
         for key in ("n", "seed", "drop_last", "order", "blocks"):
             if state[key] != mine[key]:

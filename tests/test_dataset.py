@@ -134,11 +134,19 @@ def test_missing_shard(small: tuple[Path, list]) -> None:
 
 
 def test_row_count_mismatch(small: tuple[Path, list]) -> None:
-    root, _ = small
+    root, rows = small
     edit_manifest(root, lambda m: m["shards"][2].update(rows=m["shards"][2]["rows"] + 1))
-    with pytest.raises(ValueError, match=r"part-00002-of-00003\.parquet holds \d+ rows, but "
-                                         r"the manifest says \d+"):
+    with pytest.raises(ValueError, match=rf"counts\.windows is {len(rows)}, but its shards' "
+                                         rf"rows add up to {len(rows) + 1}"):
         WindowDataset(root)
+    edit_manifest(root, lambda m: m["counts"].update(windows=len(rows) + 1))
+    message = r"part-00002-of-00003\.parquet holds \d+ rows, but the manifest says \d+"
+    with pytest.raises(ValueError, match=message):
+        WindowDataset(root, verify=True)
+    ds = WindowDataset(root)  # footers are read when their shard is first read
+    ds[0]
+    with pytest.raises(ValueError, match=message):
+        ds[len(ds) - 1]
 
 
 def test_windows_count_mismatch(small: tuple[Path, list]) -> None:
@@ -171,7 +179,7 @@ def test_shard_of_another_schema(small: tuple[Path, list]) -> None:
     edit_manifest(root, lambda m: m["shards"][0].update(rows=pq.read_metadata(path).num_rows))
     with pytest.raises(ValueError, match=r"part-00000-of-00003\.parquet lacks the column "
                                          r"'doc_tokens'"):
-        WindowDataset(root)
+        WindowDataset(root)[0]
 
 
 @pytest.mark.parametrize("bad", [VOCAB, 300, -1])

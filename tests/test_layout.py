@@ -66,7 +66,7 @@ def test_a_stale_or_corrupt_layout_is_rebuilt(small: tuple[Path, list], isolated
     meta = json.loads(meta_path.read_text())
     if damage == "truncate_tokens":
         with open(target / "tokens.bin", "r+b") as f:
-            f.truncate(meta["files"]["tokens.bin"] - 2)
+            f.truncate(meta["files"]["tokens.bin"]["bytes"] - 2)
     elif damage == "garbage_meta":
         meta_path.write_text("{not json")
     elif damage == "no_meta":
@@ -80,8 +80,13 @@ def test_a_stale_or_corrupt_layout_is_rebuilt(small: tuple[Path, list], isolated
     elif damage == "bad_npy":
         size = (target / "windows.npy").stat().st_size
         (target / "windows.npy").write_bytes(b"x" * size)  # the size check passes; loading fails
-    assert not ds._layouts.is_ready(ds._source(1)) or damage == "bad_npy"
-    assert ds.prepare()["built"] == 1
+    assert not ds._layouts.is_ready(ds._source(1))
+    if damage in ("truncate_tokens", "missing_records", "bad_npy"):  # files that fail: said
+        with pytest.warns(RuntimeWarning, match=r"part-00001-of-00003\.parquet in .* is "
+                                                r"damaged .* rebuilt from the shard"):
+            assert ds.prepare()["built"] == 1
+    else:  # stale or partial: rebuilt without a word
+        assert ds.prepare()["built"] == 1
     assert ds._layouts.is_ready(ds._source(1))
     for i, row in enumerate(rows):
         check_window(ds[i], row, i)
@@ -105,7 +110,11 @@ def test_the_dataset_index_is_built_once_and_rebuilt_when_damaged(
             p.unlink()
         directory.rmdir()
     again = WindowDataset(root)
-    assert again._dataset_index() is None  # refused by the cheap check
+    if damage == "truncate":
+        with pytest.warns(RuntimeWarning, match=r"the cached dataset index .* is damaged"):
+            assert again._dataset_index() is None  # refused by the cheap check
+    else:
+        assert again._dataset_index() is None
     assert again.prepare()["built"] == 0  # the shards' layouts are fine; only the index is new
     assert again._dataset_index() is not None
     after = again.__getitems__(list(range(len(rows))))
@@ -143,8 +152,8 @@ def test_a_manifest_without_a_usable_sha256_is_refused(small: tuple[Path, list])
     with pytest.raises(ValueError, match=r"shards\[0\]\.sha256 must be a string, but got None"):
         WindowDataset(root)  # transforms.manifest.parse_manifest's check
     edit_manifest(root, lambda m: m["shards"][0].update(sha256="abc"))
-    with pytest.raises(ValueError, match=r"shards\[0\]\.sha256 must be a SHA-256 in hex, but got "
-                                         r"'abc'"):
+    with pytest.raises(ValueError, match=r"shards\[0\]\.sha256 must be 64 lowercase hex "
+                                         r"digits \(a SHA-256\), but got 'abc'"):
         WindowDataset(root)
 
 
@@ -280,3 +289,85 @@ def test_a_shard_changed_after_its_layout_was_built_is_read_again(small: tuple[P
     shard.write_bytes(bytes(data))
     with pytest.raises((ValueError, OSError), match=r"part-00001-of-00003\.parquet"):
         WindowDataset(root).prepare()  # at open (footer) or at the rebuild (pages, hash)
+
+
+def _big(root: Path, seed: int) -> list[dict]:
+    """A one-shard dataset whose tokens.bin is far larger than the sampled pages."""
+    rng = __import__("random").Random(seed)
+    docs = [(f"doc-{i:03d}", bytes(rng.randrange(32, 127) for _ in range(2000)))
+            for i in range(60)]
+    return write_docs(root, docs, window=64, num_shards=1, rows_per_group=1000)
+
+
+def _flip(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_a_flipped_byte_in_a_cached_file_is_never_served(small: tuple[Path, list],
+                                                         isolated_cache: Path,
+                                                         verify: bool) -> None:
+    """A small layout's files are hashed whole by the cheap check; verify=True hashes all."""
+    root, rows = small
+    WindowDataset(root).prepare()
+    ds = WindowDataset(root, verify=verify)
+    tokens = layout_dir(isolated_cache, ds, 0) / "tokens.bin"
+    _flip(tokens, 7)
+    with pytest.warns(RuntimeWarning, match=r"part-00000-of-00003\.parquet in .* is damaged "
+                                            r"\(tokens\.bin.*rebuilt from the shard"):
+        got = [ds[i] for i in range(len(rows))]
+    for i, row in enumerate(rows):
+        check_window(got[i], row, i)
+    assert ds.layout_builds == 1
+
+
+def test_same_size_tokens_from_another_dataset_are_caught(tmp_path: Path,
+                                                          isolated_cache: Path) -> None:
+    rows_a = _big(tmp_path / "a", 1)
+    _big(tmp_path / "b", 2)
+    a, b = WindowDataset(tmp_path / "a"), WindowDataset(tmp_path / "b")
+    a.prepare()
+    b.prepare()
+    mine, theirs = (layout_dir(isolated_cache, d, 0) / "tokens.bin" for d in (a, b))
+    assert mine.stat().st_size == theirs.stat().st_size > 16 * 4096 * 2
+    mine.write_bytes(theirs.read_bytes())
+    again = WindowDataset(tmp_path / "a")
+    with pytest.warns(RuntimeWarning, match=r"tokens\.bin's sampled pages are not the ones"):
+        got = again.__getitems__(list(range(len(rows_a))))
+    for i, row in enumerate(rows_a):
+        check_window(got[i], row, i)
+
+
+def test_a_flip_between_sampled_pages_needs_verify(tmp_path: Path, isolated_cache: Path) -> None:
+    """The cheap check reads 16 pages; verify=True hashes every byte of every cached file."""
+    rows = _big(tmp_path / "a", 1)
+    WindowDataset(tmp_path / "a").prepare()
+    tokens = layout_dir(isolated_cache, WindowDataset(tmp_path / "a"), 0) / "tokens.bin"
+    size = tokens.stat().st_size
+    _flip(tokens, (size - 4096) // 15 // 2)  # between the first two sampled pages
+    assert WindowDataset(tmp_path / "a").prepare()["built"] == 0  # not seen by default
+    ds = WindowDataset(tmp_path / "a", verify=True)
+    with pytest.warns(RuntimeWarning, match=r"tokens\.bin does not hash to the SHA-256"):
+        got = ds.__getitems__(list(range(len(rows))))
+    for i, row in enumerate(rows):
+        check_window(got[i], row, i)
+
+
+def test_a_full_disk_names_the_cache_and_the_knobs(small: tuple[Path, list],
+                                                   isolated_cache: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    import reader.layout_build
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(reader.layout_build.np, "save", full)
+    root, _ = small
+    with pytest.raises(OSError, match=rf"no space left in the layout cache {isolated_cache} "
+                                      r".*`cache_dir=` \(or \$TOKEN_WINDOWS_CACHE.*`cache_limit=`"):
+        WindowDataset(root)[0]
+    assert list((isolated_cache / f"layouts-v{LAYOUT_VERSION}" / "tmp").iterdir()) == []

@@ -19,6 +19,7 @@ from transforms.manifest import (
     build_manifest,
     dumps_manifest,
     parse_manifest,
+    read_manifest,
 )
 from transforms.params import WindowSpec
 from transforms.rows import ShardCounts, ShardRows
@@ -176,6 +177,8 @@ def test_what_the_reader_may_meet_is_accepted():
     manifest["tokenizer"].update(sha256="ab" * 32, kind="sentencepiece", vocab_size=0)
     manifest["windows"]["seed"] = (1 << 64) - 1
     manifest["shards"] = []
+    manifest["counts"].update(windows=0, tokens=0, scored_targets=0, documents=0)
+    manifest["num_shards"] = 0
     manifest["extra"] = {"more": "is welcome"}
     assert parse_manifest(dumps_manifest(manifest)) == manifest
 
@@ -236,3 +239,30 @@ def test_the_fingerprint_names_the_split_definition_only_when_there_is_one():
     assert job_fingerprint(**job) == job_fingerprint(**job, splits=None)
     assert job_fingerprint(**job, splits={"sample": {"fraction": 0.5, "seed": 0}}) != (
         job_fingerprint(**job))
+
+
+def test_the_shard_list_holds_together():
+    manifest = valid()
+    manifest["num_shards"] = 2
+    with pytest.raises(ValueError, match="num_shards is 2, but it lists 1 shards"):
+        parse_manifest(dumps_manifest(manifest), where="out/_manifest.json")
+    manifest = valid()
+    manifest["shards"][0]["file"] = "part-00000-of-00002.parquet"
+    with pytest.raises(ValueError, match=r"shards\[0\] is 'part-00000-of-00002.parquet', but "
+                                         r"shard 0 of 1 is 'part-00000-of-00001.parquet'"):
+        parse_manifest(dumps_manifest(manifest), where="out/_manifest.json")
+    manifest = valid()
+    manifest["counts"]["tokens"] += 1
+    with pytest.raises(ValueError, match=r"counts\.tokens is \d+, but its shards' tokens add up"):
+        parse_manifest(dumps_manifest(manifest), where="out/_manifest.json")
+    manifest = valid()
+    manifest["tokenizer"]["eos_id"] = manifest["tokenizer"]["vocab_size"]
+    with pytest.raises(ValueError, match=r"tokenizer\.eos_id must be below vocab_size 258"):
+        parse_manifest(dumps_manifest(manifest), where="out/_manifest.json")
+    manifest = valid()
+    manifest["tokenizer"]["engine"] = "tiktoken"
+    parsed = read_manifest(dumps_manifest(manifest))
+    assert parsed.tokenizer.engine == "tiktoken"
+    assert parsed.tokenizer.to_json() == manifest["tokenizer"]
+    assert parsed.counts.to_json() == manifest["counts"]
+    assert [e.to_json() for e in parsed.shards] == manifest["shards"]

@@ -347,3 +347,42 @@ def test_repeat_batches_names_exactly_the_repeated_windows(n: int, bs: int, ws: 
     assert len(seen) == len(set(seen))  # what is not flagged is never a repeat
     kept = n - n % (bs * ws) if drop else n
     assert len(seen) == kept - done * bs * ws  # and every window of the rest is there once
+
+
+def test_a_state_names_its_dataset() -> None:
+    from reader import PackedSampler
+
+    mine, other = "a" * 64, "b" * 64
+    s = EpochSampler(10, 3, seed=0, fingerprint=mine)
+    next(iter(s))
+    state = s.state_dict()
+    assert state["fingerprint"] == mine and json.loads(json.dumps(state)) == state
+    with pytest.raises(ValueError, match=rf"saved for the dataset with fingerprint {mine}, but "
+                                         rf"this sampler reads the dataset with fingerprint "
+                                         rf"{other}: it belongs to another dataset"):
+        EpochSampler(10, 3, seed=0, fingerprint=other).load_state_dict(state)
+    plain = EpochSampler(10, 3, seed=0)
+    assert "fingerprint" not in plain.state_dict()  # the state of a sampler without one
+    EpochSampler(10, 3, seed=0, fingerprint=other).load_state_dict(plain.state_dict())
+    plain.load_state_dict(state)  # nothing to compare with
+    with pytest.raises(ValueError, match="`fingerprint` must be a string or None, but got 5"):
+        EpochSampler(10, 3, seed=0, fingerprint=5)  # type: ignore[arg-type]
+    p = PackedSampler([3, 2, 4, 1], 2, 4, seed=0, fingerprint=mine)
+    with pytest.raises(ValueError, match=rf"PackedSampler state was saved for the dataset with "
+                                         rf"fingerprint {mine}"):
+        PackedSampler([3, 2, 4, 1], 2, 4, seed=0, fingerprint=other).load_state_dict(
+            p.state_dict())
+    PackedSampler([3, 2, 4, 1], 2, 4, seed=0).load_state_dict(p.state_dict())
+
+
+def test_a_dataset_fingerprint_in_the_sampler(tmp_path) -> None:
+    from reader import WindowDataset
+    from tests.reader_data import random_docs, write_docs
+
+    write_docs(tmp_path / "a", random_docs(20, seed=1), window=6, num_shards=2)
+    write_docs(tmp_path / "b", random_docs(20, seed=2), window=6, num_shards=2)
+    a, b = WindowDataset(tmp_path / "a"), WindowDataset(tmp_path / "b")
+    n = min(len(a), len(b))
+    state = EpochSampler(n, 4, seed=0, fingerprint=a.fingerprint).state_dict()
+    with pytest.raises(ValueError, match=f"fingerprint {a.fingerprint}, but .* {b.fingerprint}"):
+        EpochSampler(n, 4, seed=0, fingerprint=b.fingerprint).load_state_dict(state)

@@ -88,7 +88,11 @@ def test_hf_ids_equal_the_library_with_our_bos_eos(bpe):
         "kind": "huggingface", "vocab_size": ref.get_vocab_size(with_added_tokens=True),
         "bos_id": bos, "eos_id": eos, "bos_token": "<s>", "eos_token": "</s>",
         "sha256": hashlib.sha256(bpe.read_bytes()).hexdigest(),
-        "file": "tokenizer.json", "path": str(bpe)}
+        "file": "tokenizer.json", "path": str(bpe), "engine": "tiktoken"}
+    pinned = HFTokenizer(bpe.read_bytes(), where=str(bpe), bos_token="<s>", eos_token="</s>",
+                         engine="tokenizers")
+    assert pinned.engine == "tokenizers" and pinned.info()["engine"] == "tokenizers"
+    assert [z.tolist() for z in pinned.encode_batch(REAL)] == want
 
 
 def test_hf_one_token_may_be_bos_and_eos(bpe):
@@ -184,3 +188,53 @@ def test_hf_without_the_library_is_a_one_line_refusal(monkeypatch):
     with pytest.raises(ValueError, match=r"^--tokenizer t.json needs the Hugging Face "
                                          r"tokenizers library: pip install 'token-windows\[hf\]'"):
         tokenizer_from_bytes(b"{}", where="t.json", bos_token="a", eos_token="b")
+
+
+@pytest.mark.slow
+def test_the_engine_changes_neither_the_shards_nor_the_fingerprint(bpe, tmp_path):
+    from tests.conftest import run_job
+
+    outputs = {}
+    for engine in ("tiktoken", "tokenizers", "auto"):
+        out = tmp_path / engine
+        manifest = run_job(out, "--input", str(SAMPLES / "corpus" / "*.jsonl"), "--id-field",
+                           "id", "--tokenizer", str(bpe), "--window", "200",
+                           "--tokenizer-engine", engine)
+        assert manifest["tokenizer"]["engine"] == ("tokenizers" if engine == "tokenizers"
+                                                   else "tiktoken")
+        outputs[engine] = (manifest, {p.name: p.read_bytes() for p in out.glob("*.parquet")})
+    tiktoken, tokenizers = outputs["tiktoken"], outputs["tokenizers"]
+    assert tiktoken[1] == tokenizers[1] == outputs["auto"][1] and len(tiktoken[1]) >= 1
+    assert tiktoken[0]["fingerprint"] == tokenizers[0]["fingerprint"]
+    strip = lambda m: {**m, "tokenizer": {**m["tokenizer"], "engine": None}}  # noqa: E731
+    assert strip(tiktoken[0]) == strip(tokenizers[0])
+
+
+@pytest.mark.parametrize(("tokenizer", "message"), [
+    ("samples/spm.model", "error: --tokenizer-engine tiktoken applies to a Hugging Face "
+                          "tokenizer.json; --tokenizer is samples/spm.model, a SentencePiece "
+                          "model: drop --tokenizer-engine\n"),
+    ("bytes", "error: --tokenizer-engine tiktoken applies to a Hugging Face tokenizer.json; "
+              "--tokenizer is bytes: drop --tokenizer-engine\n"),
+    ("dropout", "error: --tokenizer-engine tiktoken cannot encode {path}: the model has "
+                "dropout 0.5 (random merges), so tiktoken's ids could differ from "
+                "tokenizers'; use --tokenizer-engine auto (or tokenizers)\n"),
+])
+def test_a_pinned_engine_that_cannot_run_is_refused_before_any_work(
+        bpe, corpus, tmp_path, capsys, monkeypatch, tokenizer, message):
+    from pipeline.run import main
+
+    monkeypatch.chdir(SAMPLES.parent)
+    if tokenizer == "dropout":
+        spec = json.loads(bpe.read_text())
+        spec["model"]["dropout"] = 0.5
+        tokenizer = str(tmp_path / "tokenizer.json")
+        (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+        message = message.format(path=tokenizer)
+    tokens = ["--bos-token", "<s>", "--eos-token", "</s>"] if tokenizer.endswith(".json") else []
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--input", str(corpus), "--tokenizer", tokenizer, *tokens,
+              "--tokenizer-engine", "tiktoken", "--output", str(tmp_path / "o")])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == message
+    assert not (tmp_path / "o").exists()

@@ -32,9 +32,9 @@ Example: a job that read 3 records, skipped 2 as ``empty`` and kept one document
 ``counts.windows == 1`` and ``counts.tokens == 5``. Records that do not add up
 (records ≠ documents + skipped) are a `RuntimeError`: no manifest.
 
-`dumps_manifest` is deterministic (sorted keys, fixed indentation, final newline);
-`parse_manifest` checks the format, the version, every required key and the type of every
-value the reader relies on.
+`dumps_manifest` is deterministic (sorted keys, fixed indentation, final newline). Readers
+parse a manifest with `transforms.manifest_read.read_manifest` (typed, every value the reader
+relies on checked; re-exported here) or `parse_manifest` (the same checks, the JSON object).
 """
 
 from __future__ import annotations
@@ -45,21 +45,30 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from transforms.manifest_read import (
+    Counts,
+    Manifest,
+    ShardEntry,
+    TokenizerInfo,
+    WindowsInfo,
+    read_manifest,
+)
 from transforms.rows import ShardCounts
 from transforms.schema import COUNTS_KEY, FINGERPRINT_KEY, FORMAT, FORMAT_VERSION, SHARD_KEY
 
 __all__ = [
     "LEGACY_MANIFEST_NAME",
     "MANIFEST_NAME",
+    "Manifest",
     "SPLITS_FORMAT",
     "WrittenShard",
     "build_manifest",
     "build_splits_record",
-    "check_skipped_share",
     "dumps_manifest",
     "job_fingerprint",
     "parse_manifest",
     "parse_splits_record",
+    "read_manifest",
     "shard_metadata",
 ]
 
@@ -80,11 +89,15 @@ class WrittenShard:
     bytes: int
     counts: ShardCounts
 
-    def to_json(self) -> dict[str, Any]:
+    def entry(self) -> ShardEntry:
         """The manifest's entry for this shard."""
         c = self.counts
-        return {"file": self.file, "rows": c.rows, "documents": c.documents, "tokens": c.tokens,
-                "scored_targets": c.scored_targets, "bytes": self.bytes, "sha256": self.sha256}
+        return ShardEntry(file=self.file, rows=c.rows, documents=c.documents, tokens=c.tokens,
+                          scored_targets=c.scored_targets, bytes=self.bytes, sha256=self.sha256)
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest's entry for this shard, as JSON."""
+        return self.entry().to_json()
 
 
 def job_fingerprint(
@@ -107,7 +120,8 @@ def job_fingerprint(
     """
     # The model is named by its content: where it lies (the manifest's tokenizer.path, as
     # the job was given it) is no part of the job.
-    model = {k: v for k, v in tokenizer.items() if k != "path"}
+    # Nor is the engine that encoded it (docs/tokenizers.md#engines): its ids are the same.
+    model = {k: v for k, v in tokenizer.items() if k not in ("path", "engine")}
     job = {"format": FORMAT, "format_version": FORMAT_VERSION, "tokenizer": model,
            "windows": windows, "reading": reading, "num_shards": num_shards,
            "files": sorted([int(i), str(rel), int(size)] for i, rel, size in files)}
@@ -127,68 +141,6 @@ def shard_metadata(*, fingerprint: str, index: int, num_shards: int,
                                 "tokens": counts.tokens,
                                 "scored_targets": counts.scored_targets}, sort_keys=True),
     }
-
-
-_FIXES = {
-    "missing_text": "pass --text-field naming the field that holds the text",
-    "text_not_string": "pass --text-field naming a field that holds a string",
-    "not_an_object": "the input must hold one JSON object per line (JSONL), not a "
-                     "pretty-printed array or other values",
-    "malformed_json": "is the input JSONL? pass --format text or lines for plain text",
-    "missing_id": "pass --id-field naming a field every record has, or drop --id-field",
-    "invalid_id": "pass --id-field naming a string or integer field, or drop --id-field",
-    "duplicate_id": "pass --id-field naming a field whose values are unique, or drop it",
-    "empty": "pass --text-field naming the field with the text, or --keep-empty",
-    "blank_line": "the input holds no records",
-    "invalid_utf8": "the input is not UTF-8; convert it, or pass --invalid-utf8 replace",
-    "too_large": "raise --max-doc-bytes",
-}
-
-
-def _keys_of(record: str) -> str | None:
-    try:
-        value = json.loads(record)
-    except (ValueError, RecursionError):
-        return None
-    return ", ".join(map(str, value)) if isinstance(value, dict) else None
-
-
-def check_skipped_share(*, records: int, skipped: dict[str, int], first: dict[str, Any],
-                        max_share: float) -> None:
-    """Fail a job whose records were (almost) all skipped: a wrong flag, not dirty data.
-
-    Args:
-        records: the records read; skipped: {reason: count}.
-        first: {reason: the first `transforms.documents.Reject` of that reason}.
-        max_share: the largest share of skipped records tolerated; every record skipped
-            always fails (an empty dataset is never what was asked for).
-
-    Raises:
-        RuntimeError: naming the reasons, the first record (where it is, its keys) and the
-            fix.
-    """
-    total = sum(skipped.values())
-    if records == 0 or (total < records and total <= max_share * records):
-        return
-    reasons = {k: v for k, v in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])) if v}
-    top = next(iter(reasons))
-    if len(reasons) == 1:
-        why = f"as {top}"
-    else:
-        why = "(" + ", ".join(f"{k} {v}" for k, v in reasons.items()) + ")"
-    if total == records:
-        head = f"all {records} records skipped {why}"
-    else:
-        head = (f"{total} of {records} records ({100 * total / records:.1f} %) skipped {why}, "
-                f"more than --max-skipped-share {max_share}")
-    reject = first.get(top)
-    where = ""
-    if reject is not None:
-        keys = _keys_of(reject.record)
-        where = f"; the first record ({reject.source})"
-        where += f" has keys {keys}" if keys is not None else f": {reject.detail}"
-    fix = _FIXES.get(top, "see rejects/" + top + ".jsonl")
-    raise RuntimeError(f"{head}{where}: {fix}; no manifest was written")
 
 
 def build_manifest(
@@ -226,38 +178,32 @@ def build_manifest(
             f"documents were written and {sum(skipped.values())} skipped ({skipped}){out}; "
             "no manifest was written"
         )
-    manifest = {
+    counts = Counts(
+        records=records, documents=total.documents,
+        documents_without_windows=total.documents_without_windows, skipped=skipped,
+        repaired={"invalid_utf8": total.repaired_invalid_utf8}, windows=total.rows,
+        tokens=total.tokens, pairs=total.pairs, scored_targets=total.scored_targets,
+        uncovered_pairs=total.uncovered_pairs,
+        # A split's is the job's, under split.job (none has its own).
+        sampled_out=sampled_out if sample is not None and split is None else None)
+    where = "the manifest being written"
+    manifest: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "tokenizer": tokenizer,
-        "windows": windows,
+        "tokenizer": TokenizerInfo.from_json(tokenizer, where=where).to_json(),
+        "windows": WindowsInfo.from_json(windows, where=where).to_json(),
         "inputs": list(inputs),
         "reading": reading,
-        "counts": {
-            "records": records,
-            "documents": total.documents,
-            "documents_without_windows": total.documents_without_windows,
-            "skipped": skipped,
-            "repaired": {"invalid_utf8": total.repaired_invalid_utf8},
-            "windows": total.rows,
-            "tokens": total.tokens,
-            "pairs": total.pairs,
-            "scored_targets": total.scored_targets,
-            "uncovered_pairs": total.uncovered_pairs,
-        },
+        "counts": counts.to_json(),
         "num_shards": len(shards),
         "row_group_rows": row_group_rows,
-        "shards": [s.to_json() for s in shards],
+        "shards": [s.entry().to_json() for s in shards],
         "versions": versions,
+        **({} if fingerprint is None else {"fingerprint": fingerprint}),
+        **({} if sample is None else {"sample": sample}),
+        **({} if split is None else {"split": split}),
     }
-    if fingerprint is not None:
-        manifest["fingerprint"] = fingerprint
-    if sample is not None:
-        manifest["sample"] = sample
-        if split is None:  # a split's is the job's, under split.job (none has its own)
-            manifest["counts"]["sampled_out"] = sampled_out  # type: ignore[index]
-    if split is not None:
-        manifest["split"] = split
+    read_manifest(dumps_manifest(manifest), where=where)  # what every reader will check
     return manifest
 
 
@@ -340,94 +286,12 @@ def dumps_manifest(manifest: dict[str, Any]) -> bytes:
     return (json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
 
 
-class _Count:
-    """A JSON integer of at least ``least`` (never a bool)."""
-
-    def __init__(self, least: int) -> None:
-        self.least = least
-
-    def problem(self, value: Any) -> str | None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < self.least:
-            kind = "a positive" if self.least == 1 else "a non-negative"
-            return f"must be {kind} integer, but got {value!r}"
-        return None
-
-
-class _Json:
-    """A JSON value of one of ``types``."""
-
-    def __init__(self, *types: type | None) -> None:
-        self.types = tuple(type(None) if t is None else t for t in types)
-
-    def problem(self, value: Any) -> str | None:
-        if isinstance(value, self.types) and not (isinstance(value, bool) and int in self.types):
-            return None
-        names = " or ".join("null" if t is type(None) else _JSON_NAMES[t] for t in self.types)
-        return f"must be {names}, but got {value!r}"
-
-
-_JSON_NAMES = {str: "a string", int: "an integer", dict: "an object", list: "a list"}
-_COUNT, _POSITIVE = _Count(0), _Count(1)
-
-# What every manifest must hold, and what the reader relies on in each value.
-_REQUIRED: dict[str, Any] = {
-    "tokenizer": {"kind": _Json(str), "vocab_size": _COUNT, "bos_id": _COUNT, "eos_id": _COUNT,
-                  "sha256": _Json(str, None)},
-    "windows": {"window": _POSITIVE, "stride": _POSITIVE, "tail": _Json(str),
-                "min_tail": _POSITIVE, "score": _Json(str), "offset": _Json(str),
-                "seed": _COUNT},
-    "inputs": _Json(list),
-    "counts": {"documents": _COUNT, "skipped": _Json(dict), "windows": _COUNT, "tokens": _COUNT,
-               "pairs": _COUNT, "scored_targets": _COUNT, "uncovered_pairs": _COUNT},
-    "shards": _Json(list),
-}
-_SHARD = {"file": _Json(str), "rows": _COUNT, "scored_targets": _COUNT, "sha256": _Json(str)}
-
-
-def _check(where: str, name: str, value: Any, rule: Any) -> None:
-    problem = rule.problem(value)
-    if problem is not None:
-        raise ValueError(f"{where}: {name} {problem}; the dataset is damaged")
-
-
-def _check_object(where: str, name: str, value: Any, rules: dict[str, Any]) -> None:
-    if not isinstance(value, dict):
-        raise ValueError(f"{where}: {name} must be an object, but got {value!r}")
-    for key, rule in rules.items():
-        if key not in value:
-            raise ValueError(f"{where} lacks the key {name}.{key}; the dataset is damaged")
-        _check(where, f"{name}.{key}", value[key], rule)
-
-
 def parse_manifest(data: bytes | str, *, where: str = MANIFEST_NAME) -> dict[str, Any]:
-    """Parse and check a manifest; ``where`` names the file in error messages.
+    """Parse and check a manifest (`transforms.manifest_read.read_manifest`); returns its JSON
+    object. ``where`` names the file in error messages.
 
     Raises:
-        ValueError: the text is not JSON, is another format or version, lacks a key, or a
-            value has the wrong type.
+        ValueError: the text is not JSON, is another format or version, lacks a key, a value
+            has the wrong type or range, or the shards disagree with each other or the counts.
     """
-    try:
-        manifest = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{where} is not valid JSON ({e}); the dataset is damaged") from e
-    if not isinstance(manifest, dict):
-        raise ValueError(f"{where} must hold a JSON object, but holds {type(manifest).__name__}")
-    if manifest.get("format") != FORMAT:
-        raise ValueError(
-            f"{where} has format {manifest.get('format')!r}, but this reader reads {FORMAT!r}"
-        )
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise ValueError(
-            f"{where} has format_version {manifest.get('format_version')!r}, but this reader "
-            f"reads version {FORMAT_VERSION}; install the version of the project that wrote it"
-        )
-    for key, rule in _REQUIRED.items():
-        if key not in manifest:
-            raise ValueError(f"{where} lacks the key {key!r}; the dataset is damaged")
-        if isinstance(rule, dict):
-            _check_object(where, key, manifest[key], rule)
-        else:
-            _check(where, key, manifest[key], rule)
-    for i, shard in enumerate(manifest["shards"]):
-        _check_object(where, f"shards[{i}]", shard, _SHARD)
-    return manifest
+    return read_manifest(data, where=where).json

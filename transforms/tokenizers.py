@@ -22,12 +22,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import posixpath
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
+
+from transforms import bpe_engine
+from transforms.bpe_engine import ENGINES, PROBE, TiktokenEngine, convert, first_difference
 
 __all__ = [
     "BYTES",
@@ -43,6 +48,8 @@ __all__ = [
     "tokenizer_from_bytes",
 ]
 
+_LOG = logging.getLogger("token_windows")
+
 BYTES = "bytes"
 HF = "huggingface"
 # Where Hugging Face keeps a tokenizer's special tokens, beside its tokenizer.json.
@@ -52,11 +59,13 @@ HF_CONFIG_NAME = "tokenizer_config.json"
 @dataclasses.dataclass(frozen=True)
 class TokenizerSpec:
     """The tokenizer a job names: a file (None: bytes) and, for a ``tokenizer.json``, the
-    BOS and EOS token strings (None: from its ``tokenizer_config.json``)."""
+    BOS and EOS token strings (None: from its ``tokenizer_config.json``) and the engine
+    (``--tokenizer-engine``: auto, tokenizers or tiktoken)."""
 
     path: str | None
     bos_token: str | None = None
     eos_token: str | None = None
+    engine: str = "auto"
 
 
 def is_hf_tokenizer(path: str) -> bool:
@@ -206,18 +215,26 @@ class HFTokenizer:
         where: its path, for error messages and the manifest.
         bos_token, eos_token: the BOS and EOS token strings (may be the same token).
         num_threads: above 1, batches go through ``encode_batch_fast``, which encodes each
-            text on its own on the library's thread pool; 1 encodes them one by one on the
-            calling thread. The ids are the same either way.
+            text on its own on the library's thread pool (or, with tiktoken, on this many
+            threads); 1 encodes them one by one on the calling thread. The ids are the same
+            either way.
+        engine: ``auto`` encodes with tiktoken when the file converts to it exactly and the
+            self-check agrees (`transforms.bpe_engine`), else with ``tokenizers``;
+            ``tokenizers`` always uses the library; ``tiktoken`` refuses a file that does not
+            convert. The ids are ``tokenizers``' with every engine.
 
     Raises:
         ValueError: the bytes are not a tokenizer.json, a token is missing, or it is not in
-            the vocabulary.
+            the vocabulary; or ``engine`` is ``tiktoken`` and the file does not convert.
     """
 
     kind = HF
 
     def __init__(self, data: bytes, *, where: str, bos_token: str | None,
-                 eos_token: str | None, num_threads: int = 1) -> None:
+                 eos_token: str | None, num_threads: int = 1, engine: str = "auto") -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"`tokenizer_engine` must be one of {', '.join(ENGINES)}, but got "
+                             f"{engine!r}")
         try:
             import tokenizers
         except ImportError as e:
@@ -255,28 +272,100 @@ class HFTokenizer:
         self.sha256 = hashlib.sha256(data).hexdigest()
         self.path = where
         self._num_threads = num_threads
+        self._fast = None if engine == "tokenizers" else _fast_engine(
+            data, self._tok, where=where, pinned=engine == "tiktoken")
+        self.engine = "tokenizers" if self._fast is None else "tiktoken"
+        # tiktoken's threads (it releases the GIL while it encodes); made here, not on first
+        # use, as several threads may encode batches at once.
+        self._pool = (ThreadPoolExecutor(num_threads, thread_name_prefix="tiktoken")
+                      if self._fast is not None and num_threads > 1 else None)
 
     def encode(self, text: str) -> npt.NDArray[np.int32]:
+        if self._fast is not None:
+            return self._wrap(self._fast.encode(text))
         return self._wrap(self._tok.encode(text, add_special_tokens=False).ids)
 
     def encode_batch(self, texts: Sequence[str]) -> list[npt.NDArray[np.int32]]:
         if self._num_threads == 1:
             return [self.encode(t) for t in texts]
         texts = texts if isinstance(texts, list) else list(texts)
-        return [self._wrap(e.ids)
-                for e in self._tok.encode_batch_fast(texts, add_special_tokens=False)]
+        if self._pool is None:  # tokenizers, on its own thread pool
+            return [self._wrap(e.ids)
+                    for e in self._tok.encode_batch_fast(texts, add_special_tokens=False)]
+        # tiktoken: contiguous slices, one per thread.
+        step = max(1, -(-len(texts) // self._num_threads))
+        slices = self._pool.map(lambda i: [self.encode(t) for t in texts[i : i + step]],
+                                range(0, len(texts), step))
+        return [z for part in slices for z in part]
 
-    def _wrap(self, ids: list[int]) -> npt.NDArray[np.int32]:
+    def _wrap(self, ids: Sequence[int]) -> npt.NDArray[np.int32]:
         z = np.empty(len(ids) + 2, dtype=np.int32)
         z[0], z[-1] = self.bos_id, self.eos_id
         z[1:-1] = ids
         return z
 
     def info(self) -> dict[str, Any]:
-        return {**_info(self), "bos_token": self.bos_token, "eos_token": self.eos_token}
+        # The engine that encodes (docs/tokenizers.md#engines): a record of how, never part
+        # of what (the ids are the same, and the job's fingerprint leaves it out).
+        return {**_info(self), "bos_token": self.bos_token, "eos_token": self.eos_token,
+                "engine": self.engine}
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=False)
+
+
+# `convert`'s verdict by the file's SHA-256: a pure function of the file (and the installed
+# tokenizers), asked for up to three times per job in one process (the launcher's checks,
+# the workers, the manifest) and slow for a large vocabulary. A few files at most.
+_CONVERTED: dict[str, Any] = {}
+
+
+def _fast_engine(data: bytes, tok: Any, *, where: str, pinned: bool) -> Any:
+    """tiktoken for this ``tokenizer.json`` when it converts (`transforms.bpe_engine.convert`)
+    and agrees with ``tokenizers`` on the probe text, else None; ``pinned`` (``--tokenizer-engine
+    tiktoken``) raises instead of returning None."""
+
+    def without(why: str) -> None:
+        if pinned:
+            raise ValueError(f"--tokenizer-engine tiktoken cannot encode {where}: {why}; use "
+                             "--tokenizer-engine auto (or tokenizers)")
+        _LOG.info("--tokenizer %s is encoded with tokenizers: %s", where, why)
+
+    try:
+        import tiktoken  # noqa: F401
+    except ImportError:
+        return without("tiktoken is not installed (pip install 'token-windows[hf]')")
+    key = hashlib.sha256(data).hexdigest()
+    if key not in _CONVERTED:
+        spec = json.loads(data)
+        while len(_CONVERTED) >= 4:
+            _CONVERTED.pop(next(iter(_CONVERTED)))
+        _CONVERTED[key] = convert(spec, lambda strings: bpe_engine.merged_alone(tok, spec, strings))
+    tables = _CONVERTED[key]
+    if isinstance(tables, str):
+        return without(f"{tables}, so tiktoken's ids could differ from tokenizers'")
+
+    def body(text: str) -> list[int]:
+        return tok.encode(text, add_special_tokens=False).ids
+
+    normalizer = tok.normalizer
+    try:
+        engine = TiktokenEngine(tables, normalize=None if normalizer is None else
+                                normalizer.normalize_str, fallback=body)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # tiktoken's Rust side panics (a BaseException) on a bad table
+        return without(f"tiktoken refused its table ({type(e).__name__}: {e})")
+    probes = [PROBE, *PROBE.splitlines(keepends=True)]
+    probes += [f"x{a.content}y {a.content}\n{a.content}{a.content} z" for a in tables.added]
+    difference = first_difference(probes, engine.encode, body)
+    if difference is None:
+        return engine
+    if pinned:
+        without(f"tiktoken's ids differ from tokenizers' {difference}")
+    _LOG.warning("--tokenizer %s: tiktoken's ids differ from tokenizers' %s; encoding with "
+                 "tokenizers", where, difference)
+    return None
 
 
 def _info(tok: Tokenizer) -> dict[str, Any]:
@@ -320,17 +409,23 @@ def hf_special_tokens(config: bytes | None, *, where: str) -> dict[str, str | No
 
 def tokenizer_from_bytes(model: bytes | None, *, where: str, num_threads: int = 1,
                          bos_token: str | None = None, eos_token: str | None = None,
-                         config: bytes | None = None) -> Tokenizer:
+                         config: bytes | None = None, engine: str = "auto") -> Tokenizer:
     """The bytes tokenizer when ``model`` is None, a Hugging Face tokenizer when ``where``
     names a ``.json`` file, else a SentencePiece model.
 
     For a Hugging Face tokenizer, ``bos_token`` and ``eos_token`` win over those of
-    ``config`` (the bytes of the ``tokenizer_config.json`` beside it, or None).
+    ``config`` (the bytes of the ``tokenizer_config.json`` beside it, or None), and
+    ``engine`` chooses the library that encodes (`HFTokenizer`); the other kinds take only
+    ``auto``.
 
     Raises:
-        ValueError: the model is unusable, lacks BOS or EOS, or BOS/EOS tokens were given
-            for a tokenizer that takes its own.
+        ValueError: the model is unusable, lacks BOS or EOS, or BOS/EOS tokens or an engine
+            were given for a tokenizer that takes its own.
     """
+    if engine != "auto" and (model is None or not is_hf_tokenizer(where)):
+        what = "bytes" if model is None else f"{where}, a SentencePiece model"
+        raise ValueError(f"--tokenizer-engine {engine} applies to a Hugging Face tokenizer.json; "
+                         f"--tokenizer is {what}: drop --tokenizer-engine")
     if model is None:
         if bos_token is not None or eos_token is not None:
             raise ValueError("--bos-token and --eos-token apply to a Hugging Face "
@@ -339,7 +434,7 @@ def tokenizer_from_bytes(model: bytes | None, *, where: str, num_threads: int = 
     if is_hf_tokenizer(where):
         special = hf_special_tokens(config, where=posixpath.join(
             posixpath.dirname(where), HF_CONFIG_NAME))
-        return HFTokenizer(model, where=where, num_threads=num_threads,
+        return HFTokenizer(model, where=where, num_threads=num_threads, engine=engine,
                            bos_token=bos_token or special["bos_token"],
                            eos_token=eos_token or special["eos_token"])
     if bos_token is not None or eos_token is not None:

@@ -1,0 +1,278 @@
+"""The tiktoken engine for byte-level BPE tokenizer.json files: ids equal tokenizers' on
+every text, or the file stays on tokenizers (docs/tokenizers.md#engines)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+import pytest
+
+tokenizers = pytest.importorskip("tokenizers", reason="the hf extra (tokenizers) is not installed")
+pytest.importorskip("tiktoken", reason="tiktoken is not installed")
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402,I001
+
+from tests.conftest import SAMPLES  # noqa: E402
+from transforms.bpe_engine import PROBE, byte_decoder, convert, merged_alone  # noqa: E402
+from transforms.tokenizers import HFTokenizer  # noqa: E402
+
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
+          r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+SPECIAL = ["<s>", "</s>", "<|endoftext|>"]
+TEXTS = [json.loads(line)["text"] for f in sorted((SAMPLES / "corpus").glob("*.jsonl"))
+         for line in f.read_text(encoding="utf-8").splitlines()]
+
+
+def _train(layout: str, vocab_size: int = 1500) -> str:
+    """A tokenizer.json of ``layout`` trained on the bundled samples, as text."""
+    tok = Tokenizer(models.BPE(ignore_merges=layout == "llama3"))
+    level = pre_tokenizers.ByteLevel(add_prefix_space=layout == "prefix", use_regex=True)
+    if layout == "llama3":
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        tok.pre_tokenizer = level
+    if layout in ("nfc", "nfkc"):
+        tok.normalizer = normalizers.NFC() if layout == "nfc" else normalizers.NFKC()
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(TEXTS[::3], trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    if layout == "nfkc":  # a normalized, non-special added token: matched after NFKC
+        tok.add_tokens([tokenizers.AddedToken("ﬁnal word", normalized=True)])
+    return tok.to_str()
+
+
+def _shuffled_ids(text: str) -> str:
+    """The same tokenizer with its merged tokens' ids reversed: ids no longer follow the
+    merges' order, so the engine must map tiktoken's ranks back to the file's ids."""
+    spec = json.loads(text)
+    vocab = spec["model"]["vocab"]
+    merged = sorted((t for t in vocab if vocab[t] >= len(SPECIAL) + 256), key=vocab.__getitem__)
+    for token, new in zip(merged, sorted((vocab[t] for t in merged), reverse=True), strict=True):
+        vocab[token] = new
+    return json.dumps(spec)
+
+
+LAYOUTS = ["gpt2", "llama3", "prefix", "nfc", "nfkc", "shuffled"]
+
+
+@pytest.fixture(scope="module")
+def files() -> dict[str, str]:
+    out = {layout: _train(layout) for layout in LAYOUTS if layout != "shuffled"}
+    out["shuffled"] = _shuffled_ids(out["gpt2"])
+    return out
+
+
+def _convert(text: str):
+    """`convert` judged by tokenizers, as the engine does it."""
+    tok = Tokenizer.from_str(text)
+    spec = json.loads(text)
+    return convert(spec, lambda strings: merged_alone(tok, spec, strings))
+
+
+def _pair(text: str) -> tuple[HFTokenizer, Tokenizer]:
+    fast = HFTokenizer(text.encode(), where="t/tokenizer.json", bos_token="<s>",
+                       eos_token="</s>", engine="tiktoken")
+    return fast, Tokenizer.from_str(text)
+
+
+def _same(fast: HFTokenizer, ref: Tokenizer, texts: list[str]) -> None:
+    want = [ref.encode(t, add_special_tokens=False).ids for t in texts]
+    got = [z[1:-1].tolist() for z in fast.encode_batch(texts)]
+    for text, g, w in zip(texts, got, want, strict=True):
+        assert g == w, text[:80]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_layout_converts_and_gives_tokenizers_ids_on_the_samples(files, layout):
+    fast, ref = _pair(files[layout])
+    assert fast.engine == "tiktoken" and fast.info()["engine"] == "tiktoken"
+    texts = TEXTS[::2] + [PROBE, "", " ", "\n", "<s>x</s>", "a<|endoftext|>b", "ﬁnal word!"]
+    _same(fast, ref, texts)
+    fast2 = HFTokenizer(files[layout].encode(), where="t", bos_token="<s>", eos_token="</s>",
+                        num_threads=3, engine="tiktoken")
+    assert [z.tolist() for z in fast2.encode_batch(texts)] == [
+        z.tolist() for z in fast.encode_batch(texts)]
+    assert fast2.encode_batch([]) == [] and fast2.encode_batch(texts[:1])[0].tolist() == (
+        fast.encode(texts[0]).tolist())
+
+
+def test_the_shuffled_file_really_needs_the_id_map(files):
+    assert _convert(files["shuffled"]).rank_ids is not None
+    assert _convert(files["gpt2"]).rank_ids is None
+
+
+PIECES = st.sampled_from([
+    " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "\u3000", "\u00a0", "\u2028",
+    "'s", "'S", "'ll", "'LL", "'ve", "'re", "'d", "'m", "'t", "n't", "'", "''",
+    "0", "7", "42", "123", "1234", "98765", "٣", "१२",
+    "the", "The", " the", "cat", "elizabeth", "Mr.", "Darcy", "it's", "I'M",
+    "道", "可道", "非常道。", "，", "こんにちは", "안녕", "Привет", "שלום", "مرحبا", "नमस्ते",
+    "😀", "👍🏽", "👨‍👩‍👧", "🇯🇵", "e\u0301", "ﬁ", "Å", "Ａ", "\u212a",
+    "<s>", "</s>", "<|endoftext|>", "<|endof", "ﬁnal word", "final word",
+    "!", "?!", "...", "—", "“", "(", ")", "#", "$", "%", "_", "\\", "\x00", "\ufeff",
+])
+TEXT = st.one_of(
+    st.lists(PIECES, max_size=40).map("".join),
+    st.text(max_size=60),
+    st.lists(st.one_of(PIECES, st.text(max_size=5)), max_size=30).map("".join),
+    st.builds(lambda n, c: c * n, st.integers(0, 300), st.sampled_from([" ", "\n", "\t", "a"])),
+)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@settings(max_examples=300, deadline=None)
+@given(texts=st.lists(TEXT, min_size=1, max_size=8))
+def test_every_layout_gives_tokenizers_ids_on_generated_text(files, layout, texts):
+    fast, ref = _engines(files, layout)
+    _same(fast, ref, texts)
+
+
+_CACHE: dict[str, tuple[HFTokenizer, Tokenizer]] = {}
+
+
+def _engines(files, layout):
+    if layout not in _CACHE:
+        _CACHE[layout] = _pair(files[layout])
+    return _CACHE[layout]
+
+
+# ------------------------------------------------------------ files that stay on tokenizers
+
+
+def _edit(text: str, **changes) -> str:
+    spec = json.loads(text)
+    for path, value in changes.items():
+        where = spec
+        *head, last = path.split("__")
+        for key in head:
+            where = where[key]
+        where[last] = value
+    return json.dumps(spec)
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({"model__dropout": 0.1}, "the model has dropout 0.1"),
+    ({"model__byte_fallback": True}, "the model has byte_fallback"),
+    ({"pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always",
+                        "split": True}}, "its pre-tokenizer is Metaspace"),
+    ({"pre_tokenizer": {"type": "Whitespace"}}, "its pre-tokenizer is Whitespace"),
+    ({"normalizer": {"type": "Lowercase"}}, "its normalizer is Lowercase"),
+    ({"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                        "use_regex": False}}, "its ByteLevel pre-tokenizer has use_regex false"),
+    ({"truncation": {"direction": "Right", "max_length": 8, "strategy": "LongestFirst",
+                     "stride": 0}}, "it sets truncation"),
+])
+def test_files_that_do_not_convert_stay_on_tokenizers(files, change, reason, caplog):
+    text = _edit(files["gpt2"], **change)
+    with caplog.at_level(logging.INFO, logger="token_windows"):
+        auto = HFTokenizer(text.encode(), where="t.json", bos_token="<s>", eos_token="</s>")
+    assert auto.engine == "tokenizers" and auto.info()["engine"] == "tokenizers"
+    assert reason in caplog.text
+    with pytest.raises(ValueError, match=r"^--tokenizer-engine tiktoken cannot encode t.json: "
+                                         + re.escape(reason)):
+        HFTokenizer(text.encode(), where="t.json", bos_token="<s>", eos_token="</s>",
+                    engine="tiktoken")
+    if not {"model__dropout", "truncation"} & set(change):  # random or cut ids
+        ref = Tokenizer.from_str(text)
+        _same(auto, ref, TEXTS[:20] + [PROBE])
+
+
+@pytest.mark.parametrize("key", ["continuing_subword_prefix", "end_of_word_suffix"])
+def test_subword_affixes_do_not_convert(files, key):
+    # (tokenizers cannot load the edited file: its merges lack the affixed tokens)
+    text = _edit(files["gpt2"], **{f"model__{key}": "##"})
+    assert convert(text, lambda s: []) == f"the model has {key} '##'"
+
+
+def test_a_wordpiece_file_stays_on_tokenizers():
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(TEXTS[:50], trainers.WordPieceTrainer(
+        vocab_size=300, special_tokens=["[UNK]", "<s>", "</s>"], show_progress=False))
+    auto = HFTokenizer(tok.to_str().encode(), where="w.json", bos_token="<s>", eos_token="</s>")
+    assert auto.engine == "tokenizers"
+    assert auto.encode("The fox").tolist()[1:-1] == tok.encode("The fox").ids
+    with pytest.raises(ValueError, match="its model is WordPiece, not BPE"):
+        HFTokenizer(tok.to_str().encode(), where="w.json", bos_token="<s>", eos_token="</s>",
+                    engine="tiktoken")
+
+
+# ------------------------------------------------- hand-made merges that tiktoken would not follow
+
+
+def _hand_made(merges: list[str], *, ignore_merges: bool = False) -> str:
+    """A ByteLevel BPE over the 256 byte characters plus the merges' tokens."""
+    vocab = {c: i for i, c in enumerate(sorted(byte_decoder(), key=byte_decoder().get))}
+    for m in merges:
+        vocab.setdefault(m.replace(" ", ""), len(vocab))
+    vocab["<s>"], vocab["</s>"] = len(vocab), len(vocab) + 1
+    return json.dumps({
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": vocab[t], "content": t, "single_word": False, "lstrip": False,
+                          "rstrip": False, "normalized": False, "special": True}
+                         for t in ("<s>", "</s>")],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                          "use_regex": True},
+        "post_processor": None, "decoder": None,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": ignore_merges,
+                  "vocab": vocab, "merges": merges}})
+
+
+# "bc" merges before "ab", so BPE of "abc" stops at [a, bc]: a naive table (every token a
+# rank) would let tiktoken merge a + bc into "abc", which tokenizers never outputs.
+TRAP = ["b c", "a b", "ab c", "abc d"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet="abcd <>/s", max_size=30))
+def test_a_token_bpe_never_makes_is_left_out_and_ids_still_match(text):
+    fast, ref = _engines({"trap": _hand_made(TRAP)}, "trap")
+    assert fast.engine == "tiktoken"
+    _same(fast, ref, [text, "abc", "abcd", "abcabc"])
+
+
+def test_the_trap_would_catch_a_naive_table():
+    ref = Tokenizer.from_str(_hand_made(TRAP))
+    assert ref.encode("abc").tokens == ["a", "bc"]  # not "abc"
+
+
+def test_ignore_merges_with_a_token_bpe_stops_short_of_is_refused():
+    text = _hand_made(TRAP, ignore_merges=True)
+    reason = _convert(text)
+    assert reason == ("BPE of its token 'abc' stops at ['a', 'bc'], two tokens that "
+                      "concatenate to it without a merge, which tiktoken would merge")
+    assert HFTokenizer(text.encode(), where="t", bos_token="<s>", eos_token="</s>"
+                       ).engine == "tokenizers"
+
+
+def test_two_merges_of_one_token_are_refused():
+    text = _hand_made(["a b", "b c", "ab c", "a bc"])
+    assert _convert(text) == (
+        "two merges make the token 'abc' (merges 2 and 3), which tiktoken's one rank per "
+        "token cannot order")
+
+
+def test_a_disagreement_on_the_probe_falls_back_with_a_warning(files, monkeypatch, caplog):
+    from transforms import bpe_engine
+
+    real = bpe_engine.TiktokenEngine.encode
+    monkeypatch.setattr(bpe_engine.TiktokenEngine, "encode",
+                        lambda self, text: real(self, text)[::-1])
+    with caplog.at_level(logging.WARNING, logger="token_windows"):
+        tok = HFTokenizer(files["gpt2"].encode(), where="t.json", bos_token="<s>",
+                          eos_token="</s>")
+    assert tok.engine == "tokenizers"
+    assert "tiktoken's ids differ from tokenizers' on \"The quick brown fox" in caplog.text
+    with pytest.raises(ValueError, match="tiktoken cannot encode t.json: tiktoken's ids differ"):
+        HFTokenizer(files["gpt2"].encode(), where="t.json", bos_token="<s>", eos_token="</s>",
+                    engine="tiktoken")

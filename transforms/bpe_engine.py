@@ -1,0 +1,415 @@
+"""A byte-level BPE ``tokenizer.json`` run by ``tiktoken``, with ``tokenizers``' ids.
+
+The contract: `convert` turns a ``tokenizer.json`` into tiktoken's form only when the file
+itself shows that ``tiktoken`` then gives, on every text, the ids of ``tokenizers``'
+``Tokenizer.encode(text, add_special_tokens=False)``; otherwise it says why not, and the
+caller keeps ``tokenizers`` (docs/tokenizers.md#engines). What the file must show:
+
+* the model is BPE without dropout, byte fallback, ``continuing_subword_prefix`` or
+  ``end_of_word_suffix``, and holds the 256 byte characters of the ByteLevel alphabet;
+* the pre-tokenizer is ByteLevel with its GPT-2 split (``use_regex``), or a ``Split`` on a
+  regex (``Isolated``, not inverted) followed by ByteLevel without a regex (the Llama 3 and
+  Qwen form); the pattern is the file's;
+* the normalizer is none, NFC or NFKC (applied by ``tokenizers`` itself, piece by piece, as
+  ``tokenizers`` does); no truncation or padding;
+* no two merges make the same token, so a token's rank can be its merge's index;
+* no two tokens that BPE can produce meet, in any word, without their merge: for each
+  vocabulary token ``t``, the BPE of ``t``'s own bytes is ``[t]``, or ends in three or more
+  pieces (then no word can ever hold two adjacent pieces spelling ``t``: the merges inside
+  ``t``'s span are the same as in ``t`` alone), or ``t`` is left out of tiktoken's table
+  because ``tokenizers`` never outputs it;
+* added tokens have no ``lstrip``, ``rstrip`` or ``single_word``. They are split out of the
+  text exactly as ``tokenizers`` does even with ``add_special_tokens=False``: the longest
+  leftmost match, raw text first for tokens with ``normalized: false``, then the normalized
+  pieces for the others; each piece between them is encoded on its own.
+
+Why these suffice: ``tokenizers`` repeatedly merges the adjacent pair with the lowest merge
+index (leftmost first); tiktoken merges the adjacent pair whose concatenation has the lowest
+rank (leftmost first). With one merge per token and rank = merge index, the two choose the
+same pair at every step as long as no adjacent pair concatenates to a token without being a
+merge, which the check above rules out. tiktoken looks a whole piece up in its table before
+merging; ``tokenizers`` does the same with ``ignore_merges``, and without it the check makes
+the look-up harmless (such a piece merges to itself).
+
+Example: a GPT-2 style file converts; one with ``"dropout": 0.1`` gives the reason
+``"the model has dropout 0.1 (random merges)"``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["ENGINES", "GPT2_PATTERN", "PROBE", "BpeTables", "TiktokenEngine", "byte_decoder",
+           "convert", "first_difference", "merged_alone"]
+
+ENGINES = ("auto", "tokenizers", "tiktoken")
+# ByteLevel's own split (tokenizers' pre_tokenizers/byte_level.rs), as the GPT-2 encoder had it.
+GPT2_PATTERN = (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+")
+# The load-time self-check's text: scripts, digits, whitespace runs, emoji, contractions.
+PROBE = (
+    "The quick brown fox can't, won't, shouldn't; he'd've I'M YOU'RE it's 'tis o'clock.\n"
+    "  Two  spaces,\ttab,\t\ttabs\r\nCRLF\n\n\nthree newlines   \n \u00a0nbsp\u3000ideographic "
+    "1 12 123 1234 12345 3.14159 -42 1e10 0x1F ٣٤٥ १२३ 一二三\n"
+    "Grüße aus Zürich, naïve café, ﬁ ligature, Å Å, e\u0301, ＡＢＣ full width.\n"
+    "Привет, мир! Γειά σου κόσμε. שלום עולם. مرحبا بالعالم. नमस्ते दुनिया. สวัสดีชาวโลก.\n"
+    "道可道，非常道。名可名，非常名。こんにちは世界、カタカナ。안녕하세요 세계!\n"
+    "Emoji: 😀🎉👍🏽 👨‍👩‍👧‍👦 🇯🇵 ❤️ ✓ — “quotes” ‘single’ «guillemets» …\n"
+    "code: def f(x): return x**2  # comment\n    if a != b:\n        pass\n"
+    "https://example.com/a?b=c&d=e user@example.com $100 50% #tag @name\n"
+    "\x00\x01\x7f control \ufeff bom \u200b zwsp\n" + " " * 17 + "\n" + "\n" * 5 + "end")
+
+
+def byte_decoder() -> dict[str, int]:
+    """ByteLevel's characters → bytes: the inverse of GPT-2's ``bytes_to_unicode``."""
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return {c: b for b, c in chars.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class AddedToken:
+    """An added token as ``tokenizers`` splits it out of the text."""
+
+    content: str
+    id: int
+    normalized: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class BpeTables:
+    """A ``tokenizer.json`` in tiktoken's form (`convert`).
+
+    Attributes:
+        pattern: the split regex (tiktoken's ``pat_str``).
+        ranks: token bytes → tiktoken rank.
+        rank_ids: rank → the file's id (None: the ranks are the ids).
+        rank_bytes: rank → the token's length in bytes (for the coverage check).
+        added: the added tokens, longest first.
+        normalizer: the file's normalizer type (None, "NFC" or "NFKC").
+        add_prefix_space: ByteLevel's ``add_prefix_space``.
+    """
+
+    pattern: str
+    ranks: dict[bytes, int]
+    rank_ids: npt.NDArray[np.int32] | None
+    rank_bytes: npt.NDArray[np.int64]
+    added: tuple[AddedToken, ...]
+    normalizer: str | None
+    add_prefix_space: bool
+
+
+def _pattern(pre: Any) -> tuple[str, bool] | str:
+    """(pattern, add_prefix_space) of a convertible pre-tokenizer, else the reason."""
+    if not isinstance(pre, dict):
+        return "it has no pre-tokenizer (ByteLevel is needed)"
+    steps = pre.get("pretokenizers") if pre.get("type") == "Sequence" else [pre]
+    if not isinstance(steps, list) or not steps:
+        return "its pre-tokenizer is an empty Sequence"
+    kinds = [s.get("type") if isinstance(s, dict) else None for s in steps]
+    if kinds == ["ByteLevel"]:
+        level = steps[0]
+        if level.get("use_regex", True) is not True:
+            return "its ByteLevel pre-tokenizer has use_regex false and no Split before it"
+        return GPT2_PATTERN, bool(level.get("add_prefix_space", False))
+    if kinds == ["Split", "ByteLevel"]:
+        split, level = steps
+        if level.get("use_regex", True) is not False:
+            return "its ByteLevel after a Split also splits (use_regex true)"
+        pattern = split.get("pattern")
+        if not (isinstance(pattern, dict) and isinstance(pattern.get("Regex"), str)):
+            return f"its Split pattern is {pattern!r}, not a regex"
+        if split.get("behavior") != "Isolated" or split.get("invert", False) is not False:
+            return (f"its Split has behavior {split.get('behavior')!r} and invert "
+                    f"{split.get('invert')!r} (Isolated, not inverted, is convertible)")
+        return pattern["Regex"], bool(level.get("add_prefix_space", False))
+    return f"its pre-tokenizer is {' + '.join(map(str, kinds))} (ByteLevel is convertible)"
+
+
+def _model_problem(model: Any) -> str | None:
+    if not isinstance(model, dict) or model.get("type") != "BPE":
+        kind = model.get("type") if isinstance(model, dict) else model
+        return f"its model is {kind}, not BPE"
+    if model.get("dropout") not in (None, 0, 0.0):
+        return f"the model has dropout {model['dropout']} (random merges)"
+    if model.get("byte_fallback"):
+        return "the model has byte_fallback"
+    for key in ("continuing_subword_prefix", "end_of_word_suffix"):
+        if model.get(key):
+            return f"the model has {key} {model[key]!r}"
+    return None
+
+
+def _merges(raw: Any) -> list[tuple[str, str]] | str:
+    out = []
+    for m in raw if isinstance(raw, list) else ():
+        pair = m.split(" ") if isinstance(m, str) else m
+        if not (type(pair) is list and len(pair) == 2 and type(pair[0]) is type(pair[1]) is str):
+            return f"its merge {m!r} is not two tokens"
+        out.append((pair[0], pair[1]))
+    return out
+
+
+def convert(data: bytes | str | dict[str, Any], tokenizers_bpe: Any) -> BpeTables | str:
+    """The tiktoken form of a ``tokenizer.json``, or the reason it has none (see the module).
+
+    Args:
+        data: the file's text (or that text parsed).
+        tokenizers_bpe: a callable that BPE-encodes a list of ByteLevel strings with the
+            file's merges (and ``ignore_merges`` off), one list of ids per string:
+            ``tokenizers`` itself is the judge of what its merges do.
+    """
+    try:
+        spec = data if isinstance(data, dict) else json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        return f"it is not JSON ({e})"
+    if not isinstance(spec, dict):
+        return "it is not a JSON object"
+    for key in ("truncation", "padding"):
+        if spec.get(key) is not None:
+            return f"it sets {key}"
+    model = spec.get("model")
+    problem = _model_problem(model)
+    if problem:
+        return problem
+    normalizer = spec.get("normalizer")
+    kind = normalizer.get("type") if isinstance(normalizer, dict) else normalizer
+    if kind not in (None, "NFC", "NFKC"):
+        return f"its normalizer is {kind} (none, NFC or NFKC are convertible)"
+    split = _pattern(spec.get("pre_tokenizer"))
+    if isinstance(split, str):
+        return split
+    pattern, add_prefix_space = split
+    vocab = model.get("vocab")
+    if not isinstance(vocab, dict):
+        return "its model has no vocabulary"
+    merges = _merges(model.get("merges"))
+    if isinstance(merges, str):
+        return merges
+    added: list[AddedToken] = []
+    for a in spec.get("added_tokens") or ():
+        for flag in ("lstrip", "rstrip", "single_word"):
+            if a.get(flag):
+                return f"its added token {a.get('content')!r} has {flag}"
+        if a.get("content"):
+            added.append(AddedToken(a["content"], int(a["id"]), bool(a.get("normalized"))))
+    decode = byte_decoder()
+    missing = [c for c in decode if c not in vocab]
+    if missing:
+        return f"its vocabulary lacks {len(missing)} of ByteLevel's 256 byte tokens"
+    made: dict[str, int] = {}
+    for index, (left, right) in enumerate(merges):
+        if left + right in made:
+            return (f"two merges make the token {left + right!r} (merges {made[left + right]} "
+                    f"and {index}), which tiktoken's one rank per token cannot order")
+        made[left + right] = index
+    ignore_merges = bool(model.get("ignore_merges", False))
+    # Added tokens whose text never reaches the model (without a normalizer: NFC alone can
+    # turn other text into ASCII, e.g. U+212A into K).
+    split_out = {a.content for a in added if kind is None
+                 and not (add_prefix_space and a.content.startswith(" "))}
+    # Tokens of two or more byte characters, and what BPE makes of each one's own bytes.
+    others = str.maketrans(dict.fromkeys(decode))
+    longer = [t for t in vocab if len(t) > 1 and not t.translate(others)]
+    spell = str.maketrans({c: chr(b) for c, b in decode.items()})
+    keep: dict[str, int] = {c: vocab[c] for c in decode}
+    for token, ids in zip(longer, tokenizers_bpe(longer), strict=True):
+        if len(ids) == 1:  # BPE makes the token from its own bytes
+            keep[token] = vocab[token]
+            continue
+        # Never output: unreachable by merges, and (with ignore_merges) never a whole word
+        # because the added token of the same text is split out first.
+        text = token.translate(spell).encode("latin-1").decode("utf-8", "replace")
+        if not ignore_merges or text in split_out:
+            continue
+        if len(ids) == 2:
+            names = {i: t for t, i in vocab.items() if i in ids}
+            return (f"BPE of its token {token!r} stops at {[names[i] for i in ids]!r}, two "
+                    "tokens that concatenate to it without a merge, which tiktoken would merge")
+        keep[token] = vocab[token]
+    ranks, rank_of = _ranks(keep, made)
+    table = {t.translate(spell).encode("latin-1"): rank_of[t] for t in keep}
+    top = max(ranks)
+    rank_bytes = np.zeros(top + 1, dtype=np.int64)
+    for b, r in table.items():
+        rank_bytes[r] = len(b)
+    rank_ids = None
+    if any(rank_of[t] != keep[t] for t in keep):
+        rank_ids = np.full(top + 1, -1, dtype=np.int32)
+        for t, r in rank_of.items():
+            rank_ids[r] = keep[t]
+    added.sort(key=lambda a: -len(a.content))
+    return BpeTables(pattern=pattern, ranks=table, rank_ids=rank_ids, rank_bytes=rank_bytes,
+                     added=tuple(added), normalizer=kind, add_prefix_space=add_prefix_space)
+
+
+def _ranks(keep: dict[str, int], made: dict[str, int]) -> tuple[list[int], dict[str, int]]:
+    """Each kept token's tiktoken rank: its id, if the ids of merged tokens rise with their
+    merge's index (true of files that ``tokenizers`` trained); else bytes first, then merged
+    tokens in merge order, then the rest."""
+    merged = sorted((t for t in keep if t in made), key=made.__getitem__)
+    ids = [keep[t] for t in merged]
+    unique = len(set(keep.values())) == len(keep)
+    if unique and all(a < b for a, b in zip(ids, ids[1:], strict=False)):
+        return list(keep.values()), dict(keep)
+    order = [t for t in keep if len(t) == 1] + merged
+    order += [t for t in keep if len(t) > 1 and t not in made]
+    rank_of = {t: r for r, t in enumerate(order)}
+    return list(rank_of.values()), rank_of
+
+
+_CORES: dict[int, tuple[BpeTables, Any]] = {}
+
+
+def _core(tables: BpeTables) -> Any:
+    """tiktoken's encoder of ``tables``, made once per tables (it is immutable and
+    thread-safe; making one takes a noticeable moment for a large vocabulary)."""
+    import tiktoken
+
+    held = _CORES.get(id(tables))
+    if held is None or held[0] is not tables:
+        while len(_CORES) >= 4:
+            _CORES.pop(next(iter(_CORES)))
+        core = tiktoken.Encoding("token-windows", pat_str=tables.pattern,
+                                 mergeable_ranks=tables.ranks, special_tokens={})._core_bpe
+        held = _CORES[id(tables)] = (tables, core)
+    return held[1]
+
+
+def _splitter(tokens: Sequence[AddedToken]) -> re.Pattern[str] | None:
+    # Longest first, so that the leftmost match is also the longest there (tokenizers'
+    # Aho-Corasick LeftmostLongest).
+    if not tokens:
+        return None
+    return re.compile("|".join(re.escape(t.content) for t in tokens))
+
+
+class TiktokenEngine:
+    """Encodes with tiktoken what `convert` made of a ``tokenizer.json``.
+
+    Args:
+        tables: `convert`'s result.
+        normalize: the file's normalizer as a function (``tokenizers``' own), or None.
+        fallback: encodes one text with ``tokenizers`` (body ids): used for a text that the
+            split pattern does not cover whole (tiktoken drops what no match covers).
+    """
+
+    def __init__(self, tables: BpeTables, *, normalize: Any, fallback: Any) -> None:
+        self._core = _core(tables)
+        self._tables = tables
+        self._normalize = normalize if tables.normalizer else None
+        self._fallback = fallback
+        # tokenizers splits in two passes: tokens with normalized false out of the raw text,
+        # then the others out of each remaining piece once normalized.
+        # (tokenizers normalizes the latter's own text too).
+        raw = [a for a in tables.added if not a.normalized]
+        late = [a if self._normalize is None else
+                dataclasses.replace(a, content=self._normalize(a.content))
+                for a in tables.added if a.normalized]
+        late.sort(key=lambda a: -len(a.content))
+        self._raw, self._late = _splitter(raw), _splitter(late)
+        self._ids = {a.content: a.id for a in raw}
+        self._late_ids = {a.content: a.id for a in late}
+        self._prefix = tables.add_prefix_space
+        self._plain = self._normalize is None and not self._prefix
+        self._rank_ids = None if tables.rank_ids is None else tables.rank_ids.tolist()
+        # ByteLevel's own split matches every character (its classes \p{L}, \p{N},
+        # [^\s\p{L}\p{N}] and \s cover them all); a file's Split pattern may not, and what
+        # no match covers tiktoken drops: then the text goes to tokenizers.
+        self._lengths = None if tables.pattern == GPT2_PATTERN else tables.rank_bytes.tolist()
+
+    def encode(self, text: str) -> list[int]:
+        """``tokenizers``' ``encode(text, add_special_tokens=False).ids``."""
+        try:
+            if self._plain and not (self._raw and self._raw.search(text)) and not (
+                    self._late and self._late.search(text)):
+                ids = self._piece(text)  # the common case: one piece, nothing to split out
+            else:
+                ids = self._encode(text)
+        except UnicodeEncodeError:  # a lone surrogate: whatever tokenizers does with it
+            ids = None
+        return self._fallback(text) if ids is None else ids
+
+    def _encode(self, text: str) -> list[int] | None:
+        out: list[int] = []
+        for piece, is_added in _split(self._raw, text):
+            if is_added:
+                out.append(self._ids[piece])
+                continue
+            if self._normalize is not None:
+                piece = self._normalize(piece)
+            for sub, sub_added in _split(self._late, piece):
+                if sub_added:
+                    out.append(self._late_ids[sub])
+                    continue
+                ids = self._piece(" " + sub if self._prefix and sub[:1] != " " else sub)
+                if ids is None:
+                    return None
+                out += ids
+        return out
+
+    def _piece(self, text: str) -> list[int] | None:
+        ranks = self._core.encode_ordinary(text)
+        if self._lengths is not None and sum(map(self._lengths.__getitem__, ranks)) != len(
+                text.encode("utf-8")):
+            return None  # a gap between matches: tokenizers keeps it, tiktoken drops it
+        if self._rank_ids is not None:
+            return [self._rank_ids[r] for r in ranks]
+        return ranks
+
+
+def _split(pattern: re.Pattern[str] | None, text: str) -> list[tuple[str, bool]]:
+    """``text`` as (piece, is an added token) in order; no empty piece."""
+    if pattern is None:
+        return [(text, False)] if text else []
+    out, at = [], 0
+    for m in pattern.finditer(text):
+        if m.start() > at:
+            out.append((text[at : m.start()], False))
+        out.append((m.group(), True))
+        at = m.end()
+    if at < len(text):
+        out.append((text[at:], False))
+    return out
+
+
+def first_difference(texts: Sequence[str], a: Any, b: Any) -> str | None:
+    """Where two encoders (text → ids) first disagree on ``texts``, or None."""
+    for text in texts:
+        x, y = list(a(text)), list(b(text))
+        if x != y:
+            at = next((i for i, (p, q) in enumerate(zip(x, y, strict=False)) if p != q),
+                      min(len(x), len(y)))
+            return (f"on {text[:40]!r}: id {at} is "
+                    f"{x[at] if at < len(x) else 'missing'} against "
+                    f"{y[at] if at < len(y) else 'missing'}")
+    return None
+
+
+def merged_alone(tok: Any, spec: dict[str, Any], strings: list[str]) -> list[list[int]]:
+    """What the BPE merges of ``tok`` (whose file is ``spec``) make of each ByteLevel string
+    taken as one word, without normalizer, pre-tokenizer, added tokens or ``ignore_merges``:
+    ``tokenizers`` itself is the judge of what its merges do."""
+    import tokenizers
+
+    model = tok.model
+    if spec["model"].get("ignore_merges"):
+        model = tokenizers.models.BPE(
+            vocab=spec["model"]["vocab"], ignore_merges=False,
+            merges=[tuple(m.split(" ")) if isinstance(m, str) else tuple(m)
+                    for m in spec["model"]["merges"]])
+    alone = tokenizers.Tokenizer(model)  # shares the model: nothing is copied
+    return [e.ids for e in alone.encode_batch_fast(strings, add_special_tokens=False)]
