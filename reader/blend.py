@@ -27,6 +27,7 @@ from __future__ import annotations
 import heapq
 import math
 import numbers
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
@@ -109,6 +110,7 @@ def parse_schedule(weights: Mapping[str, Any] | Sequence[tuple[int, Mapping[str,
 
 
 _MAX_CYCLE = 1 << 20  # entries of a period's table of counts
+_MAX_PHASES = 1024  # batches by phase of the period kept (see Blend.take_batch)
 
 
 def _one(d: int) -> int:
@@ -133,33 +135,82 @@ class Blend:
         self._a = [a // g for a in ints]
         self._A = sum(self._a)
         self._X = unit
-        self.counts = [int(c) for c in counts]
-        self.total = sum(self.counts)
+        self._counts: list[int] | None = [int(c) for c in counts]
+        self.total = sum(self._counts)
         positive = [a for a in self._a if a]
         lcm = math.lcm(*positive)
         # The deadline (c + X) / w, scaled by the integer lcm / A so that keys are integers.
         self._step = [lcm // a if a else 0 for a in self._a]
-        self._rebuild_heap()
+        self._heap: list[tuple[int, int]] | None = None  # built when first needed
         self._cycle: list[int] | None = None
         self._prefix: npt.NDArray[np.int64] = np.zeros((0, 0), np.int64)
+        self._phases: dict[int, tuple[list[int], Callable[[list[int]], Any] | None]] = {}
+
+    @property
+    def counts(self) -> list[int]:
+        """Each source's units drawn since the weights took effect."""
+        if self._counts is None:  # after take(): read off the period's table
+            self._counts = self._counts_at(self.total)
+        return self._counts
 
     def pick(self, size_of: Callable[[int], int]) -> tuple[int, int]:
         """Draw the next position: ``(source, its size)``; ``size_of(d)`` is the size of
         source d's next window (1 when counting windows)."""
+        if self._heap is None:
+            self._rebuild_heap()
         heap, a, big_a, limit = self._heap, self._a, self._A, self._A * self._X
+        counts = self.counts
         skipped = []
         while True:
-            key, d = heapq.heappop(heap)
+            key, d = heapq.heappop(heap)  # type: ignore[arg-type]
             x = size_of(d)
-            if big_a * (self.counts[d] + x) - a[d] * (self.total + x) < limit:
+            if big_a * (counts[d] + x) - a[d] * (self.total + x) < limit:
                 break
             skipped.append((key, d))
-        self.counts[d] += x
+        counts[d] += x
         self.total += x
-        heapq.heappush(heap, (key + x * self._step[d], d))
+        heapq.heappush(heap, (key + x * self._step[d], d))  # type: ignore[arg-type]
         for item in skipped:
-            heapq.heappush(heap, item)
+            heapq.heappush(heap, item)  # type: ignore[arg-type]
         return d, x
+
+    def draw(self, m: int, sizes: Sequence[Sequence[int]], values: Sequence[Sequence[Any]],
+             starts: Sequence[int]) -> tuple[list[Any], list[int]]:
+        """The next ``m`` draws at once, as :meth:`pick` would draw them one by one: source
+        d's i-th next window has size ``sizes[d][starts[d] + i]``, and ``values[d][…]`` at
+        the same place is what is given for it. Returns the values in draw order and how many
+        windows each source gave (the lists must reach that far)."""
+        if self._heap is None:
+            self._rebuild_heap()
+        heap, a, big_a, limit, step = self._heap, self._a, self._A, self._A * self._X, self._step
+        counts, total = self.counts, self.total
+        pos = list(starts)
+        out = []
+        pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
+        for _ in range(m):
+            key, d = heap[0]  # type: ignore[index]
+            j = pos[d]
+            x = sizes[d][j]
+            if big_a * (counts[d] + x) - a[d] * (total + x) < limit:
+                replace(heap, (key + x * step[d], d))  # type: ignore[arg-type]
+            else:  # the earliest is a whole unit ahead: as pick, the next eligible one
+                skipped = [pop(heap)]  # type: ignore[arg-type]
+                while True:
+                    key, d = pop(heap)  # type: ignore[arg-type]
+                    j = pos[d]
+                    x = sizes[d][j]
+                    if big_a * (counts[d] + x) - a[d] * (total + x) < limit:
+                        break
+                    skipped.append((key, d))
+                push(heap, (key + x * step[d], d))  # type: ignore[arg-type]
+                for item in skipped:
+                    push(heap, item)  # type: ignore[arg-type]
+            counts[d] += x
+            total += x
+            pos[d] = j + 1
+            out.append(values[d][j])
+        self.total = total
+        return out, [p - s for p, s in zip(pos, starts, strict=True)]
 
     def take(self, m: int) -> list[int]:
         """The sources of the next ``m`` draws of one unit each (counting windows), at once.
@@ -181,6 +232,8 @@ class Blend:
                 self._prefix = np.cumsum(table, axis=0)  # counts after r draws of a period
                 if self._counts_at(self.total) == self.counts:
                     self._cycle = cycle
+                else:
+                    self._prefix = np.zeros((0, 0), np.int64)
         if not self._cycle:  # no period, or counts from elsewhere: draw one by one
             return [self.pick(_one)[0] for _ in range(m)]
         cycle, period = self._cycle, self._A
@@ -189,9 +242,45 @@ class Blend:
         while len(drawn) < m:
             drawn += cycle[: m - len(drawn)]
         self.total += m
-        self.counts = self._counts_at(self.total)
-        self._rebuild_heap()
+        self._counts = None  # read off the table when asked for
+        self._heap = None
         return drawn
+
+    def take_batch(self, m: int) -> tuple[list[int], Callable[[list[int]], Any] | None] | None:
+        """:meth:`take` as a batch: how many of the next ``m`` draws each source gives, and
+        a function that puts the concatenation, source by source, of each source's windows
+        in draw order (``None``: already in order); ``None`` when there is no period (then
+        draw with :meth:`pick`). Both depend only on the phase in the period, so they are
+        computed once per phase."""
+        if self._cycle is None:
+            self.take(0)  # the period, if any
+        if not self._cycle:
+            return None
+        r = self.total % self._A
+        found = self._phases.get(r)
+        if found is None:
+            drawn = self.take(m)
+            self.total -= m
+            n = len(self._a)
+            taken = [0] * n
+            for d in drawn:
+                taken[d] += 1
+            starts = [0] * n
+            for d in range(1, n):
+                starts[d] = starts[d - 1] + taken[d - 1]
+            positions = []
+            for d in drawn:
+                positions.append(starts[d])
+                starts[d] += 1
+            ordered = positions == sorted(positions)
+            found = (taken, None if ordered else operator.itemgetter(*positions))
+            if len(self._phases) >= _MAX_PHASES:
+                self._phases.clear()
+            self._phases[r] = found
+        self.total += m
+        self._counts = None
+        self._heap = None
+        return found
 
     def _counts_at(self, total: int) -> list[int]:
         full, r = divmod(total, self._A)

@@ -23,13 +23,15 @@ _CHUNK = 8192  # a source's order evaluated (and its windows' sizes read) at onc
 class Cursor:
     """One source's place in its epochs (the ledger) and its next windows, read ahead."""
 
-    def __init__(self, source: Any, order: EpochSampler, ledger: Sequence[int]) -> None:
-        self._source, self._order = source, order
+    def __init__(self, source: Any, order: EpochSampler, ledger: Sequence[int], *,
+                 offset: int = 0) -> None:
+        self._source, self._order, self._offset = source, order, offset
         self.n = order.n
         self.epoch, self.cursor, self.windows, self.targets = (int(v) for v in ledger)
         # The windows from (epoch, cursor) on, read ahead up to (_end_epoch, _end_cursor).
         self._end_epoch, self._end_cursor = self.epoch, self.cursor
         self._index: list[int] = []
+        self._global: list[int] = []  # the same windows' indices in the mixture (+ offset)
         self._lengths: list[int] = []
         self._targets: list[int] = []
         self._k = 0  # the next window is at _k of the lists (the part before is consumed)
@@ -37,7 +39,8 @@ class Cursor:
     def ahead(self, m: int) -> None:
         """Read ahead until at least ``m`` windows are known."""
         if self._k >= _CHUNK:  # drop the consumed part once a chunk, not on every take
-            del self._index[: self._k], self._lengths[: self._k], self._targets[: self._k]
+            del self._index[: self._k], self._global[: self._k]
+            del self._lengths[: self._k], self._targets[: self._k]
             self._k = 0
         while len(self._index) - self._k < m:
             lo = self._end_cursor
@@ -45,6 +48,7 @@ class Cursor:
             local = self._order.indices(self._end_epoch, lo, hi)
             lengths, targets = self._source.window_sizes(local)
             self._index += local.tolist()
+            self._global += (local + self._offset).tolist()
             self._lengths += lengths.tolist()
             self._targets += targets.tolist()
             self._end_epoch, self._end_cursor = ((self._end_epoch + 1, 0) if hi == self.n
@@ -65,14 +69,25 @@ class Cursor:
     def take(self, m: int) -> list[int]:
         """The local indices of the next ``m`` windows; the ledger advances past them."""
         self.ahead(m)
+        local = self._index[self._k : self._k + m]
+        self.advance(m)
+        return local
+
+    def take_global(self, m: int) -> list[int]:
+        """The mixture's indices of the next ``m`` windows; the ledger advances past them."""
+        self.ahead(m)
+        out = self._global[self._k : self._k + m]
+        self.advance(m)
+        return out
+
+    def advance(self, m: int) -> None:
+        """Move the ledger past the next ``m`` windows (read ahead already)."""
         k = self._k
-        local = self._index[k : k + m]
         self.windows += m
         self.targets += sum(self._targets[k : k + m])
         self._k = k + m
         epochs, self.cursor = divmod(self.cursor + m, self.n)
         self.epoch += epochs
-        return local
 
     def ledger(self) -> list[int]:
         return [self.epoch, self.cursor, self.windows, self.targets]

@@ -85,6 +85,14 @@ class MixedDataset:
         self.bos_id: int = int(tokenizer["bos_id"])
         self.eos_id: int = int(tokenizer["eos_id"])
         self._lengths: npt.NDArray[np.int32] | None = None
+        self._raw: dict[np.dtype[Any], np.dtype[Any]] = {}
+
+    def _raw_record(self, dtype: np.dtype[Any]) -> np.dtype[Any]:
+        """Bytes of one record of ``dtype`` (a void type: copied as one block)."""
+        raw = self._raw.get(dtype)
+        if raw is None:
+            raw = self._raw[dtype] = np.dtype((np.void, dtype.itemsize))
+        return raw
 
     def __len__(self) -> int:
         return self._len
@@ -120,7 +128,8 @@ class MixedDataset:
         if idx.ndim != 1:
             raise ValueError(f"`indices` must be a sequence of integers, but got shape "
                              f"{idx.shape}")
-        idx = np.where(idx < 0, idx + self._len, idx)
+        if idx.size and int(idx.min()) < 0:
+            idx = np.where(idx < 0, idx + self._len, idx)
         if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self._len):
             bad = next(int(v) for v in indices if not -self._len <= int(v) < self._len)
             raise IndexError(f"index {bad} is out of range for {self._len} windows")
@@ -171,31 +180,43 @@ class MixedBatch(WindowBatch):
 
     def __init__(self, mixed: MixedDataset, idx: npt.NDArray[np.int64],
                  src: npt.NDArray[np.int64], local: npt.NDArray[np.int64]) -> None:
-        per_source = np.bincount(src, minlength=len(mixed.names))
-        present = np.flatnonzero(per_source).tolist()
+        per_source = np.bincount(src, minlength=len(mixed.names)).tolist()
+        present = [s for s, m in enumerate(per_source) if m]
         datasets = [mixed.sources[mixed.names[s]] for s in present]
         # One pass over the batch: every source's records, then every window's ids. (Each
         # part is used as it is: concatenating or fancy-indexing structured arrays is slow.)
         if len(present) == 1:
-            ats: list[Any] = [slice(None)]
-            parts = [datasets[0]._records(local)]
-            records = parts[0]
+            records = datasets[0]._records(local)
         else:
             order = np.argsort(src, kind="stable")  # the windows grouped by source
-            ends = np.cumsum(per_source[present]).tolist()
-            ats = [order[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
-            parts = [ds._records(local[at]) for ds, at in zip(datasets, ats, strict=True)]
+            grouped = local[order]
+            parts, a = [], 0
+            for s, ds in zip(present, datasets, strict=True):
+                parts.append(ds._records(grouped[a : a + per_source[s]]))
+                a += per_source[s]
+            # Copied as raw records, in one scatter: a structured array's fancy assignment
+            # and concatenation go field by field.
+            raw = mixed._raw_record(parts[0].dtype)
             records = np.empty(len(idx), parts[0].dtype)
-            # Copied as raw records: a structured array's fancy assignment goes field by field.
-            raw = np.dtype((np.void, records.dtype.itemsize))
-            whole = records.view(raw)
-            for at, part in zip(ats, parts, strict=True):
-                whole[at] = np.ascontiguousarray(part).view(raw)
+            records.view(raw)[order] = np.concatenate(
+                [np.ascontiguousarray(part).view(raw) for part in parts])
+        sizes = records["length"].astype(np.int64) + 1
         offsets = np.zeros(len(idx) + 1, np.int64)
-        np.cumsum(records["length"].astype(np.int64) + 1, out=offsets[1:])
+        np.cumsum(sizes, out=offsets[1:])
         tokens = np.empty(int(offsets[-1]), np.int32)
-        for ds, at, part in zip(datasets, ats, parts, strict=True):
-            ds._copy_tokens(part, tokens, offsets[:-1][at])
+        if len(present) == 1:
+            datasets[0]._copy_tokens(records, tokens, offsets[:-1])
+        else:  # one loop over the batch, in request order, each window from its source
+            tables: list[Any] = [None] * len(mixed.names)
+            for s, ds in zip(present, datasets, strict=True):
+                tables[s] = ds._tokens  # mapped (or None) for this process: _records checked
+            for o, s, shard, lo, n in zip(offsets[:-1].tolist(), src.tolist(),
+                                          records["shard"].tolist(), records["lo"].tolist(),
+                                          sizes.tolist(), strict=False):
+                array = tables[s][shard]
+                if array is None:
+                    array = mixed.sources[mixed.names[s]]._layout(shard).tokens
+                tokens[o : o + n] = array[lo : lo + n]
         super().__init__(tokens=tokens, offsets=offsets, index=idx, records=records,
                          doc_id=lambda s, i: "")  # items are read by __getitem__ (below)
         self.source_ids = src

@@ -65,6 +65,16 @@ def source_seed(seed: int, name: str) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
+class _Ones:
+    """Every window's size when counting windows."""
+
+    def __getitem__(self, j: int) -> int:
+        return 1
+
+
+_ONES = _Ones()
+
+
 class _Stream:
     """The stream from a snapshot: cursors, the rule, the packer's open rows."""
 
@@ -74,7 +84,7 @@ class _Stream:
         self.batch = snap["batch"]
         self.rows = snap["rows"]
         self.cursors = [Cursor(sampler.mixed.sources[n], sampler._orders[i],
-                                snap["ledger"].get(n, (0, 0, 0, 0)))
+                                snap["ledger"].get(n, (0, 0, 0, 0)), offset=sampler._offsets[i])
                         for i, n in enumerate(names)]
         self._taken = [0] * len(names)  # windows drawn this batch, not yet taken
         self.weights = {n: Fraction(snap["weights"].get(n, 0)) for n in names}
@@ -113,17 +123,25 @@ class _Stream:
             self._check = False    # changes: elsewhere the weights in force stay
         g, pick, size_of, taken = self._s.global_batch, self._blend.pick, self._size_of, self._taken
         drawn: list[int] = []
-        if self._s.seq_len is None and self._s.unit == "windows":
-            before = self._blend.counts
-            drawn = self._blend.take(g)  # by position in the rule's period
-            taken[:] = [a - b for a, b in zip(self._blend.counts, before, strict=True)]
-            out = self._take(drawn)
+        batch = (self._blend.take_batch(g) if self._s.unit == "windows"
+                 and self._s.seq_len is None else None)
+        if self._s.seq_len is None and batch is not None:
+            counts, reorder = batch  # by phase in the rule's period
+            joined: list[int] = []
+            for cursor, m in zip(self.cursors, counts, strict=True):
+                if m:
+                    joined += cursor.take_global(m)
+            out = joined if reorder is None else list(reorder(joined))
         elif self._s.seq_len is None:
-            for _ in range(g):
-                d = pick(size_of)[0]
-                taken[d] += 1
-                drawn.append(d)
-            out = self._take(drawn)
+            cursors = self.cursors
+            for c in cursors:
+                c.ahead(g)
+            out, counts = self._blend.draw(
+                g, [c._targets if self._s.unit == "targets" else _ONES for c in cursors],
+                [c._global for c in cursors], [c._k for c in cursors])
+            for c, m in zip(cursors, counts, strict=True):
+                if m:
+                    c.advance(m)
         else:
             rows, closed = self.open, []
             seq_len, open_rows, cursors = self._s.seq_len, self._s.open_rows, self.cursors
