@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import pathlib
@@ -90,6 +91,20 @@ def exit_code(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]
     err = capsys.readouterr().err
     assert "Traceback" not in err
     return info.value.code, err.strip().splitlines()[-1]
+
+
+def run_main(*args: str) -> tuple[int, str]:
+    """``python -m pipeline ARGS`` in this process (`pipeline.run.main`), whether it exits or
+    returns: (exit status, everything it printed on stderr)."""
+    from pipeline.run import main
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            main(list(args))
+    except SystemExit as e:
+        return int(e.code or 0), err.getvalue()
+    return 0, err.getvalue()
 
 
 def read_rows(output: pathlib.Path) -> list[dict[str, Any]]:

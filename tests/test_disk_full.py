@@ -7,7 +7,6 @@ error injected at the file's write, which runs everywhere.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import importlib
 import io
@@ -19,19 +18,7 @@ import subprocess
 import pytest
 
 from pipeline import fs
-from tests.conftest import write_jsonl
-
-
-def _main(*args: str) -> tuple[int, str]:
-    from pipeline.run import main
-
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            main(list(args))
-    except SystemExit as e:
-        return int(e.code or 0), err.getvalue()
-    return 0, err.getvalue()
+from tests.conftest import run_main, write_jsonl
 
 
 @pytest.fixture
@@ -63,7 +50,7 @@ def corpus(tmp_path: pathlib.Path) -> pathlib.Path:
 
 def test_a_full_disk_under_the_spill_names_it_and_the_knobs(small_disk, corpus):
     out = small_disk / "out"
-    code, err = _main("--input", str(corpus), "--tokenizer", "bytes", "--output", str(out),
+    code, err = run_main("--input", str(corpus), "--tokenizer", "bytes", "--output", str(out),
                       "--shuffle", "files")
     assert code == 1, err
     assert re.search(
@@ -75,7 +62,7 @@ def test_a_full_disk_under_the_spill_names_it_and_the_knobs(small_disk, corpus):
 
 def test_a_full_disk_under_the_shards_names_the_output(small_disk, corpus):
     out = small_disk / "out"
-    code, err = _main("--input", str(corpus), "--tokenizer", "bytes", "--output", str(out),
+    code, err = run_main("--input", str(corpus), "--tokenizer", "bytes", "--output", str(out),
                       "--shuffle", "runner")
     assert code == 1, err
     assert (f"error: the job failed: no space left on the device holding --output {out} while "

@@ -7,8 +7,6 @@ naming the input, not the spill file's upload that the failure interrupted.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import pathlib
 
@@ -16,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import read_rows
+from tests.conftest import read_rows, run_main
 from transforms.chunks import open_local, plan_chunks, read_chunk
 from transforms.input_parquet import DamagedInput
 from transforms.params import ReadSpec
@@ -24,17 +22,6 @@ from transforms.params import ReadSpec
 TEXTS = [f"document {i}: " + "the quick brown fox jumps over the lazy dog " * 3
          for i in range(300)]
 
-
-def _main(*args: str) -> tuple[int, str]:
-    from pipeline.run import main
-
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            main(list(args))
-    except SystemExit as e:
-        return int(e.code or 0), err.getvalue()
-    return 0, err.getvalue()
 
 
 def _parquet(path: pathlib.Path, *, checksums: bool = True) -> pathlib.Path:
@@ -95,7 +82,7 @@ def test_a_job_over_a_damaged_parquet_fails_and_writes_no_manifest(tmp_path):
     bad = _parquet(tmp_path / "in" / "b.parquet")
     _damage(bad, 42)
     out = tmp_path / "out"
-    code, err = _main("--input", str(tmp_path / "in" / "*.parquet"), "--tokenizer", "bytes",
+    code, err = run_main("--input", str(tmp_path / "in" / "*.parquet"), "--tokenizer", "bytes",
                       "--output", str(out))
     assert code == 1, err
     assert (f"error: the job failed: input file {bad} is damaged: row group 0 (rows 0 to 99), "
@@ -103,7 +90,7 @@ def test_a_job_over_a_damaged_parquet_fails_and_writes_no_manifest(tmp_path):
     assert not (out / "_manifest.json").exists()
     # The same job without the damaged file: every text as written.
     os.remove(bad)
-    code, err = _main("--input", str(good), "--tokenizer", "bytes", "--output", str(out))
+    code, err = run_main("--input", str(good), "--tokenizer", "bytes", "--output", str(out))
     assert code == 0, err
     texts = sorted(bytes(r["tokens"][1:-1]).decode() for r in read_rows(out))
     assert texts == sorted(TEXTS)

@@ -8,17 +8,15 @@ OUTPUT before and after and asserts it is byte-identical.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib
-import io
 import os
 import pathlib
 
 import pytest
 
 from pipeline import confine, fs
-from tests.conftest import write_jsonl
+from tests.conftest import run_main, write_jsonl
 
 
 def _tree(root: pathlib.Path) -> dict[str, str]:
@@ -35,18 +33,6 @@ def _tree(root: pathlib.Path) -> dict[str, str]:
             found[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
     return found
 
-
-def _main(*args: str) -> tuple[int, str]:
-    """``python -m pipeline ARGS`` in this process: (exit status, stderr)."""
-    from pipeline.run import main
-
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            main(list(args))
-    except SystemExit as e:
-        return int(e.code or 0), err.getvalue()
-    return 0, err.getvalue()
 
 
 @pytest.fixture
@@ -74,7 +60,7 @@ def test_rejects_dir_linked_outside_is_refused_and_the_target_untouched(
     out.mkdir()
     (out / "_rejects").symlink_to(victim)
     before = _tree(victim)
-    code, err = _main("--input", str(job_input), "--tokenizer", "bytes", "--output", str(out),
+    code, err = run_main("--input", str(job_input), "--tokenizer", "bytes", "--output", str(out),
                       *(["--overwrite"] if overwrite else []))
     assert code == 2, err
     assert f"{out}/_rejects is a symbolic link (to {victim}) inside --output {out}" in err
@@ -92,7 +78,7 @@ def test_any_link_below_output_is_refused_before_any_work(tmp_path, victim, job_
     target = victim if where in (".tmp", "deep/below/link") else victim / "empty.jsonl"
     link.symlink_to(target)
     before = _tree(victim)
-    code, err = _main("--input", str(job_input), "--tokenizer", "bytes", "--output", str(out),
+    code, err = run_main("--input", str(job_input), "--tokenizer", "bytes", "--output", str(out),
                       "--overwrite")
     assert code == 2, err
     assert f"{link} is a symbolic link (to {target})" in err, err
@@ -105,14 +91,14 @@ def test_a_linked_split_dir_is_refused_by_a_split_job_with_overwrite(tmp_path, j
     corpus = write_jsonl(tmp_path / "c.jsonl", [{"text": f"document {i}"} for i in range(40)])
     out = tmp_path / "out"
     args = ["--input", str(corpus), "--tokenizer", "bytes", "--split", "val=0.3", "--seed", "1"]
-    code, err = _main(*args, "--output", str(out))
+    code, err = run_main(*args, "--output", str(out))
     assert code == 0, err
     elsewhere = tmp_path / "elsewhere"
     (out / "val").rename(elsewhere)
     (out / "val").symlink_to(elsewhere)
     before = _tree(elsewhere)
     assert "_manifest.json" in before
-    code, err = _main(*args, "--seed", "2", "--output", str(out), "--overwrite")
+    code, err = run_main(*args, "--seed", "2", "--output", str(out), "--overwrite")
     assert code == 2, err
     assert f"{out}/val is a symbolic link (to {elsewhere})" in err, err
     assert _tree(elsewhere) == before
@@ -132,7 +118,7 @@ def test_a_link_made_while_the_job_runs_is_not_followed(tmp_path, victim, job_in
 
     monkeypatch.setattr(run, "preflight", then_link)
     before = _tree(victim)
-    code, err = _main("--input", str(job_input), "--tokenizer", "bytes", "--output", str(out))
+    code, err = run_main("--input", str(job_input), "--tokenizer", "bytes", "--output", str(out))
     assert code == 1, err
     assert f"{out}/_rejects is a symbolic link (to {victim})" in err, err
     assert _tree(victim) == before
@@ -153,7 +139,7 @@ def test_a_link_made_while_the_job_runs_to_an_empty_directory_leaves_no_claim(
         return plan
 
     monkeypatch.setattr(run, "preflight", then_link)
-    code, err = _main("--input", str(job_input), "--tokenizer", "bytes", "--output", str(out))
+    code, err = run_main("--input", str(job_input), "--tokenizer", "bytes", "--output", str(out))
     assert code == 1, err
     assert sorted(p.name for p in out.iterdir()) == ["_rejects"]
     assert list(empty.iterdir()) == []

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import io
 import json
 import os
 import pathlib
@@ -24,7 +23,15 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.conftest import SAMPLES, dir_bytes, run_job, stop_processes, wait_listening, write_jsonl
+from tests.conftest import (
+    SAMPLES,
+    dir_bytes,
+    run_job,
+    run_main,
+    stop_processes,
+    wait_listening,
+    write_jsonl,
+)
 from transforms.manifest import MANIFEST_NAME
 from transforms.schema import REJECTS_DIR
 
@@ -48,18 +55,6 @@ def _server(cmd: list[str], port: int, log: pathlib.Path, env: dict[str, str] | 
     finally:
         stop_processes([proc], timeout=10)
 
-
-def _job(*args: str) -> tuple[int, str]:
-    """The job as ``python -m pipeline`` runs it, in this process: (exit status, stderr)."""
-    from pipeline.run import main
-
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            main(list(args))
-    except SystemExit as e:
-        return int(e.code or 0), err.getvalue()
-    return 0, err.getvalue()
 
 
 def _inputs(tmp_path: pathlib.Path) -> dict[str, bytes]:
@@ -115,12 +110,12 @@ def _check_overwrite(job: list[str], put: Callable[[str], object],
                      remove: Callable[[str], object]) -> None:
     """On the store as on a disk: a second run is refused without ``--overwrite`` and
     replaces the dataset with it; a file no manifest accounts for is never deleted."""
-    code, err = _job(*job)
+    code, err = run_main(*job)
     assert code == 2 and "--overwrite" in err, err
-    code, err = _job(*job, "--overwrite")
+    code, err = run_main(*job, "--overwrite")
     assert code == 0, err
     put("out/notes.txt")
-    code, err = _job(*job, "--overwrite")
+    code, err = run_main(*job, "--overwrite")
     assert code == 2, err
     assert "no manifest (nor a killed job's claim) accounts for, e.g. notes.txt" in err, err
     remove("out/notes.txt")
@@ -169,7 +164,7 @@ def test_s3_corpus_tokenizer_and_output_same_bytes_overwrite_and_the_reader(tmp_
         return {o["Key"].removeprefix("out/"):
                 client.get_object(Bucket="bucket", Key=o["Key"])["Body"].read() for o in listed}
 
-    code, err = _job(*job)
+    code, err = run_main(*job)
     assert code == 0, err
     # Every key under out/ is the dataset's: the claim and OUTPUT/.tmp/ are gone.
     _check_same_dataset(stored(), want, store="s3://bucket", local=tmp_path / "local")
@@ -238,7 +233,7 @@ def test_gcs_corpus_tokenizer_and_output_same_bytes_overwrite_and_the_reader(
             return {b.name.removeprefix("out/"): b.download_as_bytes()
                     for b in client.list_blobs("bucket", prefix="out/")}
 
-        code, err = _job(*job)
+        code, err = run_main(*job)
         assert code == 0, err
         _check_same_dataset(stored(), want, store="gs://bucket", local=tmp_path / "local")
 
@@ -271,7 +266,7 @@ def test_s3_output_with_dot_dot_is_refused_and_the_bucket_untouched(tmp_path, s3
 
     before = stored()
     job_input = write_jsonl(tmp_path / "in.jsonl", [{"text": ""}, {"text": "ok"}])
-    code, err = _job("--input", str(job_input), "--tokenizer", "bytes",
+    code, err = run_main("--input", str(job_input), "--tokenizer", "bytes",
                      "--output", "s3://bucket/data/../victim", "--s3_endpoint_url", endpoint,
                      "--s3_access_key_id", "test", "--s3_secret_access_key", "test",
                      "--s3_region_name", "us-east-1")
@@ -304,7 +299,7 @@ def test_an_input_bucket_deleted_mid_run_names_the_input(tmp_path, s3, monkeypat
         return reading(chunk, spec, open_file)
 
     monkeypatch.setattr(encode, "read_chunk", bucket_gone)
-    code, err = _job("--input", "s3://inputs/corpus/*.jsonl", "--tokenizer", "bytes",
+    code, err = run_main("--input", "s3://inputs/corpus/*.jsonl", "--tokenizer", "bytes",
                      "--output", "s3://outputs/ds", "--shuffle", "files",
                      "--s3_endpoint_url", endpoint, "--s3_access_key_id", "test",
                      "--s3_secret_access_key", "test", "--s3_region_name", "us-east-1")
