@@ -10,6 +10,7 @@ import pathlib
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -105,6 +106,32 @@ def run_main(*args: str) -> tuple[int, str]:
     except SystemExit as e:
         return int(e.code or 0), err.getvalue()
     return 0, err.getvalue()
+
+
+@pytest.fixture
+def moto_bucket() -> Iterator[tuple[Any, str]]:
+    """A moto S3 server on 127.0.0.1 holding an empty bucket ``bucket``: (boto3 client,
+    endpoint); a dataset in it opens as `reader_s3_uri` names it. Stopped afterwards."""
+    moto_server = pytest.importorskip("moto.server", reason="moto (an S3 test server) is not "
+                                                            "installed")
+    boto3 = pytest.importorskip("boto3", reason="boto3 is not installed")
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test",
+                          aws_secret_access_key="test", region_name="us-east-1")
+        s3.create_bucket(Bucket="bucket")
+        yield s3, endpoint
+    finally:
+        server.stop()
+
+
+def reader_s3_uri(endpoint: str, key: str) -> str:
+    """The reader's URI of ``key`` in `moto_bucket`'s bucket (pyarrow's S3 options inline)."""
+    return (f"s3://test:test@bucket/{key}?endpoint_override={endpoint}&scheme=http"
+            "&region=us-east-1")
 
 
 def read_rows(output: pathlib.Path) -> list[dict[str, Any]]:

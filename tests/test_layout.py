@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pyarrow.fs as pafs
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from reader import WindowDataset
 from reader.layout import LAYOUT_VERSION, LayoutCache, default_cache_dir
 from reader.prepare import main as prepare_main
+from tests.conftest import reader_s3_uri
 from tests.reader_data import (
     check_window,
     edit_manifest,
@@ -235,33 +237,19 @@ def test_a_damaged_remote_shard_is_refused(small: tuple[Path, list], tmp_path: P
 
 
 @pytest.mark.slow
-def test_an_s3_dataset_gives_the_windows_of_the_local_path(small: tuple[Path, list],
-                                                           tmp_path: Path) -> None:
-    moto_server = pytest.importorskip("moto.server", reason="moto (an S3 test server) is not "
-                                                            "installed")
-    boto3 = pytest.importorskip("boto3", reason="boto3 is not installed")
+def test_an_s3_dataset_gives_the_windows_of_the_local_path(
+        small: tuple[Path, list], tmp_path: Path, moto_bucket: tuple[Any, str]) -> None:
+    s3, endpoint = moto_bucket
     root, rows = small
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test",
-                          aws_secret_access_key="test", region_name="us-east-1")
-        s3.create_bucket(Bucket="bucket")
-        for p in root.iterdir():
-            s3.put_object(Bucket="bucket", Key=f"data/ds/{p.name}", Body=p.read_bytes())
-        uri = (f"s3://test:test@bucket/data/ds?endpoint_override={endpoint}&scheme=http"
-               "&region=us-east-1")
-        ds = WindowDataset(uri, cache_dir=tmp_path / "cache")
-        assert ds.path == "s3://bucket/data/ds"  # no credentials in messages
-        assert plain(all_windows(ds)) == plain(all_windows(WindowDataset(root)))
-        assert ds.layout_builds == 3
-        batch = ds.__getitems__(list(range(len(rows))))
-        for i, row in enumerate(rows):
-            check_window(batch[i], row, i)
-    finally:
-        server.stop()
+    for p in root.iterdir():
+        s3.put_object(Bucket="bucket", Key=f"data/ds/{p.name}", Body=p.read_bytes())
+    ds = WindowDataset(reader_s3_uri(endpoint, "data/ds"), cache_dir=tmp_path / "cache")
+    assert ds.path == "s3://bucket/data/ds"  # no credentials in messages
+    assert plain(all_windows(ds)) == plain(all_windows(WindowDataset(root)))
+    assert ds.layout_builds == 3
+    batch = ds.__getitems__(list(range(len(rows))))
+    for i, row in enumerate(rows):
+        check_window(batch[i], row, i)
 
 
 def test_prepare_from_the_command_line(small: tuple[Path, list], tmp_path: Path,

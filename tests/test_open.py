@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pyarrow.fs as pafs
 import pytest
 
 from reader import WindowDataset, inspect
 from reader.prepare import main as prepare_main
-from tests.conftest import run_job, write_jsonl
+from tests.conftest import reader_s3_uri, run_job, write_jsonl
 from tests.reader_data import isolated_cache, random_docs, small, write_docs
 from transforms.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME
 
@@ -142,44 +143,31 @@ def test_opening_reads_the_manifest_alone_and_verify_reads_every_shard(
 
 @pytest.mark.slow
 def test_on_s3_a_split_needs_its_record_and_a_bad_sha256_deletes_nothing(
-        split_job: Path, tmp_path: Path) -> None:
+        split_job: Path, tmp_path: Path, moto_bucket: tuple[Any, str]) -> None:
     """The same rules on an object store (the moto S3 server, on 127.0.0.1)."""
-    moto_server = pytest.importorskip("moto.server", reason="moto (an S3 test server) is not "
-                                                            "installed")
-    boto3 = pytest.importorskip("boto3", reason="boto3 is not installed")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="test",
-                          aws_secret_access_key="test", region_name="us-east-1")
-        s3.create_bucket(Bucket="bucket")
-        for p in split_job.rglob("*"):
-            if p.is_file() and not p.relative_to(split_job).parts[0].startswith("_rejects"):
-                s3.put_object(Bucket="bucket", Key=f"job/{p.relative_to(split_job)}",
-                              Body=p.read_bytes())
+    s3, endpoint = moto_bucket
+    for p in split_job.rglob("*"):
+        if p.is_file() and not p.relative_to(split_job).parts[0].startswith("_rejects"):
+            s3.put_object(Bucket="bucket", Key=f"job/{p.relative_to(split_job)}",
+                          Body=p.read_bytes())
 
-        def uri(key: str) -> str:
-            return (f"s3://test:test@bucket/{key}?endpoint_override={endpoint}&scheme=http"
-                    "&region=us-east-1")
+    def uri(key: str) -> str:
+        return reader_s3_uri(endpoint, key)
 
-        cache = tmp_path / "cache"
-        assert len(WindowDataset(uri("job/val"), cache_dir=cache)) > 0
-        s3.delete_object(Bucket="bucket", Key="job/_splits.json")
-        with pytest.raises(FileNotFoundError, match=r"s3://bucket/job/val is the split 'val' .*"
-                                                    r"s3://bucket/job/_splits\.json.* is missing"):
-            WindowDataset(uri("job/val"), cache_dir=cache)
-        assert len(WindowDataset(uri("job/val"), cache_dir=cache, allow_unfinished=True)) > 0
-        victim = tmp_path / "victim"
-        victim.mkdir()
-        (victim / "precious.txt").write_text("precious\n")
-        manifest = json.loads((split_job / "train" / MANIFEST_NAME).read_text())
-        manifest["shards"][0]["sha256"] = str(victim).ljust(64, "/")[:64]
-        s3.put_object(Bucket="bucket", Key=f"job/train/{MANIFEST_NAME}",
-                      Body=json.dumps(manifest).encode())
-        with pytest.raises(ValueError, match=r"shards\[0\]\.sha256 must be 64 lowercase hex"):
-            WindowDataset(uri("job/train"), cache_dir=cache, allow_unfinished=True)[0]
-        assert (victim / "precious.txt").read_text() == "precious\n"
-    finally:
-        server.stop()
+    cache = tmp_path / "cache"
+    assert len(WindowDataset(uri("job/val"), cache_dir=cache)) > 0
+    s3.delete_object(Bucket="bucket", Key="job/_splits.json")
+    with pytest.raises(FileNotFoundError, match=r"s3://bucket/job/val is the split 'val' .*"
+                                                r"s3://bucket/job/_splits\.json.* is missing"):
+        WindowDataset(uri("job/val"), cache_dir=cache)
+    assert len(WindowDataset(uri("job/val"), cache_dir=cache, allow_unfinished=True)) > 0
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious.txt").write_text("precious\n")
+    manifest = json.loads((split_job / "train" / MANIFEST_NAME).read_text())
+    manifest["shards"][0]["sha256"] = str(victim).ljust(64, "/")[:64]
+    s3.put_object(Bucket="bucket", Key=f"job/train/{MANIFEST_NAME}",
+                  Body=json.dumps(manifest).encode())
+    with pytest.raises(ValueError, match=r"shards\[0\]\.sha256 must be 64 lowercase hex"):
+        WindowDataset(uri("job/train"), cache_dir=cache, allow_unfinished=True)[0]
+    assert (victim / "precious.txt").read_text() == "precious\n"
