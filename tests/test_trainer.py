@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from reader import WindowDataset, collate, evaluate, token_nll
+from reader import MixedDataset, WindowDataset, collate, evaluate, token_nll
 from tests.reader_data import VOCAB, isolated_cache, random_docs, write_docs
 
 transformers = pytest.importorskip("transformers")
@@ -208,33 +208,21 @@ def test_refusals(data: Path, tmp_path: Path) -> None:
         WindowTrainer(model=gpt2(), args=args, train_dataset=ds, weights={"a": 1.0})
 
 
-class StandIn:
-    """What WindowTrainer's evaluation reads of a mixture (reader.MixedDataset's API):
-    ``sources`` (names to datasets, in order), ``source_of`` and ``len``."""
-
-    def __init__(self, sources: dict) -> None:
-        self.sources = sources
-
-    def source_of(self, k: int) -> tuple[str, int]:
-        for name, ds in self.sources.items():
-            if k < len(ds):
-                return name, k
-            k -= len(ds)
-        raise IndexError(k)
-
-    def __len__(self) -> int:
-        return sum(len(ds) for ds in self.sources.values())
+@pytest.fixture
+def other(tmp_path: Path) -> Path:
+    """A second dataset of the same tokenizer and window, a mixture's other source."""
+    out = tmp_path / "other"
+    write_docs(out, random_docs(12, seed=5, max_len=50), window=SEQ, stride=16,
+               score_new=True, num_shards=1)
+    return out
 
 
 @pytest.mark.parametrize("packed", [False, True])
-def test_mixture_eval_of_the_api_gives_each_source_and_the_whole(data: Path, tmp_path: Path,
-                                                                 packed: bool) -> None:
-    other = tmp_path / "other"
-    write_docs(other, random_docs(12, seed=5, max_len=50), window=SEQ, stride=16,
-               score_new=True, num_shards=1)
+def test_mixture_eval_gives_each_source_and_the_whole_padded_and_packed(
+        data: Path, other: Path, tmp_path: Path, packed: bool) -> None:
     a, b = WindowDataset(data), WindowDataset(other)
     trainer = WindowTrainer(model=gpt2(), args=arguments(tmp_path / "run"), train_dataset=a,
-                            eval_dataset=StandIn({"web": a, "code": b}), packed=packed)
+                            eval_dataset=MixedDataset({"web": a, "code": b}), packed=packed)
     metrics = trainer.evaluate()
     ra, rb = reference_eval(trainer.model, a), reference_eval(trainer.model, b)
     assert abs(metrics["eval_web_loss"] - ra["nll"]) < 1e-6
@@ -247,17 +235,10 @@ def test_mixture_eval_of_the_api_gives_each_source_and_the_whole(data: Path, tmp
     assert metrics["eval_targets"] == a.scored_targets + b.scored_targets
 
 
-def test_mixture_eval_gives_each_source_and_the_whole(data: Path, tmp_path: Path) -> None:
-    import reader
-
-    mixed_cls = getattr(reader, "MixedDataset", None)
-    if mixed_cls is None:
-        pytest.skip("reader.MixedDataset is not in this release")
-    other = tmp_path / "other"
-    write_docs(other, random_docs(12, seed=5, max_len=50), window=SEQ, stride=16,
-               score_new=True, num_shards=1)
+def test_mixture_training_then_eval_gives_each_source_and_the_whole(
+        data: Path, other: Path, tmp_path: Path) -> None:
     a, b = WindowDataset(data), WindowDataset(other)
-    mixed = mixed_cls({"web": a, "code": b})
+    mixed = MixedDataset({"web": a, "code": b})
     trainer = WindowTrainer(model=gpt2(), args=arguments(tmp_path / "run", max_steps=2),
                             train_dataset=mixed, eval_dataset=mixed,
                             weights={"web": 0.5, "code": 0.5})
@@ -273,18 +254,11 @@ def test_mixture_eval_gives_each_source_and_the_whole(data: Path, tmp_path: Path
 
 
 @pytest.mark.parametrize("packed", [False, True])
-def test_mixture_training_resumes_exactly(data: Path, tmp_path: Path, packed: bool) -> None:
-    import reader
-
-    mixed_cls = getattr(reader, "MixedDataset", None)
-    if mixed_cls is None:
-        pytest.skip("reader.MixedDataset is not in this release")
-    other = tmp_path / "other"
-    write_docs(other, random_docs(12, seed=5, max_len=50), window=SEQ, stride=16,
-               score_new=True, num_shards=1)
+def test_mixture_training_resumes_exactly(data: Path, other: Path, tmp_path: Path,
+                                          packed: bool) -> None:
 
     def mixed_run(out: Path, resume: str | None = None) -> Any:
-        mixed = mixed_cls({"web": WindowDataset(data), "code": WindowDataset(other)})
+        mixed = MixedDataset({"web": WindowDataset(data), "code": WindowDataset(other)})
         trainer = Recording(model=gpt2(), args=arguments(out, max_steps=8, save_steps=3,
                                                          gradient_accumulation_steps=2),
                             train_dataset=mixed, weights={"web": 3, "code": 1}, packed=packed)
