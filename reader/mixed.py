@@ -221,17 +221,11 @@ class MixedBatch(WindowBatch):
         tokens = np.empty(int(offsets[-1]), np.int32)
         if len(present) == 1:
             datasets[0]._copy_tokens(records, tokens, offsets[:-1])
-        else:  # one loop over the batch, in request order, each window from its source
-            tables: list[Any] = [None] * len(mixed.names)
-            for s, ds in zip(present, datasets, strict=True):
-                tables[s] = ds._tokens  # mapped (or None) for this process: _records checked
-            for o, s, shard, lo, n in zip(offsets[:-1].tolist(), src.tolist(),
-                                          records["shard"].tolist(), records["lo"].tolist(),
-                                          sizes.tolist(), strict=False):
-                array = tables[s][shard]
-                if array is None:
-                    array = mixed.sources[mixed.names[s]]._layout(shard).tokens
-                tokens[o : o + n] = array[lo : lo + n]
+        else:  # each source's windows from its own records, each at its place in the batch
+            starts, a = offsets[order], 0
+            for s, ds, part in zip(present, datasets, parts, strict=True):
+                ds._copy_tokens(part, tokens, starts[a : a + counts[s]])
+                a += counts[s]
         super().__init__(tokens=tokens, offsets=offsets, index=idx, records=records,
                          doc_id=lambda s, i: "")  # items are read by __getitem__ (below)
         self.source_ids = src
