@@ -131,7 +131,6 @@ class _Stream:
             self._ledger = functools.partial(self._chunk.ledger, j)
             return GroupedIndices(self._lists[j], (self._s.mixed.key, *self._chunk.rank_batch(j)))
         g, pick, size_of, taken = self._s.global_batch, self._blend.pick, self._size_of, self._taken
-        drawn: list[int] = []
         rows, closed = self.open, []
         seq_len, open_rows, cursors = self._s.seq_len, self._s.open_rows, self.cursors
         while len(closed) < g:
@@ -139,7 +138,6 @@ class _Stream:
             local, length = cursors[d].at(taken[d])
             item = (d, local, length)
             taken[d] += 1
-            drawn.append(d)
             if length >= seq_len:  # a full window is a row of its own at once
                 closed.append([item])
                 continue
@@ -154,7 +152,7 @@ class _Stream:
                 if len(rows) == open_rows:
                     closed.append(rows.pop(0)[1])
                 rows.append([seq_len - length, [item]])
-        self._take(drawn)
+        self._take()
         offsets = self._s._offsets
         a, b = self._s._span
         self.rows += g
@@ -210,15 +208,12 @@ class _Stream:
         self._lists = self._chunk.lists
         self._at, self._drawn = 0, k
 
-    def _take(self, drawn: list[int]) -> list[int]:
-        """Advance each source past its windows drawn: their global indices in draw order."""
-        taken, offsets = self._taken, self._s._offsets
-        its = []
+    def _take(self) -> None:
+        """Advance each source past its windows drawn (packing)."""
         for d, cursor in enumerate(self.cursors):
-            its.append(iter([offsets[d] + i for i in cursor.take(taken[d])] if taken[d]
-                            else ()))
-            taken[d] = 0
-        return [next(its[d]) for d in drawn]
+            if self._taken[d]:
+                cursor.advance(self._taken[d])
+                self._taken[d] = 0
 
     def snapshot(self) -> Snapshot:
         opened = [[free, list(members)] for free, members in self.open] if self.open else []
