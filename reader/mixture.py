@@ -61,7 +61,7 @@ _STATE_FORMAT = "mixture-sampler"
 _STATE_VERSION = 1
 _KEPT = 256  # snapshots kept for step() when the loop never steps
 _CHUNK = 8192  # stream positions drawn at once (unpacked)
-_AHEAD = 2048  # each source's windows known ahead of a draw at once, at least
+_AHEAD = 2048  # at most this many windows of each source read ahead for a draw
 
 
 def source_seed(seed: int, name: str) -> int:
@@ -93,7 +93,7 @@ class _Stream:
         # the ledger after the batch last given is then read off them when asked for.
         self._chunk: DrawnBatches | None = None
         self._lists: list[list[int]] = []
-        self._at = self._drawn = 0
+        self._at = self._drawn = self._grow = 0
         self._ledger: Callable[[], list[list[int]]] | None = None
         # Open rows, oldest first: [free positions, [(source, local index, length), …]].
         self.open = [[free, [(names.index(n), local, length) for n, local, length in members]]
@@ -164,7 +164,8 @@ class _Stream:
         ``_CHUNK`` positions or more (whole batches), never past a change of weights."""
         s = self._s
         g = s.global_batch
-        k = max(1, _CHUNK // g)
+        k = min(max(1, _CHUNK // g), 4 ** self._grow)  # a first batch soon, then longer
+        self._grow += 1
         later = [c for c in s._changes if c > self.batch]
         if later:
             k = min(k, min(later) - self.batch)
@@ -173,14 +174,13 @@ class _Stream:
         active = [d for d, n in enumerate(s.mixed.names) if self.weights[n]]
         produced = [0] * len(cursors)
         srcs: list[Any] = []
-        indices: list[Any] = []
-        targets: list[Any] = []
+        indices, targets = list(srcs), list(srcs)
         counting_targets = s.unit == "targets"
         got = 0
         weights = [float(self.weights[n]) for n in s.mixed.names]
         while got < need:
             for d in active:  # about the windows the rest of the batches take of d, or more
-                c, ahead = cursors[d], min(_AHEAD, int(1.5 * weights[d] * (need - got)) + 64)
+                c, ahead = cursors[d], min(_AHEAD, int(1.5 * weights[d] * (need - got)) + 16)
                 if c.known() - produced[d] < ahead:
                     c.ahead(produced[d] + ahead)
             tg = [c.targets_array[c._k + p :] for c, p in zip(cursors, produced, strict=True)]
