@@ -116,7 +116,8 @@ def _final(args: argparse.Namespace, out: str) -> dict:
     from pipeline.write import write_placed_shard
     from transforms.chunks import Receipt
     from transforms.keys import ShardPlan
-    from transforms.manifest import MANIFEST_NAME, WrittenShard
+    from transforms.manifest import MANIFEST_NAME
+    from transforms.manifest_build import WrittenShard
     from transforms.rows import ShardCounts, ShardRows
     from transforms.schema import shard_file_name
 

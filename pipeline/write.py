@@ -28,10 +28,7 @@ from pipeline.tagged import Outputs, SplitTags
 from transforms.documents import Reject, source_order
 from transforms.keys import ShardPlan
 from transforms.lookup import read_records
-from transforms.manifest import (
-    WrittenShard,
-    shard_metadata,
-)
+from transforms.manifest_build import WrittenShard, shard_metadata
 from transforms.params import ReadSpec
 from transforms.parquet import write_rows
 from transforms.rows import ShardCounts, ShardRows

@@ -33,7 +33,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transforms.manifest_read import Counts, Manifest, ShardEntry
+from transforms.manifest import Counts, Manifest, ShardEntry
 from transforms.schema import ARROW_SCHEMA, COUNTS_KEY, FINGERPRINT_KEY, SHARD_KEY
 
 __all__ = ["COUNTED", "READ_OPTIONS", "ContentStats", "check_content", "check_footer",

@@ -29,7 +29,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from reader import integrity
-from transforms.manifest_read import Manifest
+from transforms.manifest import Manifest
 
 __all__ = ["COLUMNS", "FILES", "RECORD", "SAMPLE_PAGES", "ShardSource", "download",
            "file_digest", "files_problem", "sample_digest", "sha256_local", "write_layout"]

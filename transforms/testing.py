@@ -17,20 +17,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from transforms.blocks import pack_blocks
 from transforms.keys import doc_keys
-from transforms.manifest import (
-    MANIFEST_NAME,
-    WrittenShard,
-    build_manifest,
-    dumps_manifest,
-    shard_metadata,
-)
+from transforms.manifest import MANIFEST_NAME, Manifest, TokenizerInfo, dumps_manifest
+from transforms.manifest_build import WrittenShard, build_manifest, shard_metadata
 from transforms.params import WindowSpec
 from transforms.parquet import row_group_rows, write_rows
 from transforms.rows import ShardRows
@@ -46,18 +40,18 @@ def write_dataset(
     documents: Sequence[tuple[str, Sequence[int] | npt.NDArray[np.integer]]],
     *,
     windows: WindowSpec,
-    tokenizer: dict[str, Any] | None = None,
+    tokenizer: TokenizerInfo | None = None,
     num_shards: int = 1,
     rows_per_group: int | None = None,
     fingerprint: str | None = None,
-) -> dict[str, Any]:
+) -> Manifest:
     """Write ``documents`` as a finished dataset in ``directory``; returns its manifest.
 
     Args:
         directory: a local directory (made if missing).
         documents: (doc_id, z) pairs, z the whole token array with BOS and EOS; ids unique.
         windows: the window parameters and the seed of the keys.
-        tokenizer: the manifest's ``tokenizer`` object (default: the bytes tokenizer's).
+        tokenizer: the manifest's ``tokenizer`` record (default: the bytes tokenizer's).
         num_shards: the number of shards.
         rows_per_group: rows per Parquet row group (default: the job's, from the window);
             small values give many row groups.
@@ -88,7 +82,7 @@ def write_dataset(
         shards.append(WrittenShard(file=name, index=index, sha256=sha, bytes=size,
                                    counts=rows.counts))
     manifest = build_manifest(
-        tokenizer=tokenizer or ByteTokenizer().info(), windows=windows.to_json(),
+        tokenizer=tokenizer or ByteTokenizer().info(), windows=windows,
         inputs=["(transforms.testing)"], reading={}, shards=shards, skipped={},
         records=len(ids), row_group_rows=group, versions={}, fingerprint=fingerprint,
     )
