@@ -20,7 +20,7 @@ from pipeline import fs
 from pipeline.encode import load_tokenizer
 from pipeline.output import check_claim, remove_job_files
 from pipeline.write import RejectCount, place_shard, write_placed_shard
-from transforms.chunks import Receipt, account_inputs, shown_name
+from transforms.input_names import shown_name
 from transforms.keys import ShardPlan
 from transforms.launch import FOOTER_THREADS
 from transforms.manifest import (
@@ -36,6 +36,7 @@ from transforms.manifest import (
 from transforms.manifest_build import WrittenShard, build_manifest, build_splits_record
 from transforms.params import WindowSpec
 from transforms.parquet import row_group_rows
+from transforms.receipts import Receipt, account_inputs
 from transforms.rows import ShardRows
 from transforms.schema import FINGERPRINT_KEY
 from transforms.skipped import check_skipped_share

@@ -31,20 +31,18 @@ from tests.conftest import write_jsonl
 from transforms.chunks import (
     CHUNK_BYTES,
     Chunk,
-    Receipt,
-    account_inputs,
     count_lines,
     detect_format,
     line_starts_in,
     number_chunks,
     open_local,
-    pattern_base,
     plan_chunks,
     read_chunk,
-    relative_name,
 )
 from transforms.documents import Document, Reject, parse_lines
+from transforms.input_names import pattern_base, relative_name
 from transforms.params import ReadSpec
+from transforms.receipts import Receipt, account_inputs
 
 DEFAULT = ReadSpec()
 

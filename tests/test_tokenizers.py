@@ -25,8 +25,8 @@ def test_bytes_tokenizer():
     assert z.tolist() == [256, 97, 98, 99, 100, 101, 257]
     assert tok.encode("").tolist() == [256, 257]
     assert tok.encode("道").tolist() == [256, 0xE9, 0x81, 0x93, 257]
-    assert tok.info().to_json() == {"kind": "bytes", "vocab_size": 258, "bos_id": 256, "eos_id": 257,
-                          "sha256": None}
+    assert tok.info().to_json() == {"kind": "bytes", "vocab_size": 258, "bos_id": 256,
+                                    "eos_id": 257, "sha256": None}
 
 
 def test_sentencepiece_matches_the_library():
