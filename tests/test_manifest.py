@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.test_rows import blocks_of, doc
+from tests.test_rows import doc, parcels_of
 from transforms.manifest import (
     MANIFEST_NAME,
     SampleInfo,
@@ -45,7 +45,7 @@ SPEC = WindowSpec(window=4, stride=4)
 
 def shard(index, num_shards, docs):
     return WrittenShard(file=shard_file_name(index, num_shards), index=index, sha256="0" * 64,
-                        bytes=1 + index, counts=ShardRows(blocks_of(docs)).counts)
+                        bytes=1 + index, counts=ShardRows(parcels_of(docs)).counts)
 
 
 ARGS = dict(tokenizer=TOK.info(), windows=SPEC, inputs=["x"], reading={},
@@ -80,7 +80,7 @@ def test_counts_are_the_sum_of_the_shards_and_shards_are_in_file_order():
     manifest = built(skipped={"too_large": 1, "empty": 0, "blank_line": 3},
                      records=8, shards=shards, **ARGS)
     total = shards[0].counts + shards[1].counts
-    assert total == ShardRows(blocks_of(one + two)).counts
+    assert total == ShardRows(parcels_of(one + two)).counts
     assert manifest["counts"] == {
         "records": 8, "documents": 4, "documents_without_windows": 1,
         "skipped": {"blank_line": 3, "too_large": 1}, "repaired": {"invalid_utf8": 1},
