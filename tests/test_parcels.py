@@ -1,7 +1,7 @@
 """`transforms.parcels`: the wire format documents cross the shuffle in
 (docs/architecture.md#glossary).
 
-A block must round-trip every document exactly (narrow uint16 and wide int32 tokens), be
+A parcel must round-trip every document exactly (narrow uint16 and wide int32 tokens), be
 deterministic, refuse bytes that are not a parcel, and split a batch by shard without losing,
 moving or reordering a document. The decoder used as the oracle (`tests.conftest.
 block_documents`) slices the columns by the layout in the module's docstring.
@@ -61,54 +61,54 @@ def pack(docs, num_shards=1):
     )
 
 
-def block_of(docs):
+def parcel_of(docs):
     ((shard, data),) = pack(docs)
     assert shard == 0
     return data
 
 
 @pytest.mark.parametrize(("wide_at", "dtype"), [(None, "<u2"), (2, "<i4")])
-def test_block_round_trips_narrow_and_wide_tokens(wide_at, dtype):
+def test_parcel_round_trips_narrow_and_wide_tokens(wide_at, dtype):
     docs = docs_of(TEXTS, wide_at=wide_at)
-    data = block_of(docs)
+    data = parcel_of(docs)
     assert block_documents(data) == docs
-    block = read_parcel(data)
-    assert block.tokens.dtype == np.dtype(dtype)
-    assert block.keys.tolist() == [d["doc_key"] for d in docs]
-    assert block.doc_tokens.tolist() == [len(d["tokens"]) for d in docs]
-    assert block.doc_windows.tolist() == [len(d["starts"]) for d in docs]
+    parcel = read_parcel(data)
+    assert parcel.tokens.dtype == np.dtype(dtype)
+    assert parcel.keys.tolist() == [d["doc_key"] for d in docs]
+    assert parcel.doc_tokens.tolist() == [len(d["tokens"]) for d in docs]
+    assert parcel.doc_windows.tolist() == [len(d["starts"]) for d in docs]
 
 
 def test_wide_tokens_take_more_bytes_than_narrow():
-    narrow, wide = block_of(docs_of(TEXTS)), block_of(docs_of(TEXTS, wide_at=2))
+    narrow, wide = parcel_of(docs_of(TEXTS)), parcel_of(docs_of(TEXTS, wide_at=2))
     tokens = sum(len(d["tokens"]) for d in docs_of(TEXTS))
     assert len(wide) - len(narrow) in range(2 * tokens - 8, 2 * tokens + 9)
 
 
 def test_the_docstring_example():
     spec = WindowSpec(window=2, stride=2)
-    block = read_parcel(block_of(docs_of(["ab", "c"], spec=spec)))
-    assert block.doc_tokens.tolist() == [4, 3]
-    assert block.doc_windows.tolist() == [2, 1]
-    assert block.tokens.tolist() == [256, 97, 98, 257, 256, 99, 257]
-    assert block.starts.tolist() == [0, 2, 0]
-    assert block.lengths.tolist() == [2, 1, 2]
-    assert (block.ids, block.sources) == (b"d0d1", b"f.jsonl:1f.jsonl:2")
-    assert block.id_ends.tolist() == [2, 4]
+    parcel = read_parcel(parcel_of(docs_of(["ab", "c"], spec=spec)))
+    assert parcel.doc_tokens.tolist() == [4, 3]
+    assert parcel.doc_windows.tolist() == [2, 1]
+    assert parcel.tokens.tolist() == [256, 97, 98, 257, 256, 99, 257]
+    assert parcel.starts.tolist() == [0, 2, 0]
+    assert parcel.lengths.tolist() == [2, 1, 2]
+    assert (parcel.ids, parcel.sources) == (b"d0d1", b"f.jsonl:1f.jsonl:2")
+    assert parcel.id_ends.tolist() == [2, 4]
 
 
 def test_block_is_deterministic():
-    assert block_of(docs_of(TEXTS)) == block_of(docs_of(TEXTS))
+    assert parcel_of(docs_of(TEXTS)) == parcel_of(docs_of(TEXTS))
 
 
 @pytest.mark.parametrize("data", [b"\0" * 64, b"", b"TWB1", b"TWB2" + b"\0" * 60])
-def test_read_block_refuses_other_bytes(data):
+def test_read_parcel_refuses_other_bytes(data):
     with pytest.raises(ValueError, match="not a parcel"):
         read_parcel(data)
 
 
-def test_read_block_refuses_a_cut_block():
-    data = block_of(docs_of(TEXTS))
+def test_read_parcel_refuses_a_cut_parcel():
+    data = parcel_of(docs_of(TEXTS))
     for cut in range(48, len(data) - 7, 8):  # every column boundary but the padded end
         with pytest.raises(ValueError, match="buffer"):
             read_parcel(data[:cut])
@@ -116,21 +116,21 @@ def test_read_block_refuses_a_cut_block():
 
 @pytest.mark.parametrize("num_shards", [1, 2, 5, 64])
 @pytest.mark.parametrize("wide_at", [None, 3])
-def test_pack_blocks_moves_each_document_to_its_key_range(num_shards, wide_at):
+def test_pack_parcels_moves_each_document_to_its_key_range(num_shards, wide_at):
     docs = docs_of([f"text {i} " * (i % 7) for i in range(60)], seed=7, wide_at=wide_at)
-    blocks = pack(docs, num_shards)
-    shards = [s for s, _ in blocks]
+    parcels = pack(docs, num_shards)
+    shards = [s for s, _ in parcels]
     assert shards == sorted(set(shards))
     assert set(shards) == {shard_of(d["doc_key"], num_shards) for d in docs}
-    got = {s: block_documents(data) for s, data in blocks}
+    got = {s: block_documents(data) for s, data in parcels}
     # Each shard holds exactly its key range's documents, in their order, packed as alone.
     for shard in shards:
         mine = [d for d in docs if shard_of(d["doc_key"], num_shards) == shard]
         assert got[shard] == mine
-        assert got[shard] == [block_documents(block_of([d]))[0] for d in mine]
+        assert got[shard] == [block_documents(parcel_of([d]))[0] for d in mine]
 
 
-def test_pack_blocks_of_no_documents_is_no_block():
+def test_pack_parcels_of_no_documents_is_no_parcel():
     assert pack([], num_shards=3) == []
     assert pack([], num_shards=1) == []
 
@@ -159,10 +159,10 @@ def test_parcels_round_trip_any_documents(docs, num_shards, seed, spec):
             "loss_starts": plan.loss_starts.tolist(), "covered": plan.covered,
             "repaired": repaired,
         })
-    blocks = pack(plain, num_shards)
-    got = [(shard, d) for shard, data in blocks for d in block_documents(data)]
+    parcels = pack(plain, num_shards)
+    got = [(shard, d) for shard, data in parcels for d in block_documents(data)]
     want = sorted(((shard_of(d["doc_key"], num_shards), d) for d in plain), key=lambda sd: sd[0])
     assert got == want  # stable: documents keep their order inside each shard
-    for _, data in blocks:
+    for _, data in parcels:
         wide = max(t for d in block_documents(data) for t in d["tokens"]) >= 1 << 16
         assert read_parcel(data).tokens.dtype == np.dtype("<i4" if wide else "<u2")
