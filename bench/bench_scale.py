@@ -114,9 +114,10 @@ def _launch(args: argparse.Namespace, out: str) -> dict:
 def _final(args: argparse.Namespace, out: str) -> dict:
     from pipeline import finalize
     from pipeline.write import write_placed_shard
-    from transforms.chunks import Receipt
     from transforms.keys import ShardPlan
-    from transforms.manifest import MANIFEST_NAME, WrittenShard
+    from transforms.manifest import MANIFEST_NAME
+    from transforms.manifest_build import WrittenShard
+    from transforms.receipts import Receipt
     from transforms.rows import ShardCounts, ShardRows
     from transforms.schema import shard_file_name
 

@@ -216,8 +216,8 @@ class _EncodeChunkFn(beam.DoFn):
         self._tokens.inc(encoded.tokens)
         self._windows_made.inc(encoded.windows)
         if spill is None:
-            return [(BLOCKS, pair) for pair in encoded.blocks]
-        for part, block in encoded.blocks:
+            return [(BLOCKS, pair) for pair in encoded.parcels]
+        for part, block in encoded.parcels:
             spill.write(part, block)
         return []
 

@@ -20,18 +20,23 @@ from pipeline import fs
 from pipeline.encode import load_tokenizer
 from pipeline.output import check_claim, remove_job_files
 from pipeline.write import RejectCount, place_shard, write_placed_shard
-from transforms.chunks import Receipt, account_inputs, shown_name
+from transforms.input_names import shown_name
 from transforms.keys import ShardPlan
 from transforms.launch import FOOTER_THREADS
 from transforms.manifest import (
     MANIFEST_NAME,
-    WrittenShard,
-    build_manifest,
-    build_splits_record,
+    Manifest,
+    SampleInfo,
+    SplitFraction,
+    SplitInfo,
+    SplitJob,
+    SplitsRecord,
     dumps_manifest,
 )
+from transforms.manifest_build import WrittenShard, build_manifest, build_splits_record
 from transforms.params import WindowSpec
 from transforms.parquet import row_group_rows
+from transforms.receipts import Receipt, account_inputs
 from transforms.rows import ShardRows
 from transforms.schema import FINGERPRINT_KEY
 from transforms.skipped import check_skipped_share
@@ -67,7 +72,7 @@ class _FinalizeFn(beam.DoFn):
                              receipts=found[_RECEIPTS], plan=self._plan)
 
     def _finalize(self, *, shards: list[WrittenShard], rejects: dict[str, RejectCount],
-                  receipts: list[Receipt], plan: ShardPlan) -> dict:
+                  receipts: list[Receipt], plan: ShardPlan) -> Manifest | SplitsRecord:
         # Before anything is written: every input was read exactly once, as matched at launch,
         # and none has changed since.
         records = account_inputs(receipts, self._expected_files)
@@ -106,29 +111,32 @@ class _FinalizeFn(beam.DoFn):
             list(pool.map(check, shards))
         common = {
             "tokenizer": load_tokenizer(self._tokenizer_spec).info(),
-            "windows": self._windows.to_json(),
+            "windows": self._windows,
             "inputs": self._inputs,
             "reading": self._reading,
             "row_group_rows": row_group_rows(window),
             "versions": _versions(),
         }
         definition = {} if self._splits is None else self._splits.to_json()
+        sample = (SampleInfo(**definition["sample"])  # type: ignore[arg-type]
+                  if "sample" in definition else None)
         if not plan.splits:
             manifest = build_manifest(**common, shards=shards, skipped=skipped, records=records,
-                                      fingerprint=self._fingerprint,
-                                      sample=definition.get("sample"), sampled_out=sampled_out)
+                                      fingerprint=self._fingerprint, sample=sample,
+                                      sampled_out=sampled_out)
             fs.write_atomically(fs.join(self._output, MANIFEST_NAME),
                                 lambda f: f.write(dumps_manifest(manifest)), self._tmp_dir,
                                 root=self._output)
         else:
-            manifest = self._write_splits(plan, shards, common, definition, skipped=skipped,
-                                          records=records, sampled_out=sampled_out)
+            manifest = self._write_splits(plan, shards, common, definition, sample,
+                                          skipped=skipped, records=records,
+                                          sampled_out=sampled_out)
         remove_job_files(self._output, self._tmp_dir, self._attempt)
         return manifest
 
     def _write_splits(self, plan: ShardPlan, shards: list[WrittenShard], common: dict[str, Any],
-                      definition: dict[str, Any], *, skipped: dict[str, int], records: int,
-                      sampled_out: int) -> dict[str, Any]:
+                      definition: dict[str, Any], sample: SampleInfo | None, *,
+                      skipped: dict[str, int], records: int, sampled_out: int) -> SplitsRecord:
         """Each split's manifest in OUTPUT/NAME/, then the job's ``_splits.json``, last."""
         names = [name for name, _ in plan.splits]
         mine = {name: [s for s in shards if plan.locate(s.index)[0] == name] for name in names}
@@ -139,20 +147,23 @@ class _FinalizeFn(beam.DoFn):
                 f"the split {empty[0]} got none of the {sum(documents.values())} documents; "
                 "give it a larger fraction (or the job more documents); no manifest was written")
         fingerprints = {name: split_fingerprint(self._fingerprint, name) for name in names}
-        job = {"records": records, "documents": documents,
-               "skipped": {k: v for k, v in sorted(skipped.items()) if v},
-               "sampled_out": sampled_out, "fingerprint": self._fingerprint}
+        job = SplitJob(records=records, documents=documents,
+                       skipped={k: v for k, v in sorted(skipped.items()) if v},
+                       sampled_out=sampled_out, fingerprint=self._fingerprint)
+        fractions = {s["name"]: s["fraction"] for s in definition["splits"]}
+        listed = tuple(SplitFraction(name=n, fraction=f) for n, f in fractions.items())
         manifests = {
             name: build_manifest(
                 **common, shards=mine[name], skipped={}, records=documents[name],
-                fingerprint=fingerprints[name], sample=definition.get("sample"),
-                split={"name": name, **{k: v for k, v in definition.items() if k != "sample"},
-                       "job": job})
+                fingerprint=fingerprints[name], sample=sample,
+                split=SplitInfo(name=name, splits=listed, split_seed=definition["split_seed"],
+                                job=job))
             for name in names
         }
-        record = build_splits_record(manifests=manifests, definition=definition,
-                                     skipped=skipped, records=records, sampled_out=sampled_out,
-                                     fingerprints=fingerprints, fingerprint=self._fingerprint)
+        record = build_splits_record(manifests=manifests, fractions=fractions,
+                                     split_seed=definition["split_seed"], skipped=skipped,
+                                     records=records, sampled_out=sampled_out,
+                                     fingerprint=self._fingerprint)
         for name, manifest in manifests.items():
             fs.write_atomically(fs.join(self._output, name, MANIFEST_NAME),
                                 lambda f, m=manifest: f.write(dumps_manifest(m)), self._tmp_dir,

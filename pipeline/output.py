@@ -29,7 +29,7 @@ from typing import Any
 
 from pipeline import confine, fs
 from pipeline.options import JobConfig
-from transforms.chunks import shown_name
+from transforms.input_names import shown_name
 from transforms.manifest import (
     LEGACY_MANIFEST_NAME,
     MANIFEST_NAME,

@@ -49,13 +49,10 @@ from pipeline.options import JobConfig, TokenWindowsOptions, runner_name
 from pipeline.output import absolute, check_outside_inputs, claim_output, release
 from pipeline.read import PatternMatch
 from pipeline.views import JobOptions
-from transforms.chunks import Chunk, pattern_base, relative_name, shown_name
-from transforms.manifest import (
-    MANIFEST_NAME,
-    job_fingerprint,
-    parse_manifest,
-    parse_splits_record,
-)
+from transforms.chunks import Chunk
+from transforms.input_names import pattern_base, relative_name, shown_name
+from transforms.manifest import MANIFEST_NAME, parse_manifest, parse_splits_record
+from transforms.manifest_build import job_fingerprint
 from transforms.schema import (
     REJECTS_DIR,
     TMP_DIR,

@@ -29,10 +29,7 @@ from pipeline.tagged import Outputs, SplitTags
 from transforms.documents import Reject, source_order
 from transforms.keys import ShardPlan
 from transforms.lookup import read_records
-from transforms.manifest import (
-    WrittenShard,
-    shard_metadata,
-)
+from transforms.manifest_build import WrittenShard, shard_metadata
 from transforms.params import ReadSpec
 from transforms.parquet import write_rows
 from transforms.rows import ShardCounts, ShardRows
@@ -63,7 +60,7 @@ SHARDS = "shards"
 class ShuffleDocuments(beam.PTransform):
     """(shard, block) → (shard, [its blocks]): the one shuffle of the job.
 
-    Documents cross it packed in blocks (`transforms.blocks`), one per batch and shard, each
+    Documents cross it packed in parcels (`transforms.parcels`), one per batch and shard, each
     a byte string under Beam's bytes coder, so the runner moves a few large elements, not one
     per document. What a block holds depends on batching, what a shard holds does not, and
     `WriteShards` orders each shard by key. The file shuffle (`transforms.spill`) does

@@ -176,13 +176,13 @@ def corpus(tmp_path: pathlib.Path) -> pathlib.Path:
 
 
 def block_documents(data: bytes) -> list[dict[str, Any]]:
-    """Each document of a block (`transforms.blocks`), as plain values, for assertions."""
-    from transforms.blocks import read_block
+    """Each document of a parcel (`transforms.parcels`), as plain values, for assertions."""
+    from transforms.parcels import read_parcel
 
-    b = read_block(data)
+    b = read_parcel(data)
     out, z, w, i, s = [], 0, 0, 0, 0
     for k in range(len(b.keys)):
-        m, n = int(b.m[k]), int(b.n[k])
+        m, n = int(b.doc_tokens[k]), int(b.doc_windows[k])
         id_end, src_end = int(b.id_ends[k]), int(b.src_ends[k])
         out.append({
             "doc_key": int(b.keys[k]), "doc_id": b.ids[i:id_end].decode(),

@@ -93,7 +93,7 @@ def _same(fast: HFTokenizer, ref: Tokenizer, texts: list[str]) -> None:
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_every_layout_converts_and_gives_tokenizers_ids_on_the_samples(files, layout):
     fast, ref = _pair(files[layout])
-    assert fast.engine == "tiktoken" and fast.info()["engine"] == "tiktoken"
+    assert fast.engine == "tiktoken" and fast.info().engine == "tiktoken"
     texts = TEXTS[::2] + [PROBE, "", " ", "\n", "<s>x</s>", "a<|endoftext|>b", "ﬁnal word!"]
     _same(fast, ref, texts)
     fast2 = HFTokenizer(files[layout].encode(), where="t", bos_token="<s>", eos_token="</s>",
@@ -174,7 +174,7 @@ def test_files_that_do_not_convert_stay_on_tokenizers(files, change, reason, cap
     text = _edit(files["gpt2"], **change)
     with caplog.at_level(logging.INFO, logger="token_windows"):
         auto = HFTokenizer(text.encode(), where="t.json", bos_token="<s>", eos_token="</s>")
-    assert auto.engine == "tokenizers" and auto.info()["engine"] == "tokenizers"
+    assert auto.engine == "tokenizers" and auto.info().engine == "tokenizers"
     assert reason in caplog.text
     with pytest.raises(ValueError, match=r"^--tokenizer-engine tiktoken cannot encode t.json: "
                                          + re.escape(reason)):

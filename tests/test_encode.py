@@ -38,7 +38,7 @@ def documents(kv):
     return [(shard, d) for d in block_documents(block)]
 
 
-def test_blocks_rejects_and_receipts(tmp_path):
+def test_parcels_rejects_and_receipts(tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text('{"text": "abc"}\n{oops\n{"text": ""}\n{"text": "de"}\n')
     with fn_api_pipeline() as p:
