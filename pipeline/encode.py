@@ -38,6 +38,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.utils import shared
 
 from pipeline import fs, progress
+from pipeline.heap import leave_loaded_out
 from pipeline.tagged import Outputs, SplitTags
 from transforms.chunks import Chunk, read_chunk
 from transforms.documents import Document, Reject
@@ -133,6 +134,7 @@ class _EncodeChunkFn(beam.DoFn):
             tag=f"{self._tokenizer_spec!r}@{self._threads}",
         )
         self._pool = ThreadPoolExecutor(ENCODING_AHEAD, thread_name_prefix="encode")
+        leave_loaded_out()  # the model and the worker's modules: later collections skip them
 
     def teardown(self) -> None:
         pool = getattr(self, "_pool", None)  # None when setup failed

@@ -24,6 +24,7 @@ from apache_beam.utils import shared
 
 from pipeline import fs
 from pipeline.encode import REJECTS
+from pipeline.heap import leave_loaded_out
 from pipeline.tagged import Outputs, SplitTags
 from transforms.documents import Reject, source_order
 from transforms.keys import ShardPlan
@@ -149,6 +150,7 @@ class _WriteShardFn(beam.DoFn):
         self._pool = self._handle.acquire(
             lambda: ThreadPoolExecutor(self._at_once, thread_name_prefix="write-shard"),
             tag="write-shard")
+        leave_loaded_out()
 
     def process(self, item: tuple[int, Iterable[bytes]] | tuple[list[int], list[str]]
                 ) -> Iterator[tuple[str, Any]]:

@@ -290,7 +290,7 @@ class HFTokenizer:
 
     def encode(self, text: str) -> npt.NDArray[np.int32]:
         if self._fast is not None:
-            return self._wrap(self._fast.encode(text))
+            return self._wrap(self._fast.encode_array(text))
         return self._wrap(self._tok.encode(text, add_special_tokens=False).ids)
 
     def encode_batch(self, texts: Sequence[str]) -> list[npt.NDArray[np.int32]]:
@@ -306,7 +306,7 @@ class HFTokenizer:
                                 range(0, len(texts), step))
         return [z for part in slices for z in part]
 
-    def _wrap(self, ids: Sequence[int]) -> npt.NDArray[np.int32]:
+    def _wrap(self, ids: Sequence[int] | npt.NDArray[np.integer]) -> npt.NDArray[np.int32]:
         z = np.empty(len(ids) + 2, dtype=np.int32)
         z[0], z[-1] = self.bos_id, self.eos_id
         z[1:-1] = ids
