@@ -14,7 +14,7 @@ for which split) is computed at launch from the sizes of the files the launcher 
 side input: Beam's DaskRunner computes a side input again inside every task that reads it.
 
 The shuffle (``--shuffle``): ``runner`` sends the blocks themselves through the runner's
-GroupByKey (ShuffleDocuments); ``files`` spills each chunk's blocks to one indexed file under
+GroupByKey (ShuffleDocuments); ``files`` spills the blocks of each bundle of chunks to one indexed file under
 ``OUTPUT/.tmp/shuffle/`` and hands WriteShards the list of files through a GroupByKey (not a
 side input, which Beam's DaskRunner would compute again in each writer): each shard
 writer reads its parts from every file, one part at a time, so the local runner, whose
