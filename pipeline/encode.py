@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import errno
 import hashlib
+import io
 import logging
 import uuid
 from collections.abc import Iterator
@@ -45,7 +47,7 @@ from transforms.documents import Document, Reject
 from transforms.encoding import BATCH_CHARS, Encoded, PartBuffer, batch_documents
 from transforms.keys import ShardPlan
 from transforms.params import ReadSpec, WindowSpec
-from transforms.spill import SpillWriter, disk_full_message, spill_rejects
+from transforms.spill import RejectRun, SpillWriter, disk_full_message, spill_rejects
 from transforms.splits import SplitSpec
 from transforms.tokenizers import Tokenizer, TokenizerSpec, hf_config_path, tokenizer_from_bytes
 
@@ -101,8 +103,9 @@ def load_tokenizer(spec: str | TokenizerSpec | None, num_threads: int = 1) -> To
 
 
 class _EncodeChunkFn(beam.DoFn):
-    """A chunk → (shard, block) pairs, or the path of the spill file that holds its blocks;
-    its rejects and its receipt; each as a (tag, value) pair (`pipeline.tagged`).
+    """A chunk → (shard, block) pairs, or (with the bundle's first chunk) the path of the
+    bundle's spill file, which holds the blocks; its rejects and its receipt; each as a
+    (tag, value) pair (`pipeline.tagged`).
 
     While SentencePiece encodes batches on helper threads, this thread parses the batches
     after them and plans and packs the ones before, so the worker's cores stay busy.
@@ -140,33 +143,53 @@ class _EncodeChunkFn(beam.DoFn):
         pool = getattr(self, "_pool", None)  # None when setup failed
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+        self._abandon()  # a failed bundle's files: closed, never read
+
+    def start_bundle(self) -> None:
+        self._abandon()  # a failed bundle's files, if finish_bundle never came
+        self._bundle: _BundleSpill | None = None
 
     def process(self, chunk: Chunk) -> Iterator[Any]:
         plan = self._plan
         if self._spill_dir is None:
             yield from self._encode(chunk, plan, None)
             return
-        # A name of the chunk's own, plus a random attempt id: a retried bundle never
-        # touches the file of an attempt the runner may still use. Temp names never reach
-        # the output.
-        name = hashlib.sha256(f"{chunk.path}@{chunk.start}".encode()).hexdigest()[:16]
-        path = fs.join(self._spill_dir, f"{name}-{uuid.uuid4().hex[:12]}.spill")
+        if self._bundle is None:
+            # One spill file per bundle, not per chunk: 20,000 small files made 20,000 spill
+            # files (and up to as many rejects files), each with an index and footer, each
+            # opened by every shard writer and deleted at the end. Its path goes on now, from
+            # `process` (a runner may drop what `finish_bundle` emits), and the file is
+            # complete when the bundle is: the writers read it only after this step has
+            # finished, and a failed bundle's outputs, this path among them, are discarded.
+            self._bundle = _BundleSpill(self._spill_dir, root=self._output or self._spill_dir,
+                                        first=chunk, num_parts=plan.num_parts)
+            yield BLOCKS, self._bundle.path
+        bundle = self._bundle
         rejects: list[Reject] = []
-        with _spill_file(path, self._spill_dir, self._output) as f:
-            spill = SpillWriter(f, num_parts=plan.num_parts)
-            for tag, value in self._encode(chunk, plan, spill):
+        with _naming_a_full_disk(self._spill_dir):
+            for tag, value in self._encode(chunk, plan, bundle.writer):
                 if tag == REJECTS:
                     rejects.append(value)  # spilled below, not held by the runner
                 else:
                     yield tag, value
-            self._spilled.inc(spill.finish())
-        yield BLOCKS, path  # complete: its index is written and the file closed
+            if rejects:
+                runs = bundle.add_rejects(rejects, order=(chunk.path, chunk.start))
         if rejects:
-            runs_path = path.removesuffix(".spill") + ".rejects"
-            with _spill_file(runs_path, self._spill_dir, self._output) as f:
-                runs = spill_rejects(rejects, f, path=runs_path, order=(chunk.path, chunk.start))
             for run in runs:
                 yield REJECTS, run
+
+    def finish_bundle(self) -> None:
+        # Nothing is emitted here (Beam's DaskRunner drops it): the spill file's path went
+        # on with the bundle's first chunk; its index and footer are written now.
+        progress.bundle_done()
+        bundle, self._bundle = getattr(self, "_bundle", None), None
+        if bundle is not None:
+            self._spilled.inc(bundle.close())
+
+    def _abandon(self) -> None:
+        bundle, self._bundle = getattr(self, "_bundle", None), None
+        if bundle is not None:
+            bundle.abandon()
 
     def _encode(self, chunk: Chunk, plan: ShardPlan, spill: SpillWriter | None) -> Iterator[Any]:
         pending: collections.deque[tuple[list[Document], Future]] = collections.deque()
@@ -223,32 +246,84 @@ class _EncodeChunkFn(beam.DoFn):
 
 
 @contextlib.contextmanager
-def _spill_file(path: str, spill_dir: str, output: str | None) -> Iterator[BinaryIO]:
-    """A spill file to write, closed at the end; a full disk names the spill directory
-    (`transforms.spill.disk_full_message`).
-
-    If the body fails, its error is the one raised: closing a half-written object-store
-    upload fails too (S3's CompleteMultipartUpload without parts: "MalformedXML"), and that
-    error, which names no input and suggests a write problem, must not hide the first.
-    """
+def _naming_a_full_disk(spill_dir: str) -> Iterator[None]:
+    """A full disk met in the body names the spill directory
+    (`transforms.spill.disk_full_message`)."""
     try:
-        f = fs.create(path, root=output or spill_dir)
-        try:
-            yield f
-        except BaseException:
-            with contextlib.suppress(Exception):
-                f.close()
-            raise
-        f.close()
+        yield
     except OSError as e:
         if e.errno == errno.ENOSPC and not isinstance(e, fs.DiskFullError):
             raise fs.DiskFullError(disk_full_message(spill_dir)) from e
         raise
 
 
+class _BundleSpill:
+    """One bundle's spill file (the blocks of all its chunks, by part) and, once a chunk has
+    rejects, its rejects file (each chunk's runs end to end, `transforms.spill`); both below
+    ``root``, the output directory, through no link (`pipeline.confine`).
+
+    A full disk names the spill directory. If writing fails, that error is the one raised:
+    `abandon` closes the files quietly, since closing a half-written object-store upload
+    fails too (S3's CompleteMultipartUpload without parts: "MalformedXML"), and that error,
+    which names no input and suggests a write problem, must not hide the first.
+    """
+
+    def __init__(self, directory: str, *, root: str, first: Chunk, num_parts: int) -> None:
+        # A name of the bundle's first chunk, plus a random attempt id: a retried bundle
+        # never touches the file of an attempt the runner may still use. Temp names never
+        # reach the output.
+        name = hashlib.sha256(f"{first.path}@{first.start}".encode()).hexdigest()[:16]
+        self.path = fs.join(directory, f"{name}-{uuid.uuid4().hex[:12]}.spill")
+        self._directory = directory
+        self._root = root
+        self._rejects_path = self.path.removesuffix(".spill") + ".rejects"
+        self._rejects: BinaryIO | None = None
+        self._rejects_at = 0
+        with _naming_a_full_disk(directory):
+            self._file: BinaryIO | None = fs.create(self.path, root=root)
+        self.writer = SpillWriter(self._file, num_parts=num_parts)
+
+    def add_rejects(self, rejects: list[Reject], *, order: tuple[str, int]) -> list[RejectRun]:
+        """Append one chunk's rejects (in input order); their runs, at their offsets in the
+        bundle's rejects file."""
+        if self._rejects is None:
+            self._rejects = fs.create(self._rejects_path, root=self._root)
+        buffer = io.BytesIO()
+        runs = spill_rejects(rejects, buffer, path=self._rejects_path, order=order)
+        data = buffer.getvalue()
+        self._rejects.write(data)
+        at, self._rejects_at = self._rejects_at, self._rejects_at + len(data)
+        return [dataclasses.replace(run, offset=run.offset + at) for run in runs]
+
+    def close(self) -> int:
+        """Write the spill file's index and footer and close both files; the bytes of blocks
+        spilled."""
+        try:
+            with _naming_a_full_disk(self._directory):
+                spilled = self.writer.finish()
+                file, self._file = self._file, None
+                if file is not None:
+                    file.close()
+                if self._rejects is not None:
+                    rejects, self._rejects = self._rejects, None
+                    rejects.close()
+        except BaseException:
+            self.abandon()
+            raise
+        return spilled
+
+    def abandon(self) -> None:
+        """Close the files without raising (a failed bundle's: never read)."""
+        for f in (self._file, self._rejects):
+            if f is not None:
+                with contextlib.suppress(Exception):
+                    f.close()
+        self._file = self._rejects = None
+
+
 class EncodeChunks(beam.PTransform):
     """Chunks → `pipeline.tagged.Outputs`: ``blocks`` (shard, block of packed documents), or
-    with ``spill_dir`` one spill file's path per chunk (`transforms.spill`); ``rejects``; and
+    with ``spill_dir`` one spill file's path per bundle (`transforms.spill`); ``rejects``; and
     ``records`` (one `transforms.chunks.Receipt` per chunk).
 
     Args:
@@ -261,8 +336,8 @@ class EncodeChunks(beam.PTransform):
             so the ids do not depend on it.
         batch_chars: documents are encoded in batches of about this many characters (the
             output does not depend on it either).
-        spill_dir: spill each chunk's blocks, by part, to a file in this directory and emit
-            its path (the file shuffle); None: emit the blocks.
+        spill_dir: spill the blocks of each bundle's chunks, by part, to one file in this
+            directory and emit its path (the file shuffle); None: emit the blocks.
         output: the output directory that holds ``spill_dir``: no spill file is reached
             through a link below it (`pipeline.confine`). Default: ``spill_dir`` itself.
         splits: the job's sample and splits (`transforms.splits.SplitSpec`): documents left

@@ -13,11 +13,11 @@ for which split) is computed at launch from the sizes of the files the launcher 
 (`shard_plan`) and given to EncodeChunks, WriteShards and FinalizeDataset as a constant, not a
 side input: Beam's DaskRunner computes a side input again inside every task that reads it.
 
-The shuffle (``--shuffle``): ``runner`` sends the blocks themselves through the runner's
-GroupByKey (ShuffleDocuments); ``files`` spills each chunk's blocks to one indexed file under
-``OUTPUT/.tmp/shuffle/`` and hands WriteShards the list of files through a GroupByKey (not a
-side input, which Beam's DaskRunner would compute again in each writer): each shard
-writer reads its parts from every file, one part at a time, so the local runner, whose
+The shuffle (``--shuffle``): ``runner`` sends the parcels themselves through the runner's
+GroupByKey (ShuffleDocuments); ``files`` spills the parcels of each bundle of chunks to one
+indexed file under ``OUTPUT/.tmp/shuffle/`` and hands WriteShards the list of files through
+a GroupByKey (not a side input, which Beam's DaskRunner would compute again in each
+writer): each shard writer reads its parts from every file, one part at a time, so the local runner, whose
 GroupByKey lives in memory, needs memory for a few parts and the list of files, not for the
 corpus (`transforms.spill`). Both write the same bytes.
 

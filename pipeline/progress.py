@@ -6,12 +6,13 @@ How the numbers travel (both ``in_memory`` and ``multi_processing``):
   in the environment variable `ENV` before the pipeline runs; ``multi_processing`` workers
   are child processes, so they inherit it. Nothing of it is in the output directory, the
   graph or any pickled DoFn: the shards and the manifest cannot depend on it.
-* Each worker process's `EncodeChunks` calls `encoded` once per encoded batch and
-  `chunk_done` once per chunk, on its bundle thread. Without `ENV` (Dataflow, Flink, tests
-  that build pipelines themselves) both return at once. With it, the process keeps running
-  totals and, at most every `WRITE_EVERY` seconds and at each chunk's end, replaces its own
-  small JSON file in that directory (written aside and renamed, so a reader never sees half
-  a file).
+* Each worker process's `EncodeChunks` calls `encoded` once per encoded batch,
+  `chunk_done` once per chunk and `bundle_done` once per bundle, on its bundle thread.
+  Without `ENV` (Dataflow, Flink, tests that build pipelines themselves) they return at
+  once. With it, the process keeps running totals and, at most every `WRITE_EVERY` seconds
+  and at each bundle's end, replaces its own small JSON file in that directory (written aside
+  and renamed, so a reader never sees half a file). Not at each chunk's end: a job of 20,000
+  small files would write 20,000 files.
 * The launcher's `Progress` thread sums those files every `INTERVAL` seconds and prints a
   line on stderr: bytes read of the total, documents, tokens/s and an ETA. On a terminal it
   redraws one line instead. `Progress.stop` prints the last state, restores the environment
@@ -38,7 +39,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-__all__ = ["ENV", "INTERVAL", "Progress", "chunk_done", "encoded", "split_summary", "start"]
+__all__ = ["ENV", "INTERVAL", "Progress", "bundle_done", "chunk_done", "encoded", "split_summary",
+           "start"]
 
 ENV = "TOKEN_WINDOWS_PROGRESS_DIR"
 # Seconds between progress lines on a pipe or file (a terminal redraws every second).
@@ -123,6 +125,15 @@ def chunk_done(chunk: Any) -> None:
     with tally.lock:
         tally.open_bytes.pop((chunk.path, chunk.start), None)
         tally.done_bytes += _share(chunk)
+        tally.write()
+
+
+def bundle_done() -> None:
+    """Every chunk of a bundle was read: write the totals now."""
+    tally = _tally()
+    if tally is None:
+        return
+    with tally.lock:
         tally.write(force=True)
 
 

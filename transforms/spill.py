@@ -4,8 +4,9 @@ The user's side of it: docs/running.md#memory-on-one-machine-the-file-shuffle.
 
 On the local runner a GroupByKey keeps its whole input in memory. To keep memory flat, the
 job can instead shuffle the way MapReduce and Spark's sort-based shuffle do: each map task
-(here: the encoding of one input chunk) writes one *spill file* holding its parcels and, at
-its end, an index of where each part's parcels are; only the file's path goes on. The writer
+(here: the encoding of one bundle of input chunks, which the runner hands a worker at
+once) writes one *spill file* holding its parcels and, at its end, an index of where each
+part's parcels are; only the file's path goes on. The writer
 of a shard reads, from every spill file, the index entries of its parts and then their
 parcels, one part after another (`ShardParts`), so it holds one part's documents at a time:
 memory is O(one part + the list of spill files), never O(shard) or O(corpus).
@@ -27,10 +28,10 @@ File format (little-endian)::
 Example: a chunk that spills parcels for parts 3 and 7 (of 8), then another for part 3, has
 ``starts == [0, 0, 0, 0, 2, 2, 2, 2, 3]`` and ranges (0, a), (a + b, c), (a, b).
 
-Rejects spill too: a chunk's rejects, in input order, are written to a file of its own, one
-run of ``rejects/<reason>.jsonl`` lines per reason (`spill_rejects`), and only a `RejectRun`
-per reason goes on. Chunks are disjoint and ordered, so a reason's file is its runs end to
-end in chunk order.
+Rejects spill too: a chunk's rejects, in input order, are written to its bundle's rejects
+file, one run of ``rejects/<reason>.jsonl`` lines per reason (`spill_rejects`), and only a
+`RejectRun` per chunk and reason goes on. Chunks are disjoint and ordered, so a reason's
+file is its runs end to end in chunk order.
 
 File access is the caller's: `SpillWriter` writes to any binary sink, `ShardParts` reads with
 an `transforms.chunks.Opener`.
