@@ -17,9 +17,9 @@ The shuffle (``--shuffle``): ``runner`` sends the parcels themselves through the
 GroupByKey (ShuffleDocuments); ``files`` spills the parcels of each bundle of chunks to one
 indexed file under ``OUTPUT/.tmp/shuffle/`` and hands WriteShards the list of files through
 a GroupByKey (not a side input, which Beam's DaskRunner would compute again in each
-writer): each shard writer reads its parts from every file, one part at a time, so the local runner, whose
-GroupByKey lives in memory, needs memory for a few parts and the list of files, not for the
-corpus (`transforms.spill`). Both write the same bytes.
+writer): each shard writer reads its parts from every file, one part at a time, so the
+local runner, whose GroupByKey lives in memory, needs memory for a few parts and the list of
+files, not for the corpus (`transforms.spill`). Both write the same bytes.
 
 Splits and samples (``--split``, ``--sample``; `transforms.splits`) add no step: EncodeChunks
 leaves out the documents the sample does not keep before it encodes them, and sends each
