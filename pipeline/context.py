@@ -36,7 +36,7 @@ from transforms.params import check_positive_int
 from transforms.schema import TMP_DIR
 from transforms.splits import SplitSpec
 
-__all__ = ["JobContext", "Tuning", "job_context", "shard_plan"]
+__all__ = ["JobContext", "Tuning", "job_context"]
 
 Files = Mapping[str, int] | Mapping[str, tuple[int, float | None]]
 
@@ -89,7 +89,7 @@ class Tuning:
                                  f" number of seconds, but got {value!r}")
 
 
-def shard_plan(config: JobConfig, files: Files | None, *, tuning: Tuning) -> ShardPlan:
+def _shard_plan(config: JobConfig, files: Files | None, *, tuning: Tuning) -> ShardPlan:
     """The job's shard plan from the files the launcher matched (`pipeline.read.plan_for_files`;
     None: a dry run's graph, planned as if there were no input). Computed once, by
     `job_context`."""
@@ -155,7 +155,7 @@ def job_context(config: JobConfig, files: Files | None, *, fingerprint: str,
     """
     tuning = tuning or Tuning()
     return JobContext(
-        config=config, plan=shard_plan(config, files, tuning=tuning), tokenizer=tokenizer,
+        config=config, plan=_shard_plan(config, files, tuning=tuning), tokenizer=tokenizer,
         fingerprint=fingerprint,
         tmp_dir=tmp_dir if tmp_dir is not None else fs.join(config.output, TMP_DIR, "job"),
         attempt=attempt, progress_dir=progress_dir, tuning=tuning)
