@@ -61,7 +61,6 @@ class Submitted(NamedTuple):
     result: PipelineResult | None
     dry_run: bool
     started: float  # time.monotonic() when the graph began to be built
-    claimed: bool = False  # whether the job holds a claim on the output (released on failure)
     progress: progress.Progress | None = None  # local runners: stopped when the job ends
 
     @property
@@ -126,8 +125,7 @@ def _start(job: _Prepared) -> Submitted:
         result = p.run()
         if reporter is not None and PipelineState.is_terminal(result.state):
             reporter.stop()  # the FnApiRunner ran the whole job inside run()
-        return Submitted(context, result, dry_run, started, context.attempt is not None,
-                         reporter)
+        return Submitted(context, result, dry_run, started, reporter)
     except BaseException:
         if reporter is not None:
             reporter.stop()
