@@ -8,11 +8,12 @@ Threads in a worker process (the rules the code keeps):
 
 * The bundle thread parses records, plans and packs batches, and bumps every metric: Beam
   counts a counter bumped on another thread nowhere, so helper threads never touch one.
-* Up to `ENCODING_AHEAD` batches are encoded at once, each on a helper thread of the DoFn's
-  pool; SentencePiece releases the GIL and runs ``encode_threads`` threads of its own per
-  call. Peak here: 1 + ENCODING_AHEAD × (1 + encode_threads) threads.
-* `pipeline.write.WriteShards` writes up to `pipeline.write.SHARDS_AT_ONCE` shards at once on
-  a pool shared by the process, and each shard has one more thread that feeds pyarrow's
+* Up to ``encoding_ahead`` (`pipeline.context.Tuning`) batches are encoded at once, each on
+  a helper thread of the DoFn's pool; SentencePiece releases the GIL and runs
+  ``encode_threads`` threads of its own per call. Peak here: 1 + encoding_ahead × (1 +
+  encode_threads) threads.
+* `pipeline.write.WriteShards` writes up to ``shards_at_once`` shards at once on a pool
+  shared by the process, and each shard has one more thread that feeds pyarrow's
   writer (`transforms.parquet.write_shard`). The local runner runs the encoding and writing
   stages one after the other, so their threads do not add up there.
 * ``--encode-threads`` is per process: the launcher's default is the machine's cores for the
@@ -33,7 +34,7 @@ import logging
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -41,29 +42,21 @@ from apache_beam.utils import shared
 
 from pipeline import fs, progress
 from pipeline.heap import leave_loaded_out
-from pipeline.tagged import Outputs, SplitTags
+from pipeline.tagged import BLOCKS, RECEIPTS, REJECTS, Outputs, SplitTags
 from transforms.chunks import Chunk, read_chunk
 from transforms.documents import Document, Reject
-from transforms.encoding import BATCH_CHARS, Encoded, PartBuffer, batch_documents
+from transforms.encoding import Encoded, PartBuffer, batch_documents
 from transforms.keys import ShardPlan
-from transforms.params import ReadSpec, WindowSpec
 from transforms.spill import RejectRun, SpillWriter, disk_full_message, spill_rejects
-from transforms.splits import SplitSpec
 from transforms.tokenizers import Tokenizer, TokenizerSpec, hf_config_path, tokenizer_from_bytes
 
-__all__ = ["BLOCKS", "ENCODING_AHEAD", "RECORDS", "REJECTS", "SHUFFLES", "EncodeChunks",
-           "load_tokenizer"]
+if TYPE_CHECKING:
+    from pipeline.context import JobContext
+
+__all__ = ["SHUFFLES", "EncodeChunks", "load_tokenizer"]
 
 _LOG = logging.getLogger("token_windows")
 
-# Batches being encoded at once, each on its own helper thread: two keep the cores busy
-# when one batch's documents split unevenly across SentencePiece's threads.
-ENCODING_AHEAD = 2
-# The outputs of EncodeChunks (and REJECTS also of WriteShards), as (tag, value) pairs
-# (`pipeline.tagged`).
-BLOCKS = "blocks"
-REJECTS = "rejects"
-RECORDS = "records"
 # How blocks reach the shard writers: through the runner's shuffle, or spilled to files
 # under the output's temporary directory with only references through the shuffle
 # (`transforms.spill`; the local runner's default, whose GroupByKey lives in memory).
@@ -111,19 +104,20 @@ class _EncodeChunkFn(beam.DoFn):
     after them and plans and packs the ones before, so the worker's cores stay busy.
     """
 
-    def __init__(self, *, spec: ReadSpec, windows: WindowSpec,
-                 tokenizer: TokenizerSpec | str | None,
-                 plan: ShardPlan, threads: int, batch_chars: int, spill_dir: str | None,
-                 splits: SplitSpec | None = None, output: str | None = None) -> None:
-        self._spec = spec
-        self._output = output if output is not None else spill_dir
-        self._plan = plan
-        self._splits = splits if splits is not None and splits.active else None
-        self._windows = windows
-        self._tokenizer_spec = tokenizer
-        self._threads = threads
-        self._batch_chars = batch_chars
-        self._spill_dir = spill_dir
+    def __init__(self, context: JobContext) -> None:
+        config = context.config
+        self._spec = config.read
+        self._output = context.output
+        self._plan = context.plan
+        self._splits = context.splits
+        self._windows = config.windows
+        self._tokenizer_spec = config.tokenizer_spec
+        self._threads = config.encode_threads
+        self._batch_chars = context.tuning.batch_chars
+        self._ahead = context.tuning.encoding_ahead
+        self._spill_dir = context.spill_dir
+        self._progress_dir = context.progress_dir
+        self._write_every = context.tuning.progress_write_every
         self._handle = shared.Shared()
         self._records = Metrics.counter("read", "records")
         self._tokens = Metrics.counter("tokenize", "tokens")
@@ -136,7 +130,8 @@ class _EncodeChunkFn(beam.DoFn):
             lambda: load_tokenizer(self._tokenizer_spec, self._threads),
             tag=f"{self._tokenizer_spec!r}@{self._threads}",
         )
-        self._pool = ThreadPoolExecutor(ENCODING_AHEAD, thread_name_prefix="encode")
+        self._pool = ThreadPoolExecutor(self._ahead, thread_name_prefix="encode")
+        self._progress = progress.Reporter(self._progress_dir, write_every=self._write_every)
         leave_loaded_out()  # the model and the worker's modules: later collections skip them
 
     def teardown(self) -> None:
@@ -181,7 +176,7 @@ class _EncodeChunkFn(beam.DoFn):
     def finish_bundle(self) -> None:
         # Nothing is emitted here (Beam's DaskRunner drops it): the spill file's path went
         # on with the bundle's first chunk; its index and footer are written now.
-        progress.bundle_done()
+        self._progress.bundle_done()
         bundle, self._bundle = getattr(self, "_bundle", None), None
         if bundle is not None:
             self._spilled.inc(bundle.close())
@@ -213,23 +208,23 @@ class _EncodeChunkFn(beam.DoFn):
                     continue
             texts = [d.text for d in batch]
             pending.append((batch, self._pool.submit(self._tokenizer.encode_batch, texts)))
-            if len(pending) > ENCODING_AHEAD:
+            if len(pending) > self._ahead:
                 docs, encoding = pending.popleft()
                 yield from self._add(held, docs, encoding.result(), spill, chunk)
         while pending:
             docs, encoding = pending.popleft()
             yield from self._add(held, docs, encoding.result(), spill, chunk)
         yield from self._emit(held.flush(), spill)
-        progress.chunk_done(chunk)
+        self._progress.chunk_done(chunk)
         # One line per chunk encoded (at DEBUG: a big job has thousands), which tells how
         # often a runner ran the step (tests/test_runners.py counts them on Dask workers).
         _LOG.debug("encoded chunk %s@%d: %d records", chunk.path, chunk.start, records)
         self._records.inc(records)
-        yield RECORDS, chunk.receipt(records, sampled_out)
+        yield RECEIPTS, chunk.receipt(records, sampled_out)
 
     def _add(self, held: PartBuffer, docs: list[Document], tokens: list[Any],
              spill: SpillWriter | None, chunk: Chunk) -> list[tuple[str, tuple[int, bytes]]]:
-        progress.encoded(chunk, docs, sum(map(len, tokens)))
+        self._progress.encoded(chunk, docs, sum(map(len, tokens)))
         return self._emit(held.add(docs, tokens), spill)
 
     def _emit(self, encoded: Encoded,
@@ -323,41 +318,26 @@ class _BundleSpill:
 
 class EncodeChunks(beam.PTransform):
     """Chunks → `pipeline.tagged.Outputs`: ``blocks`` (shard, block of packed documents), or
-    with ``spill_dir`` one spill file's path per bundle (`transforms.spill`); ``rejects``; and
-    ``records`` (one `transforms.chunks.Receipt` per chunk).
+    with the file shuffle one spill file's path per bundle (`transforms.spill`); ``rejects``;
+    and ``receipts`` (one `transforms.chunks.Receipt` per chunk).
 
-    Args:
-        spec: how to read the inputs.
-        windows: the window parameters (and the seed of the keys).
-        tokenizer: the ``--tokenizer`` (`transforms.tokenizers.TokenizerSpec`, or a model's
-            path), None for the bytes tokenizer.
-        plan: the `transforms.keys.ShardPlan` (`pipeline.graph.shard_plan`).
-        threads: SentencePiece threads per worker process. Each document is encoded alone,
-            so the ids do not depend on it.
-        batch_chars: documents are encoded in batches of about this many characters (the
-            output does not depend on it either).
-        spill_dir: spill the blocks of each bundle's chunks, by part, to one file in this
-            directory and emit its path (the file shuffle); None: emit the blocks.
-        output: the output directory that holds ``spill_dir``: no spill file is reached
-            through a link below it (`pipeline.confine`). Default: ``spill_dir`` itself.
-        splits: the job's sample and splits (`transforms.splits.SplitSpec`): documents left
-            out by the sample are counted in the receipt and never encoded; each other goes
-            to its split's shards (``plan`` numbers them). None: every document, one dataset.
+    What it reads of the `pipeline.context.JobContext`: how to read the inputs, the window
+    parameters (and the seed of the keys), the tokenizer and its threads per worker process
+    (``--encode-threads``; each document is encoded alone, so the ids do not depend on it),
+    the shard plan, the sample and splits (documents the sample leaves out are counted in
+    the receipt and never encoded; each other goes to its split's shards), the spill
+    directory (``OUTPUT/.tmp/<attempt>/shuffle``, with ``--shuffle files``; no spill file is
+    reached through a link below the output, `pipeline.confine`), where progress goes, and
+    the knobs ``batch_chars`` and ``encoding_ahead`` (neither changes the output).
     """
 
-    def __init__(self, *, spec: ReadSpec, windows: WindowSpec,
-                 tokenizer: TokenizerSpec | str | None,
-                 plan: ShardPlan, threads: int = 1, batch_chars: int = BATCH_CHARS,
-                 spill_dir: str | None = None, splits: SplitSpec | None = None,
-                 output: str | None = None) -> None:
+    def __init__(self, context: JobContext) -> None:
         super().__init__()
-        self._fn = _EncodeChunkFn(spec=spec, windows=windows, tokenizer=tokenizer,
-                                  plan=plan, threads=threads, batch_chars=batch_chars,
-                                  spill_dir=spill_dir, splits=splits, output=output)
+        self._fn = _EncodeChunkFn(context)
 
     def expand(self, chunks: beam.PCollection) -> Outputs:
         return (
             chunks
             | "Encode" >> beam.ParDo(self._fn)
-            | "ByTag" >> SplitTags([BLOCKS, REJECTS, RECORDS])
+            | "ByTag" >> SplitTags([BLOCKS, REJECTS, RECEIPTS])
         )

@@ -73,11 +73,12 @@ def stop_processes(procs: list[subprocess.Popen], timeout: float = 20) -> None:
             proc.wait(timeout=10)
 
 
-def run_job(output: pathlib.Path, *args: str) -> dict[str, Any]:
-    """Run the job in this process (FnApiRunner) and return its manifest."""
+def run_job(output: pathlib.Path, *args: str, tuning: Any = None) -> dict[str, Any]:
+    """Run the job in this process (FnApiRunner) and return its manifest; ``tuning``: its
+    knobs (`pipeline.context.Tuning`)."""
     from pipeline.run import run
 
-    manifest = run(["--output", str(output), *args])
+    manifest = run(["--output", str(output), *args], tuning=tuning)
     assert manifest is not None
     return manifest
 
@@ -94,15 +95,15 @@ def exit_code(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]
     return info.value.code, err.strip().splitlines()[-1]
 
 
-def run_main(*args: str) -> tuple[int, str]:
+def run_main(*args: str, tuning: Any = None) -> tuple[int, str]:
     """``python -m pipeline ARGS`` in this process (`pipeline.run.main`), whether it exits or
-    returns: (exit status, everything it printed on stderr)."""
+    returns: (exit status, everything it printed on stderr); ``tuning``: the job's knobs."""
     from pipeline.run import main
 
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            main(list(args))
+            main(list(args), tuning=tuning)
     except SystemExit as e:
         return int(e.code or 0), err.getvalue()
     return 0, err.getvalue()
