@@ -23,9 +23,8 @@ def context_of(*flags: str, files: dict | None = None, tuning: Tuning | None = N
     """A `JobContext` of ``flags`` as `config_of` reads them, planned for ``files``, with the
     bytes tokenizer's record and a fixed fingerprint (no claim, no progress)."""
     from pipeline.encode import load_tokenizer
-    from transforms.manifest import TokenizerInfo
 
     config = config_of(*flags)
-    info = TokenizerInfo.from_json(load_tokenizer(config.tokenizer_spec).info(), where="test")
+    info = load_tokenizer(config.tokenizer_spec).info()
     return job_context(config, files, fingerprint="f" * 64, tokenizer=info, tmp_dir=tmp_dir,
                        tuning=tuning)

@@ -1,6 +1,6 @@
 """Many small input files: one spill file per bundle, and the bytes of every shuffle.
 
-A corpus of many tiny files is one chunk per file. The file shuffle spills the blocks of all
+A corpus of many tiny files is one chunk per file. The file shuffle spills the parcels of all
 the chunks of a bundle to one file (and their rejects to one more), not a file per chunk
 (docs/performance.md#many-small-files); the output is the same whichever shuffle and however
 many worker processes run the job (docs/format.md#shuffle-and-shards).
@@ -16,11 +16,11 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline import encode as encode_module
-from pipeline.encode import REJECTS, EncodeChunks
+from pipeline.encode import EncodeChunks
 from pipeline.read import SplitInputs
+from pipeline.tagged import REJECTS
 from tests.conftest import dir_bytes, fn_api_pipeline, run_job
-from transforms.keys import ShardPlan
-from transforms.params import ReadSpec, WindowSpec
+from tests.job_data import context_of
 
 FILES = 40
 
@@ -39,15 +39,16 @@ def _tiny_files(directory: pathlib.Path, n: int = FILES) -> pathlib.Path:
 
 def test_a_bundle_of_many_chunks_spills_to_one_file_and_one_rejects_file(tmp_path):
     """The in-process runner runs the encoding of all 40 chunks as one bundle: one spill file
-    (its path emitted once) and one rejects file, which hold every chunk's blocks and runs."""
+    (its path emitted once) and one rejects file, which hold every chunk's parcels and runs."""
     inputs = _tiny_files(tmp_path / "in")
-    spill_dir = tmp_path / "out" / ".tmp" / "job" / "shuffle"
-    spec = ReadSpec(id_field="id")
+    context = context_of("--input", str(inputs / "*.jsonl"), "--id-field", "id",
+                         "--window", "8", "--stride", "4", "--num-shards", "2",
+                         "--shuffle", "files", "--output", str(tmp_path / "out"),
+                         tmp_dir=str(tmp_path / "out" / ".tmp" / "job"))
+    spill_dir = pathlib.Path(context.spill_dir)
     with fn_api_pipeline() as p:
-        chunks = p | SplitInputs([str(inputs / "*.jsonl")], spec=spec)
-        out = chunks | EncodeChunks(spec=spec, windows=WindowSpec(window=8, stride=4),
-                                    tokenizer=None, plan=ShardPlan(num_shards=2),
-                                    spill_dir=str(spill_dir), output=str(tmp_path / "out"))
+        chunks = p | SplitInputs([str(inputs / "*.jsonl")], spec=context.config.read)
+        out = chunks | EncodeChunks(context)
         assert_that(out.blocks | beam.combiners.Count.Globally(), equal_to([1]),
                     label="OnePath")
         assert_that(out[REJECTS] | beam.Map(lambda run: (run.order[0].rsplit("/", 1)[-1],
