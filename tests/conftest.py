@@ -18,12 +18,23 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
+# One torch (OpenMP/MKL) thread, here and in every subprocess a test starts: the suite's
+# tensors are tiny, so a second intra-op thread only contends with the other process on a
+# 2-core machine (and with DataLoader workers). Set before torch is first imported, which
+# reads these at start-up; `pytest_configure` also tells a torch that is already loaded.
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 
 def pytest_configure(config: pytest.Config) -> None:
     # `python -m pytest -q` runs everything; `-m "not slow"` is the quick inner loop.
     config.addinivalue_line(
         "markers", "slow: starts a server, a cluster or torchrun, or runs more than two whole "
                    "jobs (left out by -m 'not slow')")
+    import sys
+
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
 
 
 @pytest.fixture(autouse=True, scope="session")
