@@ -88,7 +88,7 @@ def _cluster(tmp: pathlib.Path, workers: int) -> tuple[str, list[subprocess.Pope
     return address, procs
 
 
-def _job(argv: list[str], pids: list[int]) -> dict:
+def _job(argv: list[str], pids: list[int], tuning: object) -> dict:
     from pipeline.run import run
 
     base = [_rss(pid) for pid in pids]
@@ -105,7 +105,7 @@ def _job(argv: list[str], pids: list[int]) -> dict:
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
     started = time.perf_counter()
-    manifest = run(argv)
+    manifest = run(argv, tuning=tuning)
     wall = time.perf_counter() - started
     done.set()
     thread.join()
@@ -124,9 +124,9 @@ def main() -> None:
 
     import distributed
 
-    from pipeline import graph
+    from pipeline.context import Tuning
 
-    graph.CHUNK_BYTES = int(args.chunk_mb * (1 << 20))
+    tuning = Tuning(chunk_bytes=int(args.chunk_mb * (1 << 20)))
     with tempfile.TemporaryDirectory(prefix="bench-dask-") as name:
         tmp = pathlib.Path(name)
         address, procs = _cluster(tmp, args.workers)
@@ -139,7 +139,7 @@ def main() -> None:
                       "worker peak RSS MB (growth)")
                 for mb in [int(s) for s in args.sizes.split(",")]:
                     corpus = _corpus(tmp, mb)
-                    chunks = -(-corpus.stat().st_size // graph.CHUNK_BYTES)
+                    chunks = -(-corpus.stat().st_size // tuning.chunk_bytes)
                     for shuffle in ("runner", "files"):
                         client.restart()
                         client.wait_for_workers(args.workers, timeout=120)
@@ -150,7 +150,7 @@ def main() -> None:
                                       "--id-field", "id", "--window", "512", "--stride", "256",
                                       "--output", str(out), "--shuffle", shuffle,
                                       "--runner=DaskRunner", f"--dask_client_address={address}",
-                                      f"--dask_npartitions={2 * args.workers}"], pids)
+                                      f"--dask_npartitions={2 * args.workers}"], pids, tuning)
                         except ValueError as e:  # a tree that refuses --shuffle files on Dask
                             print(f"{mb} | {shuffle} | refused: {e}", flush=True)
                             continue

@@ -242,6 +242,11 @@ def wait_idle(limit_s: float, threshold: float = 10.0) -> float:
     return time.monotonic() - started
 
 
+# With --before DIR: the tool "job before" is the job with the code in DIR (a checkout of an
+# earlier commit), run beside "job" in the same rounds.
+BEFORE: list[Path] = []
+
+
 def run_one(tool: str, size: float, rnd: int, corpus: Path, model: Path, idle_s: float,
             verify: bool, python: str) -> Run:
     scratch = WORK / "runs" / tool.replace(" ", "_").replace("×", "x")
@@ -252,8 +257,9 @@ def run_one(tool: str, size: float, rnd: int, corpus: Path, model: Path, idle_s:
         wait_idle(idle_s)
     env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1",
                HF_DATASETS_CACHE=str(cache), TOKENIZERS_PARALLELISM="false")
+    env["PYTHONPATH"] = str(BEFORE[0] if tool == "job before" else ROOT)
     wall, cpu, rss, procs, others, _ = measure(
-        commands(tool, corpus, model, out, cache, python), env=env)
+        commands(tool.removesuffix(" before"), corpus, model, out, cache, python), env=env)
     stats = corpus_stats(corpus)
     run = Run(tool=tool, size_mb=size, round=rnd, wall_s=wall, cpu_s=cpu, peak_rss_mb=rss,
               processes=procs, others_cores=others, text_mb=stats["text_bytes"] / 1e6,
@@ -278,22 +284,26 @@ def table(runs: list[Run]) -> str:
     for r in runs:
         by.setdefault((r.tool, r.size_mb), []).append(r)
     ref = {size: _median(rs, "wall_s") for (tool, size), rs in by.items() if tool == "reference"}
+    ref_cpu = {size: _median(rs, "cpu_s") for (tool, size), rs in by.items()
+               if tool == "reference"}
     lines = [
         "| tool | corpus | documents | tokens | wall s | M tokens/s | MB/s | peak RSS MB "
-        "| ratio to reference |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| ratio to reference | CPU s | CPU ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    order = {"reference": 0, "job": 1, "datasets": 2}
+    order = {"reference": 0, "job before": 1, "job": 2, "datasets": 3}
     for (tool, size), rs in sorted(by.items(), key=lambda kv: (kv[0][1],
                                                               order.get(kv[0][0], 3), kv[0][0])):
         wall = _median(rs, "wall_s")
         tokens, mb = rs[0].doc_tokens, rs[0].text_mb
         ratio = f"{ref[size] / wall:.2f}" if size in ref else "–"
+        cpu = _median(rs, "cpu_s")
+        cpu_ratio = f"{ref_cpu[size] / cpu:.2f}" if size in ref_cpu else "–"
         cache = f" (+{_median(rs, 'cache_mb'):.0f} MB cache)" if rs[0].cache_mb else ""
         lines.append(
             f"| {tool} | {mb:.0f} MB | {rs[0].documents:,} | {tokens / 1e6:.1f} M | {wall:.2f} "
             f"| {tokens / wall / 1e6:.2f} | {mb / wall:.1f} | {_median(rs, 'peak_rss_mb'):.0f}"
-            f"{cache} | {ratio} |"
+            f"{cache} | {ratio} | {cpu:.1f} | {cpu_ratio} |"
         )
     return "\n".join(lines)
 
@@ -453,6 +463,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--wait-idle", type=float, default=30.0,
                         help="before each run, wait up to this many seconds for the machine "
                         "to be idle (< 10 %% CPU); 0 to not wait")
+    parser.add_argument("--before", type=Path, default=None, metavar="DIR",
+                        help="also run the job with the code in DIR (e.g. `git archive` of an "
+                        "earlier commit) as 'job before', alternating with the others")
     parser.add_argument("--memory", default=None, metavar="MB",
                         help="instead: the memory sweep, peak RSS of the job at --multiples "
                         "of a corpus of MB megabytes, for the 32k model and for bytes")
@@ -478,6 +491,9 @@ def main(argv: list[str] | None = None) -> None:
     # One model for every size (trained on the 100 MB corpus), so sizes compare alike.
     model = ensure_model(build_corpus(MODEL_CORPUS_MB, args.source, sources))
     tools = ["reference", "job"]
+    if args.before is not None:
+        BEFORE.append(args.before.resolve())
+        tools.append("job before")
     try:
         import datasets  # noqa: F401
 

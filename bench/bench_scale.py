@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import importlib.util
 import json
 import os
 import resource
@@ -84,22 +85,34 @@ def _launch(args: argparse.Namespace, out: str) -> dict:
             "--num-shards", str(args.shards), *flags]
     base = _rss_mb()
     started = time.perf_counter()
-    job = run._prepare(argv)
+    contexts = importlib.util.find_spec("pipeline.context") is not None
+    if contexts:  # the launcher builds one job context (pipeline.context)
+        from pipeline import runners
+
+        options, _, (context, files, _, planned) = run._prepare(argv, None)
+        runner = runners.runner_for(options)
+        config, tmp_dir = context.config, context.tmp_dir
+    else:  # the tree before: a Plan, and keywords for build_pipeline
+        config, options, _, plan = run._prepare(argv)
+        runner = run._runner(options)
+        files, planned, tmp_dir = plan.files, getattr(plan, "chunks", None), plan.tmp_dir
     prepared = time.perf_counter()
-    config, options, _, plan = job
-    p = beam.Pipeline(runner=run._runner(options), options=options)
+    p = beam.Pipeline(runner=runner, options=options)
     extra: dict = {}
     create = None
-    if getattr(plan, "chunks", None) is not None:  # this tree plans chunks at launch
+    if planned is not None:  # this tree plans chunks at launch
         from pipeline import launch
 
-        chunks = launch.prepare_chunks(plan.chunks, options, tmp_dir=plan.tmp_dir,
+        chunks = launch.prepare_chunks(planned, options, tmp_dir=tmp_dir,
                                        root=config.output, pipeline=lambda: None)
         extra["chunks"] = create = chunks
-    elif args.runner == "dask":  # the tree before: one element per matched file
+    elif args.runner == "dask":  # an older tree: one element per matched file
         extra["matched"] = create = plan.matched
-    graph.build_pipeline(p, config, plan.files, fingerprint=plan.fingerprint,
-                         tmp_dir=plan.tmp_dir, attempt=plan.attempt, **extra)
+    if contexts:
+        graph.build_pipeline(p, context, expected_files=files, **extra)
+    else:
+        graph.build_pipeline(p, config, plan.files, fingerprint=plan.fingerprint,
+                             tmp_dir=plan.tmp_dir, attempt=plan.attempt, **extra)
     built = time.perf_counter()
     proto = p.to_runner_api()
     done = time.perf_counter()
@@ -114,20 +127,28 @@ def _launch(args: argparse.Namespace, out: str) -> dict:
 def _final(args: argparse.Namespace, out: str) -> dict:
     from pipeline import finalize
     from pipeline.write import write_placed_shard
-    from transforms.chunks import Receipt
     from transforms.keys import ShardPlan
-    from transforms.manifest import MANIFEST_NAME, WrittenShard
+    from transforms.manifest import MANIFEST_NAME
+    from transforms.manifest_build import WrittenShard
+    from transforms.receipts import Receipt
     from transforms.rows import ShardCounts, ShardRows
     from transforms.schema import shard_file_name
 
     run = importlib.import_module("pipeline.run")
     _fake_listing(args.files)
-    config, _, _, plan = run._prepare(["--input", PATTERN, "--tokenizer", "bytes", "--output",
-                                      out, "--num-shards", str(args.shards)])
+    argv = ["--input", PATTERN, "--tokenizer", "bytes", "--output", out, "--num-shards",
+            str(args.shards)]
+    contexts = importlib.util.find_spec("pipeline.context") is not None
+    if contexts:
+        _, _, (context, files_at_launch, _, _) = run._prepare(argv, None)
+        config, fingerprint, tmp_dir = context.config, context.fingerprint, context.tmp_dir
+    else:
+        config, _, _, plan = run._prepare(argv)
+        fingerprint, tmp_dir, files_at_launch = plan.fingerprint, plan.tmp_dir, plan.files
     shards = ShardPlan(num_shards=args.shards)
-    first = write_placed_shard(plan=shards, index=0, output=out, fingerprint=plan.fingerprint,
+    first = write_placed_shard(plan=shards, index=0, output=out, fingerprint=fingerprint,
                                rows=ShardRows([]), window=config.windows.window,
-                               tmp_dir=plan.tmp_dir)
+                               tmp_dir=tmp_dir)
     for i in range(1, args.shards):  # the step reads each footer: one real file per shard
         shutil.copyfile(os.path.join(out, first.file),
                         os.path.join(out, shard_file_name(i, args.shards)))
@@ -140,11 +161,16 @@ def _final(args: argparse.Namespace, out: str) -> dict:
              for i in range(args.shards)]
     group += [("receipts", Receipt(path=path, size=size, extent=size, start=0, end=size,
                                    records=1, mtime=mtime)) for path, size, mtime in files]
-    fn = finalize._FinalizeFn(
-        output=out, windows=config.windows, inputs=list(config.inputs),
-        reading=config.read.to_json(), tokenizer=config.tokenizer_spec,
-        expected_files=plan.files, fingerprint=plan.fingerprint, tmp_dir=plan.tmp_dir,
-        attempt=plan.attempt, max_skipped_share=1.0, plan=shards)
+    if contexts:
+        import dataclasses
+
+        fn = finalize._FinalizeFn(dataclasses.replace(context, plan=shards), files_at_launch)
+    else:
+        fn = finalize._FinalizeFn(
+            output=out, windows=config.windows, inputs=list(config.inputs),
+            reading=config.read.to_json(), tokenizer=config.tokenizer_spec,
+            expected_files=plan.files, fingerprint=plan.fingerprint, tmp_dir=plan.tmp_dir,
+            attempt=plan.attempt, max_skipped_share=1.0, plan=shards)
     base = _rss_mb()
     started = time.perf_counter()
     (manifest,) = list(fn.process((None, group)))

@@ -1,9 +1,10 @@
 """The Beam job: raw corpora → document-bounded token windows → seeded Parquet shards.
 
 This is the only package that imports ``apache_beam``. Run it with ``python -m pipeline``
-(or the ``token-windows`` command); build it from Python with `build_pipeline`, or run it
-with `run`. Where Beam is not installed, the package still imports, so that ``python -m
-pipeline`` can say what to install instead of a traceback; its names then raise that message.
+(or the ``token-windows`` command); build it from Python with `build_pipeline` (given the
+job's `pipeline.context.JobContext`), or run it with `run`. Where Beam is not installed, the
+package still imports, so that ``python -m pipeline`` can say what to install instead of a
+traceback; its names then raise that message.
 """
 
 import sys

@@ -14,8 +14,10 @@ def main() -> None:
             raise  # Beam is there but broken: its own error says more
         print(NO_BEAM, file=sys.stderr)
         sys.exit(2)
+    from pipeline.heap import leave_loaded_out
     from pipeline.run import cli
 
+    leave_loaded_out()  # Beam and the rest are loaded: later collections skip them
     cli()
 
 

@@ -8,11 +8,12 @@ Threads in a worker process (the rules the code keeps):
 
 * The bundle thread parses records, plans and packs batches, and bumps every metric: Beam
   counts a counter bumped on another thread nowhere, so helper threads never touch one.
-* Up to `ENCODING_AHEAD` batches are encoded at once, each on a helper thread of the DoFn's
-  pool; SentencePiece releases the GIL and runs ``encode_threads`` threads of its own per
-  call. Peak here: 1 + ENCODING_AHEAD × (1 + encode_threads) threads.
-* `pipeline.write.WriteShards` writes up to `pipeline.write.SHARDS_AT_ONCE` shards at once on
-  a pool shared by the process, and each shard has one more thread that feeds pyarrow's
+* Up to ``encoding_ahead`` (`pipeline.context.Tuning`) batches are encoded at once, each on
+  a helper thread of the DoFn's pool; SentencePiece releases the GIL and runs
+  ``encode_threads`` threads of its own per call. Peak here: 1 + encoding_ahead × (1 +
+  encode_threads) threads.
+* `pipeline.write.WriteShards` writes up to ``shards_at_once`` shards at once on a pool
+  shared by the process, and each shard has one more thread that feeds pyarrow's
   writer (`transforms.parquet.write_shard`). The local runner runs the encoding and writing
   stages one after the other, so their threads do not add up there.
 * ``--encode-threads`` is per process: the launcher's default is the machine's cores for the
@@ -25,42 +26,37 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import errno
 import hashlib
+import io
 import logging
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.utils import shared
 
 from pipeline import fs, progress
-from pipeline.tagged import Outputs, SplitTags
+from pipeline.heap import leave_loaded_out
+from pipeline.tagged import BLOCKS, RECEIPTS, REJECTS, Outputs, SplitTags
 from transforms.chunks import Chunk, read_chunk
 from transforms.documents import Document, Reject
-from transforms.encoding import BATCH_CHARS, Encoded, PartBuffer, batch_documents
+from transforms.encoding import Encoded, PartBuffer, batch_documents
 from transforms.keys import ShardPlan
-from transforms.params import ReadSpec, WindowSpec
-from transforms.spill import SpillWriter, disk_full_message, spill_rejects
-from transforms.splits import SplitSpec
+from transforms.spill import RejectRun, SpillWriter, disk_full_message, spill_rejects
 from transforms.tokenizers import Tokenizer, TokenizerSpec, hf_config_path, tokenizer_from_bytes
 
-__all__ = ["BLOCKS", "ENCODING_AHEAD", "RECORDS", "REJECTS", "SHUFFLES", "EncodeChunks",
-           "load_tokenizer"]
+if TYPE_CHECKING:
+    from pipeline.context import JobContext
+
+__all__ = ["SHUFFLES", "EncodeChunks", "load_tokenizer"]
 
 _LOG = logging.getLogger("token_windows")
 
-# Batches being encoded at once, each on its own helper thread: two keep the cores busy
-# when one batch's documents split unevenly across SentencePiece's threads.
-ENCODING_AHEAD = 2
-# The outputs of EncodeChunks (and REJECTS also of WriteShards), as (tag, value) pairs
-# (`pipeline.tagged`).
-BLOCKS = "blocks"
-REJECTS = "rejects"
-RECORDS = "records"
 # How blocks reach the shard writers: through the runner's shuffle, or spilled to files
 # under the output's temporary directory with only references through the shuffle
 # (`transforms.spill`; the local runner's default, whose GroupByKey lives in memory).
@@ -100,26 +96,28 @@ def load_tokenizer(spec: str | TokenizerSpec | None, num_threads: int = 1) -> To
 
 
 class _EncodeChunkFn(beam.DoFn):
-    """A chunk → (shard, block) pairs, or the path of the spill file that holds its blocks;
-    its rejects and its receipt; each as a (tag, value) pair (`pipeline.tagged`).
+    """A chunk → (shard, block) pairs, or (with the bundle's first chunk) the path of the
+    bundle's spill file, which holds the blocks; its rejects and its receipt; each as a
+    (tag, value) pair (`pipeline.tagged`).
 
     While SentencePiece encodes batches on helper threads, this thread parses the batches
     after them and plans and packs the ones before, so the worker's cores stay busy.
     """
 
-    def __init__(self, *, spec: ReadSpec, windows: WindowSpec,
-                 tokenizer: TokenizerSpec | str | None,
-                 plan: ShardPlan, threads: int, batch_chars: int, spill_dir: str | None,
-                 splits: SplitSpec | None = None, output: str | None = None) -> None:
-        self._spec = spec
-        self._output = output if output is not None else spill_dir
-        self._plan = plan
-        self._splits = splits if splits is not None and splits.active else None
-        self._windows = windows
-        self._tokenizer_spec = tokenizer
-        self._threads = threads
-        self._batch_chars = batch_chars
-        self._spill_dir = spill_dir
+    def __init__(self, context: JobContext) -> None:
+        config = context.config
+        self._spec = config.read
+        self._output = context.output
+        self._plan = context.plan
+        self._splits = context.splits
+        self._windows = config.windows
+        self._tokenizer_spec = config.tokenizer_spec
+        self._threads = config.encode_threads
+        self._batch_chars = context.tuning.batch_chars
+        self._ahead = context.tuning.encoding_ahead
+        self._spill_dir = context.spill_dir
+        self._progress_dir = context.progress_dir
+        self._write_every = context.tuning.progress_write_every
         self._handle = shared.Shared()
         self._records = Metrics.counter("read", "records")
         self._tokens = Metrics.counter("tokenize", "tokens")
@@ -132,39 +130,61 @@ class _EncodeChunkFn(beam.DoFn):
             lambda: load_tokenizer(self._tokenizer_spec, self._threads),
             tag=f"{self._tokenizer_spec!r}@{self._threads}",
         )
-        self._pool = ThreadPoolExecutor(ENCODING_AHEAD, thread_name_prefix="encode")
+        self._pool = ThreadPoolExecutor(self._ahead, thread_name_prefix="encode")
+        self._progress = progress.Reporter(self._progress_dir, write_every=self._write_every)
+        leave_loaded_out()  # the model and the worker's modules: later collections skip them
 
     def teardown(self) -> None:
         pool = getattr(self, "_pool", None)  # None when setup failed
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+        self._abandon()  # a failed bundle's files: closed, never read
+
+    def start_bundle(self) -> None:
+        self._abandon()  # a failed bundle's files, if finish_bundle never came
+        self._bundle: _BundleSpill | None = None
 
     def process(self, chunk: Chunk) -> Iterator[Any]:
         plan = self._plan
         if self._spill_dir is None:
             yield from self._encode(chunk, plan, None)
             return
-        # A name of the chunk's own, plus a random attempt id: a retried bundle never
-        # touches the file of an attempt the runner may still use. Temp names never reach
-        # the output.
-        name = hashlib.sha256(f"{chunk.path}@{chunk.start}".encode()).hexdigest()[:16]
-        path = fs.join(self._spill_dir, f"{name}-{uuid.uuid4().hex[:12]}.spill")
+        if self._bundle is None:
+            # One spill file per bundle, not per chunk: 20,000 small files made 20,000 spill
+            # files (and up to as many rejects files), each with an index and footer, each
+            # opened by every shard writer and deleted at the end. Its path goes on now, from
+            # `process` (a runner may drop what `finish_bundle` emits), and the file is
+            # complete when the bundle is: the writers read it only after this step has
+            # finished, and a failed bundle's outputs, this path among them, are discarded.
+            self._bundle = _BundleSpill(self._spill_dir, root=self._output or self._spill_dir,
+                                        first=chunk, num_parts=plan.num_parts)
+            yield BLOCKS, self._bundle.path
+        bundle = self._bundle
         rejects: list[Reject] = []
-        with _spill_file(path, self._spill_dir, self._output) as f:
-            spill = SpillWriter(f, num_parts=plan.num_parts)
-            for tag, value in self._encode(chunk, plan, spill):
+        with _naming_a_full_disk(self._spill_dir):
+            for tag, value in self._encode(chunk, plan, bundle.writer):
                 if tag == REJECTS:
                     rejects.append(value)  # spilled below, not held by the runner
                 else:
                     yield tag, value
-            self._spilled.inc(spill.finish())
-        yield BLOCKS, path  # complete: its index is written and the file closed
+            if rejects:
+                runs = bundle.add_rejects(rejects, order=(chunk.path, chunk.start))
         if rejects:
-            runs_path = path.removesuffix(".spill") + ".rejects"
-            with _spill_file(runs_path, self._spill_dir, self._output) as f:
-                runs = spill_rejects(rejects, f, path=runs_path, order=(chunk.path, chunk.start))
             for run in runs:
                 yield REJECTS, run
+
+    def finish_bundle(self) -> None:
+        # Nothing is emitted here (Beam's DaskRunner drops it): the spill file's path went
+        # on with the bundle's first chunk; its index and footer are written now.
+        self._progress.bundle_done()
+        bundle, self._bundle = getattr(self, "_bundle", None), None
+        if bundle is not None:
+            self._spilled.inc(bundle.close())
+
+    def _abandon(self) -> None:
+        bundle, self._bundle = getattr(self, "_bundle", None), None
+        if bundle is not None:
+            bundle.abandon()
 
     def _encode(self, chunk: Chunk, plan: ShardPlan, spill: SpillWriter | None) -> Iterator[Any]:
         pending: collections.deque[tuple[list[Document], Future]] = collections.deque()
@@ -188,23 +208,23 @@ class _EncodeChunkFn(beam.DoFn):
                     continue
             texts = [d.text for d in batch]
             pending.append((batch, self._pool.submit(self._tokenizer.encode_batch, texts)))
-            if len(pending) > ENCODING_AHEAD:
+            if len(pending) > self._ahead:
                 docs, encoding = pending.popleft()
                 yield from self._add(held, docs, encoding.result(), spill, chunk)
         while pending:
             docs, encoding = pending.popleft()
             yield from self._add(held, docs, encoding.result(), spill, chunk)
         yield from self._emit(held.flush(), spill)
-        progress.chunk_done(chunk)
+        self._progress.chunk_done(chunk)
         # One line per chunk encoded (at DEBUG: a big job has thousands), which tells how
         # often a runner ran the step (tests/test_runners.py counts them on Dask workers).
         _LOG.debug("encoded chunk %s@%d: %d records", chunk.path, chunk.start, records)
         self._records.inc(records)
-        yield RECORDS, chunk.receipt(records, sampled_out)
+        yield RECEIPTS, chunk.receipt(records, sampled_out)
 
     def _add(self, held: PartBuffer, docs: list[Document], tokens: list[Any],
              spill: SpillWriter | None, chunk: Chunk) -> list[tuple[str, tuple[int, bytes]]]:
-        progress.encoded(chunk, docs, sum(map(len, tokens)))
+        self._progress.encoded(chunk, docs, sum(map(len, tokens)))
         return self._emit(held.add(docs, tokens), spill)
 
     def _emit(self, encoded: Encoded,
@@ -214,73 +234,110 @@ class _EncodeChunkFn(beam.DoFn):
         self._tokens.inc(encoded.tokens)
         self._windows_made.inc(encoded.windows)
         if spill is None:
-            return [(BLOCKS, pair) for pair in encoded.blocks]
-        for part, block in encoded.blocks:
+            return [(BLOCKS, pair) for pair in encoded.parcels]
+        for part, block in encoded.parcels:
             spill.write(part, block)
         return []
 
 
 @contextlib.contextmanager
-def _spill_file(path: str, spill_dir: str, output: str | None) -> Iterator[BinaryIO]:
-    """A spill file to write, closed at the end; a full disk names the spill directory
-    (`transforms.spill.disk_full_message`).
-
-    If the body fails, its error is the one raised: closing a half-written object-store
-    upload fails too (S3's CompleteMultipartUpload without parts: "MalformedXML"), and that
-    error, which names no input and suggests a write problem, must not hide the first.
-    """
+def _naming_a_full_disk(spill_dir: str) -> Iterator[None]:
+    """A full disk met in the body names the spill directory
+    (`transforms.spill.disk_full_message`)."""
     try:
-        f = fs.create(path, root=output or spill_dir)
-        try:
-            yield f
-        except BaseException:
-            with contextlib.suppress(Exception):
-                f.close()
-            raise
-        f.close()
+        yield
     except OSError as e:
         if e.errno == errno.ENOSPC and not isinstance(e, fs.DiskFullError):
             raise fs.DiskFullError(disk_full_message(spill_dir)) from e
         raise
 
 
-class EncodeChunks(beam.PTransform):
-    """Chunks → `pipeline.tagged.Outputs`: ``blocks`` (shard, block of packed documents), or
-    with ``spill_dir`` one spill file's path per chunk (`transforms.spill`); ``rejects``; and
-    ``records`` (one `transforms.chunks.Receipt` per chunk).
+class _BundleSpill:
+    """One bundle's spill file (the blocks of all its chunks, by part) and, once a chunk has
+    rejects, its rejects file (each chunk's runs end to end, `transforms.spill`); both below
+    ``root``, the output directory, through no link (`pipeline.confine`).
 
-    Args:
-        spec: how to read the inputs.
-        windows: the window parameters (and the seed of the keys).
-        tokenizer: the ``--tokenizer`` (`transforms.tokenizers.TokenizerSpec`, or a model's
-            path), None for the bytes tokenizer.
-        plan: the `transforms.keys.ShardPlan` (`pipeline.graph.shard_plan`).
-        threads: SentencePiece threads per worker process. Each document is encoded alone,
-            so the ids do not depend on it.
-        batch_chars: documents are encoded in batches of about this many characters (the
-            output does not depend on it either).
-        spill_dir: spill each chunk's blocks, by part, to a file in this directory and emit
-            its path (the file shuffle); None: emit the blocks.
-        output: the output directory that holds ``spill_dir``: no spill file is reached
-            through a link below it (`pipeline.confine`). Default: ``spill_dir`` itself.
-        splits: the job's sample and splits (`transforms.splits.SplitSpec`): documents left
-            out by the sample are counted in the receipt and never encoded; each other goes
-            to its split's shards (``plan`` numbers them). None: every document, one dataset.
+    A full disk names the spill directory. If writing fails, that error is the one raised:
+    `abandon` closes the files quietly, since closing a half-written object-store upload
+    fails too (S3's CompleteMultipartUpload without parts: "MalformedXML"), and that error,
+    which names no input and suggests a write problem, must not hide the first.
     """
 
-    def __init__(self, *, spec: ReadSpec, windows: WindowSpec,
-                 tokenizer: TokenizerSpec | str | None,
-                 plan: ShardPlan, threads: int = 1, batch_chars: int = BATCH_CHARS,
-                 spill_dir: str | None = None, splits: SplitSpec | None = None,
-                 output: str | None = None) -> None:
+    def __init__(self, directory: str, *, root: str, first: Chunk, num_parts: int) -> None:
+        # A name of the bundle's first chunk, plus a random attempt id: a retried bundle
+        # never touches the file of an attempt the runner may still use. Temp names never
+        # reach the output.
+        name = hashlib.sha256(f"{first.path}@{first.start}".encode()).hexdigest()[:16]
+        self.path = fs.join(directory, f"{name}-{uuid.uuid4().hex[:12]}.spill")
+        self._directory = directory
+        self._root = root
+        self._rejects_path = self.path.removesuffix(".spill") + ".rejects"
+        self._rejects: BinaryIO | None = None
+        self._rejects_at = 0
+        with _naming_a_full_disk(directory):
+            self._file: BinaryIO | None = fs.create(self.path, root=root)
+        self.writer = SpillWriter(self._file, num_parts=num_parts)
+
+    def add_rejects(self, rejects: list[Reject], *, order: tuple[str, int]) -> list[RejectRun]:
+        """Append one chunk's rejects (in input order); their runs, at their offsets in the
+        bundle's rejects file."""
+        if self._rejects is None:
+            self._rejects = fs.create(self._rejects_path, root=self._root)
+        buffer = io.BytesIO()
+        runs = spill_rejects(rejects, buffer, path=self._rejects_path, order=order)
+        data = buffer.getvalue()
+        self._rejects.write(data)
+        at, self._rejects_at = self._rejects_at, self._rejects_at + len(data)
+        return [dataclasses.replace(run, offset=run.offset + at) for run in runs]
+
+    def close(self) -> int:
+        """Write the spill file's index and footer and close both files; the bytes of blocks
+        spilled."""
+        try:
+            with _naming_a_full_disk(self._directory):
+                spilled = self.writer.finish()
+                file, self._file = self._file, None
+                if file is not None:
+                    file.close()
+                if self._rejects is not None:
+                    rejects, self._rejects = self._rejects, None
+                    rejects.close()
+        except BaseException:
+            self.abandon()
+            raise
+        return spilled
+
+    def abandon(self) -> None:
+        """Close the files without raising (a failed bundle's: never read)."""
+        for f in (self._file, self._rejects):
+            if f is not None:
+                with contextlib.suppress(Exception):
+                    f.close()
+        self._file = self._rejects = None
+
+
+class EncodeChunks(beam.PTransform):
+    """Chunks → `pipeline.tagged.Outputs`: ``blocks`` (shard, block of packed documents), or
+    with the file shuffle one spill file's path per bundle (`transforms.spill`); ``rejects``;
+    and ``receipts`` (one `transforms.chunks.Receipt` per chunk).
+
+    What it reads of the `pipeline.context.JobContext`: how to read the inputs, the window
+    parameters (and the seed of the keys), the tokenizer and its threads per worker process
+    (``--encode-threads``; each document is encoded alone, so the ids do not depend on it),
+    the shard plan, the sample and splits (documents the sample leaves out are counted in
+    the receipt and never encoded; each other goes to its split's shards), the spill
+    directory (``OUTPUT/.tmp/<attempt>/shuffle``, with ``--shuffle files``; no spill file is
+    reached through a link below the output, `pipeline.confine`), where progress goes, and
+    the knobs ``batch_chars`` and ``encoding_ahead`` (neither changes the output).
+    """
+
+    def __init__(self, context: JobContext) -> None:
         super().__init__()
-        self._fn = _EncodeChunkFn(spec=spec, windows=windows, tokenizer=tokenizer,
-                                  plan=plan, threads=threads, batch_chars=batch_chars,
-                                  spill_dir=spill_dir, splits=splits, output=output)
+        self._fn = _EncodeChunkFn(context)
 
     def expand(self, chunks: beam.PCollection) -> Outputs:
         return (
             chunks
             | "Encode" >> beam.ParDo(self._fn)
-            | "ByTag" >> SplitTags([BLOCKS, REJECTS, RECORDS])
+            | "ByTag" >> SplitTags([BLOCKS, REJECTS, RECEIPTS])
         )

@@ -12,62 +12,70 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import apache_beam as beam
 
 from pipeline import fs
-from pipeline.encode import load_tokenizer
 from pipeline.output import check_claim, remove_job_files
+from pipeline.tagged import RECEIPTS, REJECTS, SHARDS
 from pipeline.write import RejectCount, place_shard, write_placed_shard
-from transforms.chunks import Receipt, account_inputs, shown_name
+from transforms.input_names import shown_name
 from transforms.keys import ShardPlan
-from transforms.launch import FOOTER_THREADS
 from transforms.manifest import (
     MANIFEST_NAME,
-    WrittenShard,
-    build_manifest,
-    build_splits_record,
+    Manifest,
+    SampleInfo,
+    SplitFraction,
+    SplitInfo,
+    SplitJob,
+    SplitsRecord,
+    TokenizerInfo,
     dumps_manifest,
 )
-from transforms.params import WindowSpec
+from transforms.manifest_build import WrittenShard, build_manifest, build_splits_record
 from transforms.parquet import row_group_rows
+from transforms.receipts import Receipt, account_inputs
 from transforms.rows import ShardRows
 from transforms.schema import FINGERPRINT_KEY
 from transforms.skipped import check_skipped_share
-from transforms.splits import SPLITS_NAME, SplitSpec, split_fingerprint
-from transforms.tokenizers import TokenizerSpec
+from transforms.splits import SPLITS_NAME, split_fingerprint
 
-__all__ = ["FinalizeDataset"]
+if TYPE_CHECKING:
+    from pipeline.context import JobContext
+
+__all__ = ["ExpectedFiles", "FinalizeDataset"]
+
+# {path: (size, mtime)} (or {path: size}) of every input file, as the launcher matched it.
+ExpectedFiles = dict[str, tuple[int, float | None]] | dict[str, int]
+
 
 class _FinalizeFn(beam.DoFn):
-    def __init__(self, *, output: str, windows: WindowSpec, inputs: list[str],
-                 reading: dict[str, Any], tokenizer: TokenizerSpec | str | None,
-                 expected_files: dict[str, tuple[int, float | None]] | None, fingerprint: str,
-                 tmp_dir: str, attempt: str | None, max_skipped_share: float, plan: ShardPlan,
-                 splits: SplitSpec | None = None) -> None:
-        self._output = output
-        self._plan = plan
-        self._windows = windows
-        self._inputs = inputs
-        self._reading = reading
-        self._tokenizer_spec = tokenizer
+    def __init__(self, context: JobContext, expected_files: ExpectedFiles | None) -> None:
+        config = context.config
+        self._output = context.output
+        self._plan = context.plan
+        self._windows = config.windows
+        self._inputs = list(config.inputs)
+        self._reading = config.read.to_json()
+        self._tokenizer = context.tokenizer
         self._expected_files = expected_files
-        self._fingerprint = fingerprint
-        self._tmp_dir = tmp_dir
-        self._attempt = attempt
-        self._max_skipped_share = max_skipped_share
-        self._splits = splits if splits is not None and splits.active else None
+        self._fingerprint = context.fingerprint
+        self._tmp_dir = context.tmp_dir
+        self._attempt = context.attempt
+        self._max_skipped_share = config.max_skipped_share
+        self._footer_threads = context.tuning.footer_threads
+        self._splits = context.splits
 
     def process(self, group: tuple[None, Iterable[tuple[str, Any]]]) -> Iterator[dict]:
-        found: dict[str, list[Any]] = {_SHARDS: [], _REJECTS: [], _RECEIPTS: []}
+        found: dict[str, list[Any]] = {SHARDS: [], REJECTS: [], RECEIPTS: []}
         for tag, value in group[1]:
             found[tag].append(value)
-        yield self._finalize(shards=found[_SHARDS], rejects=dict(found[_REJECTS]),
-                             receipts=found[_RECEIPTS], plan=self._plan)
+        yield self._finalize(shards=found[SHARDS], rejects=dict(found[REJECTS]),
+                             receipts=found[RECEIPTS], plan=self._plan)
 
     def _finalize(self, *, shards: list[WrittenShard], rejects: dict[str, RejectCount],
-                  receipts: list[Receipt], plan: ShardPlan) -> dict:
+                  receipts: list[Receipt], plan: ShardPlan) -> Manifest | SplitsRecord:
         # Before anything is written: every input was read exactly once, as matched at launch,
         # and none has changed since.
         records = account_inputs(receipts, self._expected_files)
@@ -96,39 +104,42 @@ class _FinalizeFn(beam.DoFn):
                                              window=window, tmp_dir=self._tmp_dir))
         check_claim(self._output, self._attempt)
         # A concurrent job's shard must never sit under our manifest. One footer per shard,
-        # each a round trip or two on an object store: read FOOTER_THREADS at a time.
+        # each a round trip or two on an object store: read footer_threads at a time.
         def check(shard: WrittenShard) -> None:
             directory, _, _, footer = place_shard(plan, shard.index, self._output,
                                                   self._fingerprint)
             _check_shard_footer(fs.join(directory, shard.file), footer)
 
-        with ThreadPoolExecutor(FOOTER_THREADS, thread_name_prefix="footer") as pool:
+        with ThreadPoolExecutor(self._footer_threads, thread_name_prefix="footer") as pool:
             list(pool.map(check, shards))
         common = {
-            "tokenizer": load_tokenizer(self._tokenizer_spec).info(),
-            "windows": self._windows.to_json(),
+            "tokenizer": self._tokenizer_record(),
+            "windows": self._windows,
             "inputs": self._inputs,
             "reading": self._reading,
             "row_group_rows": row_group_rows(window),
             "versions": _versions(),
         }
         definition = {} if self._splits is None else self._splits.to_json()
+        sample = (SampleInfo(**definition["sample"])  # type: ignore[arg-type]
+                  if "sample" in definition else None)
         if not plan.splits:
             manifest = build_manifest(**common, shards=shards, skipped=skipped, records=records,
-                                      fingerprint=self._fingerprint,
-                                      sample=definition.get("sample"), sampled_out=sampled_out)
+                                      fingerprint=self._fingerprint, sample=sample,
+                                      sampled_out=sampled_out)
             fs.write_atomically(fs.join(self._output, MANIFEST_NAME),
                                 lambda f: f.write(dumps_manifest(manifest)), self._tmp_dir,
                                 root=self._output)
         else:
-            manifest = self._write_splits(plan, shards, common, definition, skipped=skipped,
-                                          records=records, sampled_out=sampled_out)
+            manifest = self._write_splits(plan, shards, common, definition, sample,
+                                          skipped=skipped, records=records,
+                                          sampled_out=sampled_out)
         remove_job_files(self._output, self._tmp_dir, self._attempt)
         return manifest
 
     def _write_splits(self, plan: ShardPlan, shards: list[WrittenShard], common: dict[str, Any],
-                      definition: dict[str, Any], *, skipped: dict[str, int], records: int,
-                      sampled_out: int) -> dict[str, Any]:
+                      definition: dict[str, Any], sample: SampleInfo | None, *,
+                      skipped: dict[str, int], records: int, sampled_out: int) -> SplitsRecord:
         """Each split's manifest in OUTPUT/NAME/, then the job's ``_splits.json``, last."""
         names = [name for name, _ in plan.splits]
         mine = {name: [s for s in shards if plan.locate(s.index)[0] == name] for name in names}
@@ -139,20 +150,23 @@ class _FinalizeFn(beam.DoFn):
                 f"the split {empty[0]} got none of the {sum(documents.values())} documents; "
                 "give it a larger fraction (or the job more documents); no manifest was written")
         fingerprints = {name: split_fingerprint(self._fingerprint, name) for name in names}
-        job = {"records": records, "documents": documents,
-               "skipped": {k: v for k, v in sorted(skipped.items()) if v},
-               "sampled_out": sampled_out, "fingerprint": self._fingerprint}
+        job = SplitJob(records=records, documents=documents,
+                       skipped={k: v for k, v in sorted(skipped.items()) if v},
+                       sampled_out=sampled_out, fingerprint=self._fingerprint)
+        fractions = {s["name"]: s["fraction"] for s in definition["splits"]}
+        listed = tuple(SplitFraction(name=n, fraction=f) for n, f in fractions.items())
         manifests = {
             name: build_manifest(
                 **common, shards=mine[name], skipped={}, records=documents[name],
-                fingerprint=fingerprints[name], sample=definition.get("sample"),
-                split={"name": name, **{k: v for k, v in definition.items() if k != "sample"},
-                       "job": job})
+                fingerprint=fingerprints[name], sample=sample,
+                split=SplitInfo(name=name, splits=listed, split_seed=definition["split_seed"],
+                                job=job))
             for name in names
         }
-        record = build_splits_record(manifests=manifests, definition=definition,
-                                     skipped=skipped, records=records, sampled_out=sampled_out,
-                                     fingerprints=fingerprints, fingerprint=self._fingerprint)
+        record = build_splits_record(manifests=manifests, fractions=fractions,
+                                     split_seed=definition["split_seed"], skipped=skipped,
+                                     records=records, sampled_out=sampled_out,
+                                     fingerprint=self._fingerprint)
         for name, manifest in manifests.items():
             fs.write_atomically(fs.join(self._output, name, MANIFEST_NAME),
                                 lambda f, m=manifest: f.write(dumps_manifest(m)), self._tmp_dir,
@@ -161,6 +175,16 @@ class _FinalizeFn(beam.DoFn):
                             lambda f: f.write(dumps_manifest(record)), self._tmp_dir,
                             root=self._output)
         return record
+
+
+    def _tokenizer_record(self) -> TokenizerInfo:
+        """The manifest's ``tokenizer``: the launcher's record of the model it loaded."""
+        if self._tokenizer is None:
+            raise RuntimeError(
+                "the job's context has no tokenizer record (a dry run's graph, which is built "
+                "to be translated, not run); no manifest was written: run the job without "
+                "--dry_run")
+        return self._tokenizer
 
 
 def _check_inputs_unchanged(patterns: list[str],
@@ -215,42 +239,32 @@ class FinalizeDataset(beam.PTransform):
     flattened, grouped under one key), so the runner cannot start this step before they are
     complete. Not side inputs: Beam's DaskRunner computes a side input inside the task that
     reads it, again for each reader, so three side inputs here ran EncodeChunks three times
-    and WriteShards twice there (README "Running at scale"). It fails the job, writing no
-    manifest, if any input was not read exactly once (`transforms.chunks.account_inputs`,
-    checked against ``expected_files`` when the launcher matched the inputs), or if records
-    read ≠ documents written + records skipped.
+    and WriteShards twice there (docs/cost.md#dask). It fails the job, writing no manifest,
+    if any input was not read exactly once (`transforms.chunks.account_inputs`, checked
+    against ``expected_files`` when the launcher matched the inputs), or if records read ≠
+    documents written + records skipped.
+
+    What it reads of the `pipeline.context.JobContext`: the output directory, the window
+    parameters, the input patterns and how they are read, the tokenizer's record (the
+    manifest's ``tokenizer``, as the launcher loaded it), the shard plan, the fingerprint, the
+    temporary directory (removed at the end), the claim's attempt id, ``--max-skipped-share``
+    (the job fails if more records than this share are skipped, and always if all are), the
+    sample and splits (with splits, one manifest per split in OUTPUT/NAME/ and the job's
+    ``_splits.json`` last) and the knob ``footer_threads``.
 
     Args:
-        output: the output directory.
-        windows: the window parameters (the manifest's ``windows``).
-        inputs: the ``--input`` patterns; reading: the manifest's ``reading`` object.
-        tokenizer: the ``--tokenizer`` (`transforms.tokenizers.TokenizerSpec`), None for bytes
-            (the manifest's ``tokenizer``).
-        expected_files: {path: (size, mtime)} as matched at launch, or None (a dry run).
-        fingerprint: the job's fingerprint (the manifest's, and every shard footer's).
-        tmp_dir: the job's temporary directory, removed at the end.
-        attempt: the id in this job's claim on the output (None: no claim was taken).
-        max_skipped_share: the job fails if more records than this share are skipped, and
-            always if all are.
+        context: the job's context.
+        expected_files: {path: (size, mtime)} as matched at launch, or None (a dry run). Not
+            on the context: the list grows with the corpus, and only this step needs it.
         shards, reject_counts, receipts: what the other steps emit.
-        plan: the `transforms.keys.ShardPlan` (`pipeline.graph.shard_plan`).
-        splits: the job's sample and splits: with splits, one manifest per split in
-            OUTPUT/NAME/ and the job's ``_splits.json`` last (`transforms.manifest`).
     """
 
-    def __init__(self, *, output: str, windows: WindowSpec, inputs: list[str],
-                 reading: dict[str, Any], tokenizer: TokenizerSpec | str | None,
-                 expected_files: dict[str, tuple[int, float | None]] | None,
+    def __init__(self, context: JobContext, *, expected_files: ExpectedFiles | None,
                  shards: beam.PCollection, reject_counts: beam.PCollection,
-                 receipts: beam.PCollection, plan: ShardPlan, fingerprint: str,
-                 tmp_dir: str, attempt: str | None = None,
-                 max_skipped_share: float = 1.0, splits: SplitSpec | None = None) -> None:
+                 receipts: beam.PCollection) -> None:
         super().__init__()
-        self._fn = _FinalizeFn(output=output, windows=windows, inputs=inputs, reading=reading,
-                               tokenizer=tokenizer, expected_files=expected_files,
-                               fingerprint=fingerprint, tmp_dir=tmp_dir, attempt=attempt,
-                               max_skipped_share=max_skipped_share, plan=plan, splits=splits)
-        self._parts = {_SHARDS: shards, _REJECTS: reject_counts, _RECEIPTS: receipts}
+        self._fn = _FinalizeFn(context, expected_files)
+        self._parts = {SHARDS: shards, REJECTS: reject_counts, RECEIPTS: receipts}
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         tagged = [
@@ -263,9 +277,6 @@ class FinalizeDataset(beam.PTransform):
             | "AllAtOnce" >> beam.GroupByKey()
             | "WriteManifest" >> beam.ParDo(self._fn)
         )
-
-
-_SHARDS, _REJECTS, _RECEIPTS = "shards", "rejects", "receipts"
 
 
 def _tag_for_finalize(value: Any, tag: str) -> tuple[None, tuple[str, Any]]:

@@ -29,7 +29,7 @@ from typing import Any
 
 from pipeline import confine, fs
 from pipeline.options import JobConfig
-from transforms.chunks import shown_name
+from transforms.input_names import shown_name
 from transforms.manifest import (
     LEGACY_MANIFEST_NAME,
     MANIFEST_NAME,
@@ -368,7 +368,10 @@ def check_claim(output: str, attempt: str | None) -> None:
 
 def remove_job_files(output: str, tmp_dir: str, attempt: str | None) -> None:
     """Remove this job's temporary directory and, if it holds it, its claim on ``output``."""
-    found = fs.list_dir(tmp_dir)
+    # A local tree goes at once (`pipeline.confine.delete`), not file by file; an object
+    # store has no directories, so its keys are listed.
+    local = fs.scheme(tmp_dir) in (None, "file")
+    found = [] if local else fs.list_dir(tmp_dir)
     fs.delete(found + ([tmp_dir] if fs.exists(tmp_dir) else []), root=output)
     parent = tmp_dir.rstrip("/").rsplit("/", 1)[0]
     if fs.scheme(parent) in (None, "file") and os.path.isdir(parent) and not os.listdir(parent):

@@ -2,27 +2,30 @@
 
 How the numbers travel (both ``in_memory`` and ``multi_processing``):
 
-* The launcher (`start`) makes a private directory under the system's temp dir and names it
-  in the environment variable `ENV` before the pipeline runs; ``multi_processing`` workers
-  are child processes, so they inherit it. Nothing of it is in the output directory, the
-  graph or any pickled DoFn: the shards and the manifest cannot depend on it.
-* Each worker process's `EncodeChunks` calls `encoded` once per encoded batch and
-  `chunk_done` once per chunk, on its bundle thread. Without `ENV` (Dataflow, Flink, tests
-  that build pipelines themselves) both return at once. With it, the process keeps running
-  totals and, at most every `WRITE_EVERY` seconds and at each chunk's end, replaces its own
-  small JSON file in that directory (written aside and renamed, so a reader never sees half
-  a file).
-* The launcher's `Progress` thread sums those files every `INTERVAL` seconds and prints a
-  line on stderr: bytes read of the total, documents, tokens/s and an ETA. On a terminal it
-  redraws one line instead. `Progress.stop` prints the last state, restores the environment
-  and removes the directory.
+* The launcher makes a private directory under the system's temp dir (`Progress`) before it
+  builds the graph, and names it in the job's context (`pipeline.context.JobContext`,
+  ``progress_dir``), which every EncodeChunks DoFn carries to its worker process, child
+  process or not. Nothing of it reaches the output directory: the shards and the manifest
+  cannot depend on it. Jobs on other runners, and graphs built without the launcher, carry
+  None, and their workers report nothing.
+* Each EncodeChunks DoFn makes a `Reporter` in its ``setup`` and calls `Reporter.encoded`
+  once per encoded batch, `Reporter.chunk_done` once per chunk and `Reporter.bundle_done`
+  once per bundle, on its bundle thread. It keeps running totals and, at most every
+  ``progress_write_every`` seconds (`pipeline.context.Tuning`) and at each bundle's end,
+  replaces its own small JSON file in that directory (written aside and renamed, so a reader
+  never sees half a file). Not at each chunk's end: a job of 20,000 small files would write
+  20,000 files.
+* The launcher's `Progress` thread sums those files every ``progress_interval`` seconds and
+  prints a line on stderr: bytes read of the total, documents, tokens/s and an ETA. On a
+  terminal it redraws one line instead. `Progress.stop` prints the last state and removes
+  the directory.
 
 Bytes read: a finished chunk counts its exact share of its file; a chunk being read counts
 the UTF-8 bytes of the texts it has produced (capped at its share), an estimate that is
 close for uncompressed text and JSONL.
 
 Other runners report what the runner gives (the Dataflow UI, Flink's web UI) and the
-launcher prints the summary when the job ends.
+launcher prints the summary when the job ends (`pipeline.summary`).
 """
 
 from __future__ import annotations
@@ -35,28 +38,43 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-__all__ = ["ENV", "INTERVAL", "Progress", "chunk_done", "encoded", "split_summary", "start"]
+__all__ = ["INTERVAL", "TTY_INTERVAL", "Progress", "Reporter"]
 
-ENV = "TOKEN_WINDOWS_PROGRESS_DIR"
-# Seconds between progress lines on a pipe or file (a terminal redraws every second).
+# Seconds between progress lines on a pipe or file, and on a terminal (one redrawn line),
+# when the job's `pipeline.context.Tuning` does not say.
 INTERVAL = 10.0
 TTY_INTERVAL = 1.0
-# A worker process rewrites its file at most this often.
-WRITE_EVERY = 0.5
 
 
 # ------------------------------------------------------------------ worker side
 
 
-class _Tally:
-    """One worker process's running totals, written to ``<dir>/<pid>.json``."""
+def _share(chunk: Any) -> int:
+    """The bytes of its file a chunk covers (row groups count their share of the file)."""
+    if not chunk.extent:
+        return chunk.size
+    return chunk.size * (chunk.end - chunk.start) // chunk.extent
 
-    def __init__(self, directory: str) -> None:
+
+class Reporter:
+    """One DoFn's running totals, written to a file of its own in the launcher's directory.
+
+    Args:
+        directory: the launcher's progress directory (`pipeline.context.JobContext`); None:
+            report nothing (every call returns at once, and no file is written).
+        write_every: rewrite the file at most this often (seconds), and at each chunk's end.
+    """
+
+    def __init__(self, directory: str | None, *, write_every: float) -> None:
         self.directory = directory
-        self.file = os.path.join(directory, f"{os.getpid()}.json")
+        # A name of its own: several DoFns (and processes) report into one directory.
+        self.file = (None if directory is None
+                     else os.path.join(directory, f"{os.getpid()}-{uuid.uuid4().hex[:8]}.json"))
+        self.write_every = write_every
         self.lock = threading.Lock()
         self.documents = 0
         self.tokens = 0
@@ -64,9 +82,9 @@ class _Tally:
         self.open_bytes: dict[tuple[str, int], int] = {}  # estimate per chunk being read
         self.written = 0.0
 
-    def write(self, *, force: bool = False) -> None:
+    def _write(self, *, force: bool = False) -> None:
         now = time.monotonic()
-        if not force and now - self.written < WRITE_EVERY:
+        if not force and now - self.written < self.write_every:
             return
         self.written = now
         state = {"documents": self.documents, "tokens": self.tokens,
@@ -79,51 +97,33 @@ class _Tally:
         except OSError:  # the launcher removed the directory: the job is ending
             pass
 
+    def encoded(self, chunk: Any, documents: Sequence[Any], tokens: int) -> None:
+        """A batch of ``documents`` of ``chunk`` was encoded into ``tokens`` ids (Σ M)."""
+        if self.file is None:
+            return
+        text_bytes = sum(len(d.text.encode("utf-8", "surrogatepass")) for d in documents)
+        key = (chunk.path, chunk.start)
+        with self.lock:
+            self.documents += len(documents)
+            self.tokens += tokens
+            self.open_bytes[key] = min(_share(chunk), self.open_bytes.get(key, 0) + text_bytes)
+            self._write()
 
-_tallies: dict[str, _Tally] = {}
-_tallies_lock = threading.Lock()
+    def chunk_done(self, chunk: Any) -> None:
+        """Every record of ``chunk`` was read: count its exact bytes."""
+        if self.file is None:
+            return
+        with self.lock:
+            self.open_bytes.pop((chunk.path, chunk.start), None)
+            self.done_bytes += _share(chunk)
+            self._write()
 
-
-def _tally() -> _Tally | None:
-    directory = os.environ.get(ENV)
-    if not directory:
-        return None
-    with _tallies_lock:
-        if directory not in _tallies:
-            _tallies[directory] = _Tally(directory)
-        return _tallies[directory]
-
-
-def _share(chunk: Any) -> int:
-    """The bytes of its file a chunk covers (row groups count their share of the file)."""
-    if not chunk.extent:
-        return chunk.size
-    return chunk.size * (chunk.end - chunk.start) // chunk.extent
-
-
-def encoded(chunk: Any, documents: Sequence[Any], tokens: int) -> None:
-    """A batch of ``documents`` of ``chunk`` was encoded into ``tokens`` ids (Σ M)."""
-    tally = _tally()
-    if tally is None:
-        return
-    text_bytes = sum(len(d.text.encode("utf-8", "surrogatepass")) for d in documents)
-    key = (chunk.path, chunk.start)
-    with tally.lock:
-        tally.documents += len(documents)
-        tally.tokens += tokens
-        tally.open_bytes[key] = min(_share(chunk), tally.open_bytes.get(key, 0) + text_bytes)
-        tally.write()
-
-
-def chunk_done(chunk: Any) -> None:
-    """Every record of ``chunk`` was read: count its exact bytes."""
-    tally = _tally()
-    if tally is None:
-        return
-    with tally.lock:
-        tally.open_bytes.pop((chunk.path, chunk.start), None)
-        tally.done_bytes += _share(chunk)
-        tally.write(force=True)
+    def bundle_done(self) -> None:
+        """Every chunk of a bundle was read: write the totals now."""
+        if self.file is None:
+            return
+        with self.lock:
+            self._write(force=True)
 
 
 # ------------------------------------------------------------------ launcher side
@@ -138,7 +138,9 @@ def _rate(n: float) -> str:
 
 
 class Progress:
-    """The launcher's progress thread (see the module's docstring).
+    """The launcher's progress thread (see the module's docstring). Made before the graph is
+    built (its `directory` goes into the job's context), started by `start` or as a context
+    manager, ended by `stop`.
 
     Args:
         total_bytes: the bytes of every input file matched at launch.
@@ -155,25 +157,34 @@ class Progress:
         self.interval = interval if interval is not None else (
             TTY_INTERVAL if self.tty else INTERVAL)
         self.directory = tempfile.mkdtemp(prefix="token-windows-progress-")
-        self._previous = os.environ.get(ENV)
         self._stop = threading.Event()
         self._started = time.monotonic()
         self._thread = threading.Thread(target=self._loop, name="progress", daemon=True)
         self._encoded_at: float | None = None
         self._last = ""
         self.lines = 0
+        self._running = False
 
     def __enter__(self) -> Progress:
-        os.environ[ENV] = self.directory
         self._started = time.monotonic()
+        self._running = True
         self._thread.start()
         return self
+
+    def start(self, *, files: int, shards: int, tokenizer: str, runner: str) -> Progress:
+        """Print the start line and start the thread; returns self."""
+        s = "s" if files != 1 else ""
+        self.stream.write(f"token-windows: {files:,} file{s}, {_mb(self.total_bytes)} matched; "
+                          f"{shards} shard{'s' * (shards != 1)} planned; tokenizer {tokenizer}; "
+                          f"{runner}\n")
+        self.stream.flush()
+        return self.__enter__()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def totals(self) -> dict[str, int]:
-        """The sum of every worker process's file."""
+        """The sum of every reporter's file."""
         out = {"documents": 0, "tokens": 0, "bytes": 0}
         try:
             names = os.listdir(self.directory)
@@ -224,52 +235,13 @@ class Progress:
             self._emit(self.line())
 
     def stop(self) -> None:
-        """Print the last state, stop the thread, restore the environment, clean up."""
+        """Print the last state (once started), stop the thread, remove the directory."""
         if self._stop.is_set():
             return
         self._stop.set()
-        if self._thread.is_alive():
+        if self._running:
             self._thread.join()
-        last = self.line()
-        if self.tty or (self.lines and last.split(";")[0] != self._last.split(";")[0]):
-            self._emit(last, final=True)
-        if self._previous is None:
-            os.environ.pop(ENV, None)
-        else:
-            os.environ[ENV] = self._previous
+            last = self.line()
+            if self.tty or (self.lines and last.split(";")[0] != self._last.split(";")[0]):
+                self._emit(last, final=True)
         shutil.rmtree(self.directory, ignore_errors=True)
-
-
-def start(*, files: dict[str, int], shards: int, tokenizer: str, runner: str,
-          stream: TextIO | None = None) -> Progress:
-    """Print the start line and return the (started) `Progress` of a local job."""
-    stream = stream or sys.stderr
-    total = sum(files.values())
-    stream.write(f"token-windows: {len(files):,} file{'s' * (len(files) != 1)}, {_mb(total)} "
-                 f"matched; {shards} shard{'s' * (shards != 1)} planned; tokenizer {tokenizer}; "
-                 f"{runner}\n")
-    stream.flush()
-    return Progress(total_bytes=total, stream=stream).__enter__()
-
-
-def split_summary(record: dict[str, Any], output: str, seconds: float,
-                  stream: TextIO | None = None) -> None:
-    """The last lines of a split job (any runner): one per split, then the whole job's."""
-    stream = stream or sys.stdout
-    c = record["counts"]
-    for s in record["splits"]:
-        n = s["num_shards"]
-        stream.write(f"wrote {output.rstrip('/')}/{s['dir']}: split {s['name']} "
-                     f"({100 * s['fraction']:g} %), {s['documents']:,} documents, "
-                     f"{s['windows']:,} windows, {s['tokens']:,} tokens, "
-                     f"{s['scored_targets']:,} scored targets; {n} shard{'s' * (n != 1)}\n")
-    skipped = sum(c["skipped"].values())
-    reasons = ", ".join(f"{k} {v:,}" for k, v in c["skipped"].items())
-    sample = record.get("sample")
-    left = (f", {c['sampled_out']:,} left out by --sample {sample['fraction']}" if sample
-            else "")
-    rejects = f"rejects in {output.rstrip('/')}/_rejects/ ({reasons})" if skipped else "no rejects"
-    stream.write(f"wrote {output}: {c['records']:,} records -> {c['documents']:,} documents in "
-                 f"{len(record['splits'])} splits ({skipped:,} skipped{left}) in {seconds:.1f} s;"
-                 f" {rejects}\n")
-    stream.flush()

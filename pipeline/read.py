@@ -22,18 +22,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 import apache_beam as beam
 
 from pipeline import fs
-from transforms.chunks import (
-    CHUNK_BYTES,
-    Chunk,
-    compression_of,
-    count_lines,
-    disambiguated_name,
-    number_chunks,
-    pattern_base,
-    plan_chunks,
-    relative_name,
-    shown_name,
-)
+from transforms.chunks import CHUNK_BYTES, Chunk, count_lines, number_chunks, plan_chunks
+from transforms.codecs import compression_of
+from transforms.input_names import disambiguated_name, pattern_base, relative_name, shown_name
 from transforms.keys import ShardPlan, plan_shards
 from transforms.launch import PatternMatch, number_counted
 from transforms.params import ReadSpec

@@ -18,7 +18,16 @@ from typing import Any
 
 import apache_beam as beam
 
-__all__ = ["Outputs", "SplitTags"]
+__all__ = ["BLOCKS", "RECEIPTS", "REJECTS", "SHARDS", "Outputs", "SplitTags"]
+
+# The tags, the same in every step that emits or groups them. EncodeChunks emits BLOCKS (a
+# shard's blocks, or a spill file's path), REJECTS and RECEIPTS (one per chunk); WriteShards
+# SHARDS (each written shard) and REJECTS (duplicate ids); FinalizeDataset groups SHARDS,
+# REJECTS (WriteRejects' counts by reason) and RECEIPTS.
+BLOCKS = "blocks"
+REJECTS = "rejects"
+RECEIPTS = "receipts"
+SHARDS = "shards"
 
 
 class Outputs(dict):

@@ -16,22 +16,19 @@ import os
 import typing
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.utils import shared
 
 from pipeline import fs
-from pipeline.encode import REJECTS
-from pipeline.tagged import Outputs, SplitTags
+from pipeline.heap import leave_loaded_out
+from pipeline.tagged import REJECTS, SHARDS, Outputs, SplitTags
 from transforms.documents import Reject, source_order
 from transforms.keys import ShardPlan
 from transforms.lookup import read_records
-from transforms.manifest import (
-    WrittenShard,
-    shard_metadata,
-)
+from transforms.manifest_build import WrittenShard, shard_metadata
 from transforms.params import ReadSpec
 from transforms.parquet import write_rows
 from transforms.rows import ShardCounts, ShardRows
@@ -39,9 +36,10 @@ from transforms.schema import REJECTS_DIR, shard_file_name
 from transforms.spill import RejectRun, ShardParts, read_run
 from transforms.splits import split_fingerprint
 
+if TYPE_CHECKING:
+    from pipeline.context import JobContext
+
 __all__ = [
-    "SHARDS",
-    "SHARDS_AT_ONCE",
     "RejectCount",
     "ShuffleDocuments",
     "WriteRejects",
@@ -53,16 +51,11 @@ __all__ = [
 
 _LOG = logging.getLogger("token_windows")
 
-# A worker process writes at most this many shards at once (and no more than it has cores).
-SHARDS_AT_ONCE = 4
-# WriteShards' output of written shards (beside REJECTS), as (tag, value) pairs.
-SHARDS = "shards"
-
 
 class ShuffleDocuments(beam.PTransform):
     """(shard, block) → (shard, [its blocks]): the one shuffle of the job.
 
-    Documents cross it packed in blocks (`transforms.blocks`), one per batch and shard, each
+    Documents cross it packed in parcels (`transforms.parcels`), one per batch and shard, each
     a byte string under Beam's bytes coder, so the runner moves a few large elements, not one
     per document. What a block holds depends on batching, what a shard holds does not, and
     `WriteShards` orders each shard by key. The file shuffle (`transforms.spill`) does
@@ -131,27 +124,29 @@ class _WriteShardFn(beam.DoFn):
     shuffle, as (a batch of indexes, every spill file), its parts then read from every spill
     file one part at a time (`transforms.spill`), the batch written at once. Shards are
     written on the helper threads of a pool shared by the worker process (pyarrow encodes
-    and compresses off the GIL), up to `SHARDS_AT_ONCE` at a time (and no more than it has
-    cores). Nothing is left to emit when ``process`` returns: runners that drop what
-    ``finish_bundle`` emits (Beam's DaskRunner) get every shard.
+    and compresses off the GIL), up to ``shards_at_once`` at a time (the job's
+    `pipeline.context.Tuning`, and no more than it has cores). Nothing is left to emit when
+    ``process`` returns: runners that drop what ``finish_bundle`` emits (Beam's DaskRunner)
+    get every shard.
     """
 
-    def __init__(self, *, output: str, window: int, plan: ShardPlan, fingerprint: str,
-                 tmp_dir: str) -> None:
-        self._output = output
-        self._window = window
-        self._plan = plan
-        self._fingerprint = fingerprint
-        self._tmp_dir = tmp_dir
+    def __init__(self, context: JobContext) -> None:
+        self._output = context.output
+        self._window = context.config.windows.window
+        self._plan = context.plan
+        self._fingerprint = context.fingerprint
+        self._tmp_dir = context.tmp_dir
+        self._shards_at_once = context.tuning.shards_at_once
         self._handle = shared.Shared()
 
     def setup(self) -> None:
         # One pool per worker process, shared by its threads: a process never holds more
         # than that many shards being written.
-        self._at_once = max(1, min(SHARDS_AT_ONCE, os.cpu_count() or 1))
+        self._at_once = max(1, min(self._shards_at_once, os.cpu_count() or 1))
         self._pool = self._handle.acquire(
             lambda: ThreadPoolExecutor(self._at_once, thread_name_prefix="write-shard"),
             tag="write-shard")
+        leave_loaded_out()
 
     def process(self, item: tuple[int, Iterable[bytes]] | tuple[list[int], list[str]]
                 ) -> Iterator[tuple[str, Any]]:
@@ -196,24 +191,18 @@ class WriteShards(beam.PTransform):
     plan read from the spill files. `pipeline.tagged.Outputs`: ``shards`` (a
     `transforms.manifest.WrittenShard` per shard) and ``rejects`` (duplicate ids).
 
+    What it reads of the `pipeline.context.JobContext`: the output directory, W (which sets
+    the row-group size), the shard plan, the fingerprint (each shard's footer), the
+    temporary directory and the knob ``shards_at_once``.
+
     Args:
-        output: the output directory.
-        window: W, which sets the row-group size.
-        plan: the `transforms.keys.ShardPlan` (`pipeline.graph.shard_plan`).
-        fingerprint: the job's fingerprint, written into each shard's footer.
-        tmp_dir: the job's temporary directory.
+        context: the job's context.
         spills: the spill files' paths (the file shuffle), or None.
     """
 
-    def __init__(self, *, output: str, window: int, plan: ShardPlan,
-                 fingerprint: str, tmp_dir: str,
-                 spills: beam.PCollection | None = None) -> None:
+    def __init__(self, context: JobContext, *, spills: beam.PCollection | None = None) -> None:
         super().__init__()
-        self._output = output
-        self._window = window
-        self._plan = plan
-        self._fingerprint = fingerprint
-        self._tmp_dir = tmp_dir
+        self._context = context
         self._spills = spills
 
     def expand(self, groups: beam.PCollection | beam.pvalue.PBegin) -> Outputs:
@@ -225,14 +214,13 @@ class WriteShards(beam.PTransform):
             groups = (self._spills
                       | "KeySpills" >> beam.Map(_one_key)
                       | "AllSpills" >> beam.GroupByKey()
-                      | "EveryShard" >> beam.FlatMap(_shard_batches, self._plan)
+                      | "EveryShard" >> beam.FlatMap(_shard_batches, self._context.plan,
+                                                     self._context.tuning.shards_at_once)
                       | "SpreadShards" >> beam.GroupByKey()
                       | "Batches" >> beam.Map(_batch))
         return (
             groups
-            | "WriteShard" >> beam.ParDo(
-                _WriteShardFn(output=self._output, window=self._window, plan=self._plan,
-                              fingerprint=self._fingerprint, tmp_dir=self._tmp_dir))
+            | "WriteShard" >> beam.ParDo(_WriteShardFn(self._context))
             | "ByTag" >> SplitTags([SHARDS, REJECTS])
         )
 
@@ -241,13 +229,13 @@ def _one_key(path: str) -> tuple[None, str]:
     return None, path
 
 
-def _shard_batches(item: tuple[None, Iterable[str]], plan: ShardPlan
+def _shard_batches(item: tuple[None, Iterable[str]], plan: ShardPlan, at_once: int
                    ) -> Iterator[tuple[int, tuple[list[int], list[str]]]]:
     """(batch number, (shard indexes, every spill file)): the plan's shards in batches of
-    `SHARDS_AT_ONCE`, each written at once."""
+    ``at_once``, each written at once."""
     spills = sorted(item[1])
-    for lo in range(0, plan.num_shards, SHARDS_AT_ONCE):
-        yield lo, (list(range(lo, min(lo + SHARDS_AT_ONCE, plan.num_shards))), spills)
+    for lo in range(0, plan.num_shards, at_once):
+        yield lo, (list(range(lo, min(lo + at_once, plan.num_shards))), spills)
 
 
 def _batch(item: tuple[int, Iterable[tuple[list[int], list[str]]]]
@@ -299,13 +287,15 @@ def _write_rejects(item: tuple[str, Iterable[Reject | RejectRun]], output: str,
 
 class WriteRejects(beam.PTransform):
     """Rejects → ``OUTPUT/_rejects/<reason>.jsonl`` (in input order, `source_order`); emits
-    (reason, `RejectCount`)."""
+    (reason, `RejectCount`). It reads the output and temporary directories of the
+    `pipeline.context.JobContext`, and how to read the inputs (a duplicate id's record is
+    read back from its source)."""
 
-    def __init__(self, output: str, *, tmp_dir: str, spec: ReadSpec) -> None:
+    def __init__(self, context: JobContext) -> None:
         super().__init__()
-        self._output = output
-        self._tmp_dir = tmp_dir
-        self._spec = spec
+        self._output = context.output
+        self._tmp_dir = context.tmp_dir
+        self._spec = context.config.read
 
     def expand(self, rejects: beam.PCollection) -> beam.PCollection:
         return (

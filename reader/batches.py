@@ -132,7 +132,7 @@ def _window_index(windows: Sequence[Mapping[str, Any]]) -> npt.NDArray[np.int64]
 
 def _pad(flat: npt.NDArray[Any], offsets: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64],
          loss_starts: npt.NDArray[np.int64], pad_id: int,
-         index: npt.NDArray[np.int64] | None = None) -> dict[str, Any]:
+         index: npt.NDArray[np.int64] | None = None) -> Batch:
     """The batch tensors from checked windows: window b is ``flat[offsets[b]:offsets[b+1]]``."""
     batch_size = len(lengths)
     num_targets = int((lengths - loss_starts).sum())
@@ -182,7 +182,7 @@ def _pad(flat: npt.NDArray[Any], offsets: npt.NDArray[np.int64], lengths: npt.ND
     return batch
 
 
-def collate(windows: Sequence[Mapping[str, Any]], pad_id: int) -> dict[str, Any]:
+def collate(windows: Sequence[Mapping[str, Any]], pad_id: int) -> Batch:
     """Pad and mask B windows into one batch (see the module docstring for the contract).
 
     Args:
@@ -271,7 +271,7 @@ def _row_arrays(rows: Sequence[Sequence[Mapping[str, Any]]]) -> tuple[npt.NDArra
 
 
 def collate_packed(rows: Sequence[Sequence[Mapping[str, Any]]], seq_len: int,
-                   pad_id: int) -> dict[str, Any]:
+                   pad_id: int) -> Batch:
     """Pack rows of windows into one batch of B rows of ``seq_len`` positions
     (docs/format.md#packing).
 

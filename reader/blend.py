@@ -27,7 +27,6 @@ from __future__ import annotations
 import heapq
 import math
 import numbers
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
@@ -109,8 +108,8 @@ def parse_schedule(weights: Mapping[str, Any] | Sequence[tuple[int, Mapping[str,
     return out
 
 
+_LIMIT = 1 << 62  # |integers| of a vectorised draw stay below this (int64 with room)
 _MAX_CYCLE = 1 << 20  # entries of a period's table of counts
-_MAX_PHASES = 1024  # batches by phase of the period kept (see Blend.take_batch)
 
 
 def _one(d: int) -> int:
@@ -135,22 +134,20 @@ class Blend:
         self._a = [a // g for a in ints]
         self._A = sum(self._a)
         self._X = unit
-        self._counts: list[int] | None = [int(c) for c in counts]
+        self._counts = [int(c) for c in counts]
         self.total = sum(self._counts)
         positive = [a for a in self._a if a]
         lcm = math.lcm(*positive)
         # The deadline (c + X) / w, scaled by the integer lcm / A so that keys are integers.
         self._step = [lcm // a if a else 0 for a in self._a]
+        self._lcm = lcm
         self._heap: list[tuple[int, int]] | None = None  # built when first needed
-        self._cycle: list[int] | None = None
-        self._prefix: npt.NDArray[np.int64] = np.zeros((0, 0), np.int64)
-        self._phases: dict[int, tuple[list[int], Callable[[list[int]], Any] | None]] = {}
+        self._cycle: npt.NDArray[np.int64] | None = None  # see _period
 
     @property
     def counts(self) -> list[int]:
         """Each source's units drawn since the weights took effect."""
-        if self._counts is None:  # after take(): read off the period's table
-            self._counts = self._counts_at(self.total)
+        assert self._counts is not None
         return self._counts
 
     def pick(self, size_of: Callable[[int], int]) -> tuple[int, int]:
@@ -174,118 +171,131 @@ class Blend:
             heapq.heappush(heap, item)  # type: ignore[arg-type]
         return d, x
 
-    def draw(self, m: int, sizes: Sequence[Sequence[int]], values: Sequence[Sequence[Any]],
-             starts: Sequence[int]) -> tuple[list[Any], list[int]]:
-        """The next ``m`` draws at once, as :meth:`pick` would draw them one by one: source
-        d's i-th next window has size ``sizes[d][starts[d] + i]``, and ``values[d][…]`` at
-        the same place is what is given for it. Returns the values in draw order and how many
-        windows each source gave (the lists must reach that far)."""
-        if self._heap is None:
-            self._rebuild_heap()
-        heap, a, big_a, limit, step = self._heap, self._a, self._A, self._A * self._X, self._step
-        counts, total = self.counts, self.total
-        pos = list(starts)
-        out = []
-        pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
-        for _ in range(m):
-            key, d = heap[0]  # type: ignore[index]
-            j = pos[d]
-            x = sizes[d][j]
-            if big_a * (counts[d] + x) - a[d] * (total + x) < limit:
-                replace(heap, (key + x * step[d], d))  # type: ignore[arg-type]
-            else:  # the earliest is a whole unit ahead: as pick, the next eligible one
-                skipped = [pop(heap)]  # type: ignore[arg-type]
-                while True:
-                    key, d = pop(heap)  # type: ignore[arg-type]
-                    j = pos[d]
-                    x = sizes[d][j]
-                    if big_a * (counts[d] + x) - a[d] * (total + x) < limit:
-                        break
-                    skipped.append((key, d))
-                push(heap, (key + x * step[d], d))  # type: ignore[arg-type]
-                for item in skipped:
-                    push(heap, item)  # type: ignore[arg-type]
-            counts[d] += x
-            total += x
-            pos[d] = j + 1
-            out.append(values[d][j])
-        self.total = total
-        return out, [p - s for p, s in zip(pos, starts, strict=True)]
+    def run(self, sizes: Sequence[npt.NDArray[np.int64]] | None, m: int,
+            values: Sequence[Sequence[npt.NDArray[np.int64]]] = ()
+            ) -> tuple[npt.NDArray[np.int64], list[int], list[npt.NDArray[np.int64]]] | None:
+        """Up to ``m`` next draws at once, exactly as :meth:`pick` draws them one by one.
 
-    def take(self, m: int) -> list[int]:
-        """The sources of the next ``m`` draws of one unit each (counting windows), at once.
+        ``sizes[d]`` holds the sizes of source d's next windows (as many as are known, at
+        least one for a source of positive weight; ``None``: every size is 1, counting
+        windows) and each ``values[v][d]`` something given for each of them (as long).
+        Counting windows with a period (see :meth:`_period`), the draws are read off it.
+        Otherwise, while no source is skipped, the rule is a merge: source d's i-th next
+        window is drawn at its deadline key ``(c_d + S_d(i) + X) · lcm / a_d`` (``S_d(i)``
+        the sizes of its windows before it), keys grow along each source, and the draws are
+        all keys in increasing order, ties to the first source. So the keys up to a horizon
+        are sorted at once (rebased to the current total, so they stay small whatever the
+        position), and every draw of the merge is checked against the eligibility rule; the
+        draws before the first one :meth:`pick` would skip are kept.
 
-        Counting windows, the draws are periodic: after A draws (A = Σ of the integer
-        weights) every source holds exactly its share (the bound leaves no other integer),
-        the deadlines have all moved by the same amount and the rule is where it started. So
-        one period, computed once, gives every draw by position: the same sources as
-        :meth:`pick`, without a heap step per window. Long periods use :meth:`pick`.
+        Returns:
+            ``(sources, taken, gathered)``: the sources in draw order (empty when the very
+            next draw is one that :meth:`pick` must make), how many windows each source
+            gave, and each ``values[v]`` in draw order; or None when the integers could
+            leave int64 (weights of huge denominators): then draw with :meth:`pick`.
         """
-        if self._cycle is None:
-            self._cycle = []
-            if self._X == 1 and self._A * len(self._a) <= _MAX_CYCLE:
-                fresh = Blend([Fraction(a, self._A) for a in self._a], unit=1,
-                              counts=[0] * len(self._a))
-                cycle = [fresh.pick(_one)[0] for _ in range(self._A)]
-                table = np.zeros((self._A + 1, len(self._a)), np.int64)
-                table[np.arange(1, self._A + 1), cycle] = 1
-                self._prefix = np.cumsum(table, axis=0)  # counts after r draws of a period
-                if self._counts_at(self.total) == self.counts:
-                    self._cycle = cycle
-                else:
-                    self._prefix = np.zeros((0, 0), np.int64)
-        if not self._cycle:  # no period, or counts from elsewhere: draw one by one
-            return [self.pick(_one)[0] for _ in range(m)]
-        cycle, period = self._cycle, self._A
-        r = self.total % period
-        drawn = cycle[r : r + m]
-        while len(drawn) < m:
-            drawn += cycle[: m - len(drawn)]
-        self.total += m
-        self._counts = None  # read off the table when asked for
-        self._heap = None
-        return drawn
-
-    def take_batch(self, m: int) -> tuple[list[int], Callable[[list[int]], Any] | None] | None:
-        """:meth:`take` as a batch: how many of the next ``m`` draws each source gives, and
-        a function that puts the concatenation, source by source, of each source's windows
-        in draw order (``None``: already in order); ``None`` when there is no period (then
-        draw with :meth:`pick`). Both depend only on the phase in the period, so they are
-        computed once per phase."""
-        if self._cycle is None:
-            self.take(0)  # the period, if any
-        if not self._cycle:
+        if sizes is None:
+            cycle = self._period()
+            if cycle is not None:
+                return self._run_period(cycle, m, values)
+            sizes = [np.ones(len(v), np.int64) for v in values[0]]
+        a, big_a, x_unit, lcm = self._a, self._A, self._X, self._lcm
+        counts, total, width = self._counts, self.total, len(self._a)
+        active = [d for d, ad in enumerate(a) if ad]
+        means = []  # each source's mean size: how many windows a span of the total holds
+        for d in active:
+            head = sizes[d][:256]
+            means.append(max(float(head.mean()), 1e-9) if len(head) else float(x_unit))
+        per_unit = sum(a[d] / big_a / mean for d, mean in zip(active, means, strict=True))
+        span = m / per_unit * 1.05 + len(active) * x_unit  # units that give about m draws
+        parts = [sizes[d][: int(1.5 * a[d] / big_a * span / mean) + 16]
+                 for d, mean in zip(active, means, strict=True)]
+        befores = [np.cumsum(part) - part for part in parts]  # S_d(i)
+        top = max(int(b[-1]) + int(p[-1]) for b, p in zip(befores, parts, strict=True))
+        if lcm * big_a * (len(active) * top + 3 * x_unit) * (width + 1) >= _LIMIT:
             return None
-        r = self.total % self._A
-        found = self._phases.get(r)
-        if found is None:
-            drawn = self.take(m)
-            self.total -= m
-            n = len(self._a)
-            taken = [0] * n
-            for d in drawn:
-                taken[d] += 1
-            starts = [0] * n
-            for d in range(1, n):
-                starts[d] = starts[d - 1] + taken[d - 1]
-            positions = []
-            for d in drawn:
-                positions.append(starts[d])
-                starts[d] += 1
-            ordered = positions == sorted(positions)
-            found = (taken, None if ordered else operator.itemgetter(*positions))
-            if len(self._phases) >= _MAX_PHASES:
-                self._phases.clear()
-            self._phases[r] = found
-        self.total += m
-        self._counts = None
+        excess = [0] * width  # A·(c_d − w_d·T) = A times how far d is ahead: |·| < A·X
+        keys = []
+        for d, before in zip(active, befores, strict=True):
+            excess[d] = big_a * counts[d] - a[d] * total
+            keys.append(self._step[d] * (excess[d] + big_a * (before + x_unit)))
+        # The horizon: every key up to it is known (the last key of each source's part),
+        # about ``span`` units ahead, and at least the first draw.
+        known = min(int(k[-1]) for k in keys)
+        horizon = min(known, max(int(lcm * span), min(int(k[0]) for k in keys)))
+        cut = [int(np.searchsorted(k, horizon, side="right")) for k in keys]
+        key = np.concatenate([k[:c] for k, c in zip(keys, cut, strict=True)])
+        src = np.repeat(np.asarray(active, np.int64), cut)
+        x = np.concatenate([p[:c] for p, c in zip(parts, cut, strict=True)])
+        # By (key, source); a window of size 0 repeats its source's key: a stable sort
+        # keeps such windows in their order (otherwise (key, source) is unique).
+        order = np.argsort(key * width + src, kind="stable" if x.min() == 0 else None)
+        src = src[order]
+        x = x[order]
+        before = np.concatenate([b[:c] for b, c in zip(befores, cut, strict=True)])[order]
+        a_of = np.asarray(a, np.int64)[src]
+        drawn = np.cumsum(x) - x  # units drawn in this run before each draw
+        e_of = np.asarray(excess, np.int64)[src]
+        ok = e_of + big_a * before - a_of * drawn + (big_a - a_of) * x < big_a * x_unit
+        n = min(m, len(src))
+        if not ok[:n].all():
+            n = int(np.argmin(ok[:n]))
+        src = src[:n]
+        taken = np.bincount(src, minlength=width).tolist()
+        for d, before, part in zip(active, befores, parts, strict=True):
+            if taken[d]:
+                counts[d] += int(before[taken[d] - 1]) + int(part[taken[d] - 1])
+        self.total = total + int(x[:n].sum())
         self._heap = None
-        return found
+        kept = order[:n]
+        gathered = [np.concatenate([v[d][:c] for d, c in zip(active, cut, strict=True)])[kept]
+                    for v in values]
+        return src, taken, gathered
 
-    def _counts_at(self, total: int) -> list[int]:
-        full, r = divmod(total, self._A)
-        return [int(p) + full * a for p, a in zip(self._prefix[r].tolist(), self._a,
-                                                   strict=True)]
+    def _period(self) -> npt.NDArray[np.int64] | None:
+        """Counting windows, the draws are periodic: after A draws (A = Σ of the integer
+        weights) every source holds exactly its share (the bound leaves no other integer),
+        the deadlines have all moved by the same amount and the rule is where it started.
+        So one period, drawn once with :meth:`pick`, gives every draw by position, as long
+        as the counts are the period's at this total (not so for counts from elsewhere).
+        None when there is no such period (a long period, or other counts)."""
+        if self._cycle is None:
+            self._cycle = np.zeros(0, np.int64)
+            big_a, width = self._A, len(self._a)
+            if big_a * width <= _MAX_CYCLE:
+                fresh = Blend([Fraction(a, big_a) for a in self._a], unit=1,
+                              counts=[0] * width)
+                cycle = np.array([fresh.pick(_one)[0] for _ in range(big_a)], np.int64)
+                full, r = divmod(self.total, big_a)
+                at = np.bincount(cycle[:r], minlength=width).tolist()
+                if [c + full * a for c, a in zip(at, self._a, strict=True)] == self._counts:
+                    self._cycle = cycle
+        return self._cycle if len(self._cycle) else None
+
+    def _run_period(self, cycle: npt.NDArray[np.int64], m: int,
+                    values: Sequence[Sequence[npt.NDArray[np.int64]]]
+                    ) -> tuple[npt.NDArray[np.int64], list[int], list[npt.NDArray[np.int64]]]:
+        """:meth:`run` by the period: the next m sources read off it by position."""
+        width = len(self._a)
+        src = cycle[(self.total + np.arange(m, dtype=np.int64)) % len(cycle)]
+        taken = np.bincount(src, minlength=width).tolist()
+        known = [len(v) for v in values[0]] if values else taken
+        if any(t > k for t, k in zip(taken, known, strict=True)):  # up to the windows known
+            m = min(int(np.flatnonzero(src == d)[k]) for d, (t, k) in
+                    enumerate(zip(taken, known, strict=True)) if t > k)
+            src = src[:m]
+            taken = np.bincount(src, minlength=width).tolist()
+        for d in range(width):
+            self._counts[d] += taken[d]
+        self.total += m
+        self._heap = None
+        order = np.argsort(src, kind="stable")  # each source's draws, in order
+        gathered = []
+        for v in values:
+            out = np.empty(m, np.int64)
+            out[order] = np.concatenate([v[d][: taken[d]] for d in range(width)])
+            gathered.append(out)
+        return src, taken, gathered
 
     def _rebuild_heap(self) -> None:
         self._heap = [((c + self._X) * m, d) for d, (c, m, a) in

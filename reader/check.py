@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from reader.integrity import READ_OPTIONS
+from transforms.json_fields import JsonObject
 from transforms.manifest import MANIFEST_NAME
 from transforms.params import WindowSpec
 from transforms.splits import SplitSpec
@@ -26,25 +27,25 @@ from transforms.windows import random_offset
 if TYPE_CHECKING:
     from reader.inspect import InspectedDataset
 
-__all__ = ["COLUMNS", "SHOWN_FAILURES", "check"]
+__all__ = ["CHECKED_COLUMNS", "SHOWN_FAILURES", "check"]
 
 # Failures printed before "... and N more" (their number is always exact).
 SHOWN_FAILURES = 20
 # The columns inspect reads from every shard (--check reads tokens too).
-COLUMNS = ("doc_id", "window_index", "start", "length", "loss_start", "doc_tokens")
+CHECKED_COLUMNS = ("doc_id", "window_index", "start", "length", "loss_start", "doc_tokens")
 
 
-def _shard_columns(ds: InspectedDataset, i: int) -> dict[str, Any]:
+def _shard_columns(ds: InspectedDataset, i: int) -> dict[str, list[Any]]:
     table = pq.read_table(ds.shard_path(i), filesystem=ds.fs, **READ_OPTIONS)
     tokens = table.column("tokens").combine_chunks()
     return {
-        **{c: table.column(c).to_pylist() for c in COLUMNS},
+        **{c: table.column(c).to_pylist() for c in CHECKED_COLUMNS},
         "ids": tokens.values.to_numpy(),
         "offsets": tokens.offsets.to_numpy(),
     }
 
 
-def _check_document(doc: str, rows: list[int], col: dict[str, Any], spec: WindowSpec,
+def _check_document(doc: str, rows: list[int], col: dict[str, list[Any]], spec: WindowSpec,
                     name: str, fail: Any, bos: int, eos: int) -> int:
     """The three checks on one document's rows; returns its uncovered pairs."""
     W, S = spec.window, spec.stride
@@ -121,7 +122,7 @@ def _check_document(doc: str, rows: list[int], col: dict[str, Any], spec: Window
     return max(P - max(covered, 0), 0)
 
 
-def check(ds: InspectedDataset) -> dict[str, Any]:
+def check(ds: InspectedDataset) -> JsonObject:
     """The checks of docs/format.md#checks from the rows, and the manifest's counts recomputed.
 
     Returns ``{"ok": bool, "failures": [{"check", "message"}], "checked": {...}}``.

@@ -13,7 +13,7 @@ import numbers
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["Dealt", "check_fingerprint", "check_int", "rank_span", "tail_repeat"]
+__all__ = ["BatchDealer", "check_fingerprint", "check_int", "rank_span", "tail_repeat"]
 
 
 def check_int(name: str, value: Any, low: int | None) -> int:
@@ -77,12 +77,12 @@ def tail_repeat(left: int, batches: int, *, rank: int, world_size: int, per_rank
     return frozenset({batches - 1})
 
 
-class Dealt:
+class BatchDealer:
     """What :class:`EpochSampler` and :class:`reader.PackedSampler` share: an epoch of
     ``_total(epoch)`` positions (windows, or packed rows) cut into global batches of
     ``world_size * per_rank`` and dealt to the ranks by the tail policy (:func:`rank_span`);
     the iterator's and the committed positions (:meth:`step`); ``targets_seen``; and the
-    position half of the state. A subclass calls :meth:`_init_dealing` and defines
+    position half of the state. A subclass calls :meth:`_init_dealer` and defines
     ``_total``."""
 
     world_size: int
@@ -90,7 +90,7 @@ class Dealt:
     drop_last: bool
     global_batch: int
 
-    def _init_dealing(self, *, world_size: int, rank: int, per_rank: int,
+    def _init_dealer(self, *, world_size: int, rank: int, per_rank: int,
                       drop_last: bool) -> None:
         self.world_size = check_int("world_size", world_size, 1)
         self.rank = check_int("rank", rank, 0)

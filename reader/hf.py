@@ -236,7 +236,7 @@ class WindowTrainer(transformers.Trainer):
         else:
             collate_fn = functools.partial(collate, pad_id=pad_id)
         workers = self.args.dataloader_num_workers
-        extra: dict[str, Any] = {}
+        extra: dict[str, object] = {}  # the DataLoader's keywords for workers
         if workers > 0:
             extra = {"persistent_workers": self.args.dataloader_persistent_workers,
                      "prefetch_factor": self.args.dataloader_prefetch_factor,

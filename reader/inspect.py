@@ -41,18 +41,17 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from reader.check import COLUMNS as _COLUMNS
-from reader.check import SHOWN_FAILURES, check
+from reader.check import CHECKED_COLUMNS, SHOWN_FAILURES, check
 from reader.integrity import READ_OPTIONS
 from reader.opening import DatasetFiles, locate, open_files, read_footer, verify_files
 from reader.plot import plot
+from transforms.json_fields import JsonObject
 from transforms.manifest import MANIFEST_NAME
 from transforms.params import WindowSpec
 from transforms.tokenizers import BYTES, Tokenizer, tokenizer_from_bytes
@@ -70,14 +69,14 @@ class InspectedDataset:
     columns (opened by `reader.opening.open_files`, as `reader.WindowDataset` is)."""
 
     files: DatasetFiles
-    shards: list[pa.Table]  # _COLUMNS of each shard, in manifest order
+    shards: list[pa.Table]  # CHECKED_COLUMNS of each shard, in manifest order
 
     @property
     def root(self) -> str:
         return self.files.location.shown
 
     @property
-    def manifest(self) -> dict[str, Any]:
+    def manifest(self) -> JsonObject:
         return self.files.manifest.json
 
     @property
@@ -122,7 +121,7 @@ def read_columns(files: DatasetFiles) -> InspectedDataset:
     shards = []
     for s, shard in enumerate(files.shards):
         read_footer(files, s)
-        shards.append(pq.read_table(shard.path, columns=list(_COLUMNS),
+        shards.append(pq.read_table(shard.path, columns=list(CHECKED_COLUMNS),
                                     filesystem=files.location.fs, **READ_OPTIONS))
     return InspectedDataset(files=files, shards=shards)
 
@@ -153,7 +152,7 @@ def padding_share(lengths: np.ndarray, batch_size: int, seed: int = 0) -> float:
     return float(1 - grid.sum() / positions)
 
 
-def summarize(ds: InspectedDataset, *, batch_size: int = DEFAULT_BATCH) -> dict[str, Any]:
+def summarize(ds: InspectedDataset, *, batch_size: int = DEFAULT_BATCH) -> JsonObject:
     """The summary table, the distributions and the padding share (a JSON-able dict)."""
     c = ds.manifest["counts"]
     lengths = ds.column("length").astype(np.int64)
@@ -190,7 +189,7 @@ def summarize(ds: InspectedDataset, *, batch_size: int = DEFAULT_BATCH) -> dict[
     }
 
 
-def _table(summary: dict[str, Any]) -> str:
+def _table(summary: JsonObject) -> str:
     s = summary["summary"]
     w = summary["windows"]
     tok = summary["tokenizer"]
@@ -232,7 +231,7 @@ def _table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _split_lines(summary: dict[str, Any]) -> list[str]:
+def _split_lines(summary: JsonObject) -> list[str]:
     """The split and sample a dataset was made with, if any."""
     lines = []
     split, sample = summary.get("split"), summary.get("sample")
@@ -291,7 +290,7 @@ def manifest_tokenizer(ds: InspectedDataset, path: str | None = None) -> Tokeniz
                      "pass it with --tokenizer")
 
 
-def _token_rows(ds: InspectedDataset, limit: int) -> Iterator[dict[str, Any]]:
+def _token_rows(ds: InspectedDataset, limit: int) -> Iterator[JsonObject]:
     left = limit
     for i in range(len(ds.shards)):
         if left <= 0:
@@ -306,7 +305,7 @@ def _token_rows(ds: InspectedDataset, limit: int) -> Iterator[dict[str, Any]]:
                 return
 
 
-def decode(ds: InspectedDataset, n: int, tokenizer: Tokenizer) -> list[dict[str, Any]]:
+def decode(ds: InspectedDataset, n: int, tokenizer: Tokenizer) -> list[JsonObject]:
     """The first ``n`` windows, their text split where scoring starts."""
     out = []
     for row in _token_rows(ds, n):

@@ -33,13 +33,13 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transforms.manifest_read import Counts, Manifest, ShardEntry
+from transforms.manifest import Counts, Manifest, ShardEntry
 from transforms.schema import ARROW_SCHEMA, COUNTS_KEY, FINGERPRINT_KEY, SHARD_KEY
 
 __all__ = ["COUNTED", "READ_OPTIONS", "ContentStats", "check_content", "check_footer",
            "check_totals", "footer_error", "read_error"]
 
-READ_OPTIONS: dict[str, Any] = {"page_checksum_verification": True}
+READ_OPTIONS: dict[str, bool] = {"page_checksum_verification": True}
 # Footer counts → the manifest entry's key of the same count.
 COUNTED = ("rows", "documents", "tokens", "scored_targets")
 

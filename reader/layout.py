@@ -71,9 +71,9 @@ import pyarrow.fs as pafs
 
 from reader import integrity
 from reader.layout_build import (
-    COLUMNS,
     FILES,
     RECORD,
+    WINDOW_FIELDS,
     ShardSource,
     download,
     file_digest,
@@ -81,9 +81,10 @@ from reader.layout_build import (
     sha256_local,
     write_layout,
 )
+from transforms.json_fields import JsonObject
 
 __all__ = [
-    "COLUMNS",
+    "WINDOW_FIELDS",
     "LAYOUT_VERSION",
     "RECORD",
     "LayoutCache",
@@ -137,7 +138,7 @@ def _load(path: str) -> npt.NDArray[Any]:
 class ShardLayout:
     """One shard's layout, memory-mapped read-only (see the module docstring)."""
 
-    def __init__(self, directory: str, meta: dict[str, Any]) -> None:
+    def __init__(self, directory: str, meta: JsonObject) -> None:
         self.directory = directory
         self.rows: int = meta["rows"]
         dtype = np.dtype(meta["token_dtype"])
@@ -210,7 +211,7 @@ class LayoutCache:
         return None if meta is None else integrity.ContentStats(**meta["content"])
 
     def _valid_meta(self, source: ShardSource, *, warn: bool = True,
-                    files: bool = True) -> dict[str, Any] | None:
+                    files: bool = True) -> JsonObject | None:
         """The layout's ``layout.json`` if its check passes, else ``None`` (and, when files
         were there but fail their digests, a warning: the layout is rebuilt)."""
         directory = self.path(source.sha256)

@@ -29,9 +29,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from reader import integrity
-from transforms.manifest_read import Manifest
+from transforms.json_fields import JsonObject
+from transforms.manifest import Manifest
 
-__all__ = ["COLUMNS", "FILES", "RECORD", "SAMPLE_PAGES", "ShardSource", "download",
+__all__ = ["FILES", "RECORD", "SAMPLE_PAGES", "WINDOW_FIELDS", "ShardSource", "download",
            "file_digest", "files_problem", "sample_digest", "sha256_local", "write_layout"]
 
 # One record per window. ``shard`` is 0 in a shard's layout; the dataset index
@@ -39,7 +40,8 @@ __all__ = ["COLUMNS", "FILES", "RECORD", "SAMPLE_PAGES", "ShardSource", "downloa
 RECORD = np.dtype([("lo", "<i8"), ("start", "<i8"), ("doc_tokens", "<i8"), ("doc_key", "<u8"),
                    ("length", "<i4"), ("loss_start", "<i4"), ("window_index", "<i4"),
                    ("shard", "<u4")])
-COLUMNS = ("start", "length", "loss_start", "doc_tokens", "doc_key", "window_index")
+# The integer fields of a window that its record keeps and `reader.WindowDataset` items carry.
+WINDOW_FIELDS = ("start", "length", "loss_start", "doc_tokens", "doc_key", "window_index")
 _DTYPES = {name: RECORD.fields[name][0] for name in RECORD.names}
 
 # The files of a layout, but layout.json; nothing else is ever opened or removed by name.
@@ -86,7 +88,7 @@ class ShardSource:
     def window(self) -> int:
         return self.manifest.windows.window
 
-    def checked(self) -> dict[str, Any]:
+    def checked(self) -> JsonObject:
         """What a layout built from this shard was checked against (``layout.json``'s
         ``checked``): reused only for a manifest that says the same."""
         m, entry = self.manifest, self.manifest.shards[self.index]
@@ -123,7 +125,7 @@ def sha256_local(path: str) -> str:
     return h.hexdigest()
 
 
-def file_digest(path: str) -> dict[str, Any]:
+def file_digest(path: str) -> JsonObject:
     """What ``layout.json`` records of one file: bytes, SHA-256, sampled-page digest."""
     size = os.stat(path).st_size
     return {"bytes": size, "sha256": sha256_local(path), "sample": sample_digest(path, size)}
@@ -193,7 +195,7 @@ def _check_rows(source: ShardSource, first_row: int, values: npt.NDArray[np.int6
             fail(j, why(j))
 
 
-def write_layout(source: ShardSource, local: str, out: str) -> dict[str, Any]:
+def write_layout(source: ShardSource, local: str, out: str) -> JsonObject:
     """Convert the Parquet file ``local`` into a layout in the directory ``out``, checking
     it on the way; returns what ``layout.json`` records of it (but the cache's own keys).
 
@@ -219,7 +221,7 @@ def write_layout(source: ShardSource, local: str, out: str) -> dict[str, Any]:
     with open(os.path.join(out, "tokens.bin"), "wb") as tokens_file:
         for g in range(pf.metadata.num_row_groups):
             try:  # page checksums are verified on the way (pyarrow's errors name no file)
-                table = pf.read_row_group(g, columns=["doc_id", "tokens", *COLUMNS])
+                table = pf.read_row_group(g, columns=["doc_id", "tokens", *WINDOW_FIELDS])
             except (OSError, ValueError) as e:
                 raise integrity.read_error(e, where=source.where, row_group=g) from e
             tokens = table.column("tokens").combine_chunks()
@@ -229,14 +231,14 @@ def write_layout(source: ShardSource, local: str, out: str) -> dict[str, Any]:
             values = np.asarray(tokens.values)[off[0] : off[-1]]
             off = off - off[0]
             group = {name: table.column(name).to_numpy().astype(_DTYPES[name], copy=False)
-                     for name in COLUMNS}
+                     for name in WINDOW_FIELDS}
             _check_rows(source, rows, values, off, group)
             firsts.append(values[off[:-1]])
             lasts.append(values[off[1:] - 1])
             tokens_file.write(values.astype(dtype).tobytes())
             rec = np.zeros(table.num_rows, RECORD)
             rec["lo"] = off[:-1] + total
-            for name in COLUMNS:
+            for name in WINDOW_FIELDS:
                 rec[name] = group[name]
             records.append(rec)
             for j, doc_id in enumerate(table.column("doc_id").to_pylist()):

@@ -13,9 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from reader.sampler import EpochSampler
 
-__all__ = ["Cursor", "Snapshot"]
+__all__ = ["Cursor", "DrawnBatches", "Snapshot"]
 
 _CHUNK = 8192  # a source's order evaluated (and its windows' sizes read) at once
 
@@ -31,16 +34,20 @@ class Cursor:
         # The windows from (epoch, cursor) on, read ahead up to (_end_epoch, _end_cursor).
         self._end_epoch, self._end_cursor = self.epoch, self.cursor
         self._index: list[int] = []
-        self._global: list[int] = []  # the same windows' indices in the mixture (+ offset)
         self._lengths: list[int] = []
         self._targets: list[int] = []
+        # The same as arrays (mixture indices and targets), for draws made at once.
+        self.global_array = np.zeros(0, np.int64)
+        self.targets_array = np.zeros(0, np.int64)
         self._k = 0  # the next window is at _k of the lists (the part before is consumed)
 
     def ahead(self, m: int) -> None:
         """Read ahead until at least ``m`` windows are known."""
         if self._k >= _CHUNK:  # drop the consumed part once a chunk, not on every take
-            del self._index[: self._k], self._global[: self._k]
+            del self._index[: self._k]
             del self._lengths[: self._k], self._targets[: self._k]
+            self.global_array = self.global_array[self._k :]
+            self.targets_array = self.targets_array[self._k :]
             self._k = 0
         while len(self._index) - self._k < m:
             lo = self._end_cursor
@@ -48,9 +55,10 @@ class Cursor:
             local = self._order.indices(self._end_epoch, lo, hi)
             lengths, targets = self._source.window_sizes(local)
             self._index += local.tolist()
-            self._global += (local + self._offset).tolist()
             self._lengths += lengths.tolist()
             self._targets += targets.tolist()
+            self.global_array = np.concatenate([self.global_array, local + self._offset])
+            self.targets_array = np.concatenate([self.targets_array, targets])
             self._end_epoch, self._end_cursor = ((self._end_epoch + 1, 0) if hi == self.n
                                                  else (self._end_epoch, hi))
 
@@ -73,18 +81,15 @@ class Cursor:
         self.advance(m)
         return local
 
-    def take_global(self, m: int) -> list[int]:
-        """The mixture's indices of the next ``m`` windows; the ledger advances past them."""
-        self.ahead(m)
-        out = self._global[self._k : self._k + m]
-        self.advance(m)
-        return out
+    def known(self) -> int:
+        """How many next windows are read ahead."""
+        return len(self._index) - self._k
 
     def advance(self, m: int) -> None:
         """Move the ledger past the next ``m`` windows (read ahead already)."""
         k = self._k
         self.windows += m
-        self.targets += sum(self._targets[k : k + m])
+        self.targets += int(self.targets_array[k : k + m].sum())
         self._k = k + m
         epochs, self.cursor = divmod(self.cursor + m, self.n)
         self.epoch += epochs
@@ -107,6 +112,8 @@ class Snapshot:
             return self.batch
         if self._dict is None:
             rows, ledger, weights, since, opened, names = self._args
+            if callable(ledger):  # drawn at once: read off the draws when asked for
+                ledger = ledger()
             self._dict = {
                 "batch": self.batch, "rows": rows,
                 "ledger": dict(zip(names, ledger, strict=True)),
@@ -115,3 +122,52 @@ class Snapshot:
                 "open": [[free, [[names[d], local, length] for d, local, length in members]]
                          for free, members in opened]}
         return self._dict[key]
+
+
+class DrawnBatches:
+    """Global batches of the stream drawn at once (``batches`` of ``G`` positions: each
+    position's source, mixture index and scored targets): the ledger after each batch, read
+    off per-batch count tables when asked for, and this rank's part (``span`` of each) as
+    lists and grouped by source for :class:`reader.MixedDataset` (see
+    :class:`reader.mixed.GroupedIndices`).
+
+    ``base`` is every source's ledger before the first of them, ``sizes`` the sources' sizes
+    and ``offsets`` their first mixture indices.
+    """
+
+    def __init__(self, base: list[list[int]], sizes: Sequence[int], *,
+                 src: npt.NDArray[np.int64], index: npt.NDArray[np.int64],
+                 targets: npt.NDArray[np.int64], batches: int, span: tuple[int, int],
+                 offsets: npt.NDArray[np.int64]) -> None:
+        width, g = len(base), len(src) // batches
+        self._base, self._sizes = base, list(sizes)
+        rows = np.repeat(np.arange(batches, dtype=np.int64) * width, g) + src
+        shape = (batches, width)
+        self._counts = np.bincount(rows, minlength=batches * width).reshape(shape).cumsum(0)
+        # Sums of integers well below 2**53: exact in float64.
+        self._targets = np.rint(np.bincount(rows, weights=targets, minlength=batches * width)
+                                ).astype(np.int64).reshape(shape).cumsum(0)
+        a, b = span
+        self._src = np.ascontiguousarray(src.reshape(batches, g)[:, a:b])
+        self._index = np.ascontiguousarray(index.reshape(batches, g)[:, a:b])
+        self._order = np.argsort(self._src, axis=1, kind="stable")
+        self._grouped = np.take_along_axis(self._index - offsets[self._src], self._order, 1)
+        mine = np.repeat(np.arange(batches, dtype=np.int64) * width, b - a) + self._src.ravel()
+        self._per_source = np.bincount(mine, minlength=batches * width).reshape(shape)
+        self.lists: list[list[int]] = self._index.tolist()
+
+    def rank_batch(self, j: int) -> tuple[npt.NDArray[np.int64], ...]:
+        """Batch j's part of this rank: indices, sources, local indices by source, the
+        request position of each, and each source's count."""
+        return (self._index[j], self._src[j], self._grouped[j], self._order[j],
+                self._per_source[j])
+
+    def ledger(self, j: int) -> list[list[int]]:
+        """Every source's ledger after batch j."""
+        out = []
+        for (epoch, cursor, windows, targets), n, c, t in zip(
+                self._base, self._sizes, self._counts[j].tolist(), self._targets[j].tolist(),
+                strict=True):
+            epochs, cursor = divmod(cursor + c, n)
+            out.append([epoch + epochs, cursor, windows + c, targets + t])
+        return out

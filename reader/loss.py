@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import torch
 import torch.nn.functional as F
 
 from reader.batches import IGNORE_INDEX
 
-__all__ = ["evaluate", "token_nll"]
+__all__ = ["Evaluation", "SourceLoss", "evaluate", "token_nll"]
 
 
 def token_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -92,13 +92,33 @@ def _per_source(logits: torch.Tensor, batch: Mapping[str, Any]) -> tuple[Any, ..
     return names, sums, torch.bincount(ids, minlength=len(names))
 
 
+class SourceLoss(TypedDict):
+    """One source's part of an `Evaluation` (``by_source=True``)."""
+
+    nll: float
+    perplexity: float
+    targets: int
+
+
+class Evaluation(TypedDict):
+    """What `evaluate` returns: mean NLL, perplexity, scored targets, batches, the windows a
+    batches run but not counted, and with ``by_source`` each source's part."""
+
+    nll: float
+    perplexity: float
+    targets: int
+    batches: int
+    repeats: int
+    by_source: NotRequired[dict[str, SourceLoss]]
+
+
 def _by_source(names: tuple[str, ...], sums: torch.Tensor,
-               counts: torch.Tensor) -> dict[str, dict[str, float | int]]:
-    out: dict[str, dict[str, float | int]] = {}
+               counts: torch.Tensor) -> dict[str, SourceLoss]:
+    out: dict[str, SourceLoss] = {}
     for name, total, n in zip(names, sums.tolist(), counts.tolist(), strict=True):
         nll = total / n if n else math.nan
-        out[name] = {"nll": nll, "perplexity": math.exp(min(nll, 700.0)) if n else math.nan,
-                     "targets": int(n)}
+        out[name] = SourceLoss(nll=nll, perplexity=math.exp(min(nll, 700.0)) if n else math.nan,
+                               targets=int(n))
     return out
 
 
@@ -108,7 +128,7 @@ def evaluate(
     *,
     distributed: bool | None = None,
     by_source: bool = False,
-) -> dict[str, Any]:
+) -> Evaluation:
     """Mean NLL and perplexity over every scored target of ``loader``, across ranks.
 
     Runs under ``torch.no_grad()``; put the model in eval mode yourself. When the loader's
@@ -205,8 +225,8 @@ def evaluate(
         perplexity = math.exp(nll)
     except OverflowError:
         perplexity = math.inf
-    result: dict[str, Any] = {"nll": nll, "perplexity": perplexity, "targets": targets,
-                              "batches": batches, "repeats": skipped}
+    result = Evaluation(nll=nll, perplexity=perplexity, targets=targets, batches=batches,
+                        repeats=skipped)
     if by_source:
         result["by_source"] = _by_source(names, source_sums, source_counts)
     return result

@@ -34,7 +34,7 @@ import torch
 from reader.dataset import WindowBatch, WindowRows
 from reader.mixreport import check_compatible
 
-__all__ = ["MixedBatch", "MixedDataset", "add_sources"]
+__all__ = ["GroupedIndices", "MixedBatch", "MixedDataset", "add_sources"]
 
 def _described(name: str, ds: Any) -> dict[str, Any]:
     manifest = getattr(ds, "manifest", None)
@@ -86,6 +86,9 @@ class MixedDataset:
         self.eos_id: int = int(tokenizer["eos_id"])
         self._lengths: npt.NDArray[np.int32] | None = None
         self._raw: dict[np.dtype[Any], np.dtype[Any]] = {}
+        # What a GroupedIndices is checked against: the sources, in order, and their sizes.
+        self.key: tuple[tuple[str, int], ...] = tuple(
+            (name, len(self.sources[name])) for name in self.names)
 
     def _raw_record(self, dtype: np.dtype[Any]) -> np.dtype[Any]:
         """Bytes of one record of ``dtype`` (a void type: copied as one block)."""
@@ -139,12 +142,17 @@ class MixedDataset:
     def __getitems__(self, indices: Sequence[Any]) -> Any:
         """A batch from every source at once (see the module docstring): a
         :class:`MixedBatch` for a list of ints, a :class:`reader.WindowRows` for rows."""
+        grouped = getattr(indices, "grouped", None)
+        if grouped is not None and grouped[0] == self.key and len(grouped[1]) == len(indices):
+            return MixedBatch(self, *grouped[1:])  # the sampler's grouping (GroupedIndices)
         if len(indices) and isinstance(indices[0], list | tuple | np.ndarray):
             sizes = [len(row) for row in indices]
             flat = [i for row in indices for i in row]
             return WindowRows(self.__getitems__(flat), np.cumsum([0, *sizes]))
         idx, src, local = self._split(indices)
-        return MixedBatch(self, idx, src, local)
+        order = np.argsort(src, kind="stable")  # the windows grouped by source
+        return MixedBatch(self, idx, src, local[order], order,
+                          np.bincount(src, minlength=len(self.names)))
 
     def window_sizes(self, indices: npt.ArrayLike) -> tuple[npt.NDArray[np.int64],
                                                              npt.NDArray[np.int64]]:
@@ -173,56 +181,56 @@ class MixedDataset:
         return f"MixedDataset({parts}; windows={self._len}, window={self.window})"
 
 
+def _records(ds: Any, local: npt.NDArray[np.int64], mixed: MixedDataset) -> npt.NDArray[Any]:
+    """``ds._records(local)``, gathered as raw records from the dataset index if there is one."""
+    index = ds._dataset_index()
+    if index is None:
+        return np.ascontiguousarray(ds._records(local))
+    return index.view(mixed._raw_record(index.dtype))[local].view(index.dtype)
+
+
 class MixedBatch(WindowBatch):
     """Windows of several sources gathered at once, in request order: a
     :class:`reader.WindowBatch` (``tokens``, ``offsets``, ``columns``, ``index`` global)
     with ``source_ids`` (each window's source, an index into ``sources``, the names)."""
 
     def __init__(self, mixed: MixedDataset, idx: npt.NDArray[np.int64],
-                 src: npt.NDArray[np.int64], local: npt.NDArray[np.int64]) -> None:
-        per_source = np.bincount(src, minlength=len(mixed.names)).tolist()
-        present = [s for s, m in enumerate(per_source) if m]
+                 src: npt.NDArray[np.int64], grouped: npt.NDArray[np.int64],
+                 order: npt.NDArray[np.int64], per_source: npt.NDArray[np.int64]) -> None:
+        # ``grouped``: the local indices source by source (``per_source[s]`` of each), in
+        # request order within a source; ``order[j]``: the request position of grouped[j].
+        counts = per_source.tolist()
+        present = [s for s, m in enumerate(counts) if m]
         datasets = [mixed.sources[mixed.names[s]] for s in present]
-        # One pass over the batch: every source's records, then every window's ids. (Each
-        # part is used as it is: concatenating or fancy-indexing structured arrays is slow.)
-        if len(present) == 1:
-            records = datasets[0]._records(local)
+        # One pass over the batch: every source's records, then every window's ids. Records
+        # are gathered and scattered as raw bytes (a structured array's fancy indexing and
+        # concatenation go field by field: 2x slower at 32 records).
+        if len(present) == 1:  # one source: grouped is request order
+            records = _records(datasets[0], grouped, mixed)
         else:
-            order = np.argsort(src, kind="stable")  # the windows grouped by source
-            grouped = local[order]
             parts, a = [], 0
             for s, ds in zip(present, datasets, strict=True):
-                parts.append(ds._records(grouped[a : a + per_source[s]]))
-                a += per_source[s]
-            # Copied as raw records, in one scatter: a structured array's fancy assignment
-            # and concatenation go field by field.
-            raw = mixed._raw_record(parts[0].dtype)
+                parts.append(_records(ds, grouped[a : a + counts[s]], mixed))
+                a += counts[s]
             records = np.empty(len(idx), parts[0].dtype)
-            records.view(raw)[order] = np.concatenate(
-                [np.ascontiguousarray(part).view(raw) for part in parts])
+            records.view(mixed._raw_record(records.dtype))[order] = np.concatenate(
+                [part.view(mixed._raw_record(part.dtype)) for part in parts])
         sizes = records["length"].astype(np.int64) + 1
         offsets = np.zeros(len(idx) + 1, np.int64)
         np.cumsum(sizes, out=offsets[1:])
         tokens = np.empty(int(offsets[-1]), np.int32)
         if len(present) == 1:
             datasets[0]._copy_tokens(records, tokens, offsets[:-1])
-        else:  # one loop over the batch, in request order, each window from its source
-            tables: list[Any] = [None] * len(mixed.names)
-            for s, ds in zip(present, datasets, strict=True):
-                tables[s] = ds._tokens  # mapped (or None) for this process: _records checked
-            for o, s, shard, lo, n in zip(offsets[:-1].tolist(), src.tolist(),
-                                          records["shard"].tolist(), records["lo"].tolist(),
-                                          sizes.tolist(), strict=False):
-                array = tables[s][shard]
-                if array is None:
-                    array = mixed.sources[mixed.names[s]]._layout(shard).tokens
-                tokens[o : o + n] = array[lo : lo + n]
+        else:  # each source's windows from its own records, each at its place in the batch
+            starts, a = offsets[order], 0
+            for s, ds, part in zip(present, datasets, parts, strict=True):
+                ds._copy_tokens(part, tokens, starts[a : a + counts[s]])
+                a += counts[s]
         super().__init__(tokens=tokens, offsets=offsets, index=idx, records=records,
                          doc_id=lambda s, i: "")  # items are read by __getitem__ (below)
         self.source_ids = src
         self.sources = mixed.names
         self._mixed = mixed
-        self._local = local
 
     def __getitem__(self, k: int) -> dict[str, Any]:  # type: ignore[override]
         if isinstance(k, slice):
@@ -232,6 +240,40 @@ class MixedBatch(WindowBatch):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return (self[k] for k in range(len(self)))
+
+
+class GroupedIndices(list):  # type: ignore[type-arg]
+    """A batch of global indices (the plain list a batch sampler yields, and equal to it)
+    that also carries the same windows grouped by source, as :class:`reader.MixtureSampler`
+    draws them, so that :meth:`MixedDataset.__getitems__` gathers each source's part at once
+    without locating every index again.
+
+    ``grouped`` is ``(key, idx, src, local, order, per_source)``: the mixture's
+    :attr:`MixedDataset.key`, the indices and their sources (arrays, request order), the
+    local indices source by source and the request position of each, and each source's
+    count. Any change to the list drops it (the list is then gathered index by index).
+    """
+
+    grouped: tuple[Any, ...] | None
+
+    def __init__(self, indices: Sequence[int], grouped: tuple[Any, ...] | None = None) -> None:
+        super().__init__(indices)
+        self.grouped = grouped
+
+
+def _dropping(name: str) -> Any:
+    method = getattr(list, name)
+
+    def changed(self: GroupedIndices, *args: Any) -> Any:
+        self.grouped = None
+        return method(self, *args)
+    changed.__name__ = name
+    return changed
+
+
+for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend",
+              "insert", "pop", "remove", "sort", "reverse", "clear"):
+    setattr(GroupedIndices, _name, _dropping(_name))
 
 
 def add_sources(batch: dict[str, Any], windows: Any) -> None:

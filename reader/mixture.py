@@ -39,16 +39,19 @@ Contract:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
+
 from reader.blend import Blend, parse_schedule
 from reader.dealing import check_int, rank_span
-from reader.ledger import Cursor, Snapshot
-from reader.mixed import MixedDataset
+from reader.ledger import Cursor, DrawnBatches, Snapshot
+from reader.mixed import GroupedIndices, MixedDataset
 from reader.sampler import EpochSampler
 
 __all__ = ["UNITS", "MixtureSampler", "source_seed"]
@@ -57,22 +60,14 @@ UNITS = ("windows", "targets")
 _STATE_FORMAT = "mixture-sampler"
 _STATE_VERSION = 1
 _KEPT = 256  # snapshots kept for step() when the loop never steps
+_CHUNK = 8192  # stream positions drawn at once (unpacked)
+_AHEAD = 2048  # at most this many windows of each source read ahead for a draw
 
 
 def source_seed(seed: int, name: str) -> int:
     """The seed of source ``name``'s epoch orders: 63 bits of SHA-256 of (seed, name)."""
     digest = hashlib.sha256(f"{_STATE_FORMAT}:{seed}:{name}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
-
-
-class _Ones:
-    """Every window's size when counting windows."""
-
-    def __getitem__(self, j: int) -> int:
-        return 1
-
-
-_ONES = _Ones()
 
 
 class _Stream:
@@ -94,6 +89,12 @@ class _Stream:
                          if sampler.unit == "targets" else (lambda d: 1))
         self._blend = self._new_blend()
         self._check = True
+        # Unpacked, batches are drawn ``_CHUNK`` positions at a time (see _draw_batches);
+        # the ledger after the batch last given is then read off them when asked for.
+        self._chunk: DrawnBatches | None = None
+        self._lists: list[list[int]] = []
+        self._at = self._drawn = self._grow = 0
+        self._ledger: Callable[[], list[list[int]]] | None = None
         # Open rows, oldest first: [free positions, [(source, local index, length), …]].
         self.open = [[free, [(names.index(n), local, length) for n, local, length in members]]
                      for free, members in snap["open"]]
@@ -121,71 +122,104 @@ class _Stream:
         if self._check or self.batch in self._s._changes:
             self._apply_weights()  # the first batch from a snapshot, or where the schedule
             self._check = False    # changes: elsewhere the weights in force stay
+        if self._s.seq_len is None:
+            if self._at == self._drawn:
+                self._draw_batches()
+            j = self._at
+            self._at += 1
+            self.batch += 1
+            self._ledger = functools.partial(self._chunk.ledger, j)
+            return GroupedIndices(self._lists[j], (self._s.mixed.key, *self._chunk.rank_batch(j)))
         g, pick, size_of, taken = self._s.global_batch, self._blend.pick, self._size_of, self._taken
-        drawn: list[int] = []
-        batch = (self._blend.take_batch(g) if self._s.unit == "windows"
-                 and self._s.seq_len is None else None)
-        if self._s.seq_len is None and batch is not None:
-            counts, reorder = batch  # by phase in the rule's period
-            joined: list[int] = []
-            for cursor, m in zip(self.cursors, counts, strict=True):
-                if m:
-                    joined += cursor.take_global(m)
-            out = joined if reorder is None else list(reorder(joined))
-        elif self._s.seq_len is None:
-            cursors = self.cursors
-            for c in cursors:
-                c.ahead(g)
-            out, counts = self._blend.draw(
-                g, [c._targets if self._s.unit == "targets" else _ONES for c in cursors],
-                [c._global for c in cursors], [c._k for c in cursors])
-            for c, m in zip(cursors, counts, strict=True):
-                if m:
-                    c.advance(m)
-        else:
-            rows, closed = self.open, []
-            seq_len, open_rows, cursors = self._s.seq_len, self._s.open_rows, self.cursors
-            while len(closed) < g:
-                d = pick(size_of)[0]
-                local, length = cursors[d].at(taken[d])
-                item = (d, local, length)
-                taken[d] += 1
-                drawn.append(d)
-                if length >= seq_len:  # a full window is a row of its own at once
-                    closed.append([item])
-                    continue
-                for j, row in enumerate(rows):  # first fit, as reader.pack_rows
-                    if row[0] >= length:
-                        row[1].append(item)
-                        row[0] -= length
-                        if row[0] == 0:
-                            closed.append(rows.pop(j)[1])
-                        break
-                else:
-                    if len(rows) == open_rows:
-                        closed.append(rows.pop(0)[1])
-                    rows.append([seq_len - length, [item]])
-            self._take(drawn)
-            offsets = self._s._offsets
-            out = [[offsets[d] + local for d, local, _ in row] for row in closed]
-            self.rows += g
+        rows, closed = self.open, []
+        seq_len, open_rows, cursors = self._s.seq_len, self._s.open_rows, self.cursors
+        while len(closed) < g:
+            d = pick(size_of)[0]
+            local, length = cursors[d].at(taken[d])
+            item = (d, local, length)
+            taken[d] += 1
+            if length >= seq_len:  # a full window is a row of its own at once
+                closed.append([item])
+                continue
+            for j, row in enumerate(rows):  # first fit, as reader.pack_rows
+                if row[0] >= length:
+                    row[1].append(item)
+                    row[0] -= length
+                    if row[0] == 0:
+                        closed.append(rows.pop(j)[1])
+                    break
+            else:
+                if len(rows) == open_rows:
+                    closed.append(rows.pop(0)[1])
+                rows.append([seq_len - length, [item]])
+        self._take()
+        offsets = self._s._offsets
+        a, b = self._s._span
+        self.rows += g
         self.batch += 1
-        return out
+        return [[offsets[d] + local for d, local, _ in row] for row in closed[a:b]]
 
-    def _take(self, drawn: list[int]) -> list[int]:
-        """Advance each source past its windows drawn: their global indices in draw order."""
-        taken, offsets = self._taken, self._s._offsets
-        its = []
+    def _draw_batches(self) -> None:
+        """The next global batches of the stream at once (:meth:`reader.blend.Blend.run`):
+        ``_CHUNK`` positions or more (whole batches), never past a change of weights."""
+        s = self._s
+        g = s.global_batch
+        k = min(max(1, _CHUNK // g), 4 ** self._grow)  # a first batch soon, then longer
+        self._grow += 1
+        later = [c for c in s._changes if c > self.batch]
+        if later:
+            k = min(k, min(later) - self.batch)
+        need, cursors, blend = k * g, self.cursors, self._blend
+        base = [c.ledger() for c in cursors]
+        active = [d for d, n in enumerate(s.mixed.names) if self.weights[n]]
+        produced = [0] * len(cursors)
+        srcs: list[Any] = []
+        indices, targets = list(srcs), list(srcs)
+        counting_targets = s.unit == "targets"
+        got = 0
+        weights = [float(self.weights[n]) for n in s.mixed.names]
+        while got < need:
+            for d in active:  # about the windows the rest of the batches take of d, or more
+                c, ahead = cursors[d], min(_AHEAD, int(1.5 * weights[d] * (need - got)) + 16)
+                if c.known() - produced[d] < ahead:
+                    c.ahead(produced[d] + ahead)
+            tg = [c.targets_array[c._k + p :] for c, p in zip(cursors, produced, strict=True)]
+            gl = [c.global_array[c._k + p :] for c, p in zip(cursors, produced, strict=True)]
+            drawn = blend.run(tg if counting_targets else None, need - got, (gl, tg))
+            if drawn is not None and len(drawn[0]):
+                src, taken, (gd, td) = drawn
+            else:  # the next draw skips a source (or the integers are too large): one pick
+                d = blend.pick(lambda d: int(tg[d][0]) if counting_targets else 1)[0]  # noqa: B023
+                src, gd, td = np.array([d], np.int64), gl[d][:1], tg[d][:1]
+                taken = [int(e == d) for e in range(len(cursors))]
+            srcs.append(src)
+            indices.append(gd)
+            targets.append(td)
+            for d in active:
+                produced[d] += taken[d]
+            got += len(src)
+        for c, p in zip(cursors, produced, strict=True):
+            if p:
+                c.advance(p)
+        self._chunk = DrawnBatches(
+            base, [c.n for c in cursors], src=np.concatenate(srcs),
+            index=np.concatenate(indices), targets=np.concatenate(targets), batches=k,
+            span=s._span, offsets=np.asarray(s._offsets, np.int64))
+        self._lists = self._chunk.lists
+        self._at, self._drawn = 0, k
+
+    def _take(self) -> None:
+        """Advance each source past its windows drawn (packing)."""
         for d, cursor in enumerate(self.cursors):
-            its.append(iter([offsets[d] + i for i in cursor.take(taken[d])] if taken[d]
-                            else ()))
-            taken[d] = 0
-        return [next(its[d]) for d in drawn]
+            if self._taken[d]:
+                cursor.advance(self._taken[d])
+                self._taken[d] = 0
 
     def snapshot(self) -> Snapshot:
         opened = [[free, list(members)] for free, members in self.open] if self.open else []
-        return Snapshot(self.batch, self.rows, [c.ledger() for c in self.cursors], self.weights,
-                     self.since, opened, self._s.mixed.names)
+        ledger = self._ledger if self._ledger is not None else [c.ledger() for c in self.cursors]
+        return Snapshot(self.batch, self.rows, ledger, self.weights, self.since, opened,
+                        self._s.mixed.names)
 
 
 class MixtureSampler:
@@ -239,6 +273,9 @@ class MixtureSampler:
         self.global_batch = self.world_size * self.batch_size
         self._unit_size = mixed.window if unit == "targets" else 1
         self._offsets = [mixed.offsets[n] for n in mixed.names]
+        a, b, _ = rank_span(0, self.global_batch, rank=self.rank, world_size=self.world_size,
+                            per_rank=self.batch_size, n=self.global_batch)
+        self._span = (a, b)  # this rank's part of every global batch
         self._orders = [EpochSampler(len(mixed.sources[n]), 1, seed=source_seed(self.seed, n))
                         for n in mixed.names]
         first = {n: str(w) for n, w in self.schedule[0][1].items()}
@@ -268,8 +305,6 @@ class MixtureSampler:
         stream = _Stream(self, start)
         self._issued = start
         self._pending.clear()
-        a, b, _ = rank_span(0, self.global_batch, rank=self.rank, world_size=self.world_size,
-                            per_rank=self.batch_size, n=self.global_batch)
         while True:
             items = stream.next_batch()
             snap = stream.snapshot()
@@ -277,7 +312,7 @@ class MixtureSampler:
             self._pending.append(snap)
             if not self._tracking and len(self._pending) > _KEPT:
                 self._pending.popleft()
-            yield items[a:b]
+            yield items
 
     def repeat_batches(self) -> frozenset[int]:
         """None: every global batch of the endless stream is full (for :func:`evaluate`)."""

@@ -50,9 +50,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from reader.dealing import Dealt, check_fingerprint
+from reader.dealing import BatchDealer, check_fingerprint
 from reader.dealing import check_int as _check_int
 from reader.sampler import EpochSampler
+from transforms.json_fields import JsonObject
 
 __all__ = ["PackedRows", "PackedSampler", "pack_rows"]
 
@@ -133,7 +134,7 @@ def pack_rows(lengths: npt.ArrayLike, *, seq_len: int, open_rows: int) -> Packed
     return PackedRows(members=members.astype(np.int64, copy=False), starts=starts)
 
 
-class PackedSampler(Dealt):
+class PackedSampler(BatchDealer):
     """Batches of packed rows of window indices: seeded per epoch, split over ranks, resumable.
 
     See the module docstring for the packing, the tail policy and the state. The parameters
@@ -202,7 +203,7 @@ class PackedSampler(Dealt):
         self.n = len(lens)
         self.seed = self._windows.seed
         self.order = order
-        self._init_dealing(world_size=world_size, rank=rank, per_rank=self.rows_per_batch,
+        self._init_dealer(world_size=world_size, rank=rank, per_rank=self.rows_per_batch,
                            drop_last=drop_last)
         # Every epoch fills at least this many rows (its packing varies, this bound does not).
         fewest = -(-int(self._lengths.sum()) // self.seq_len)
@@ -238,13 +239,13 @@ class PackedSampler(Dealt):
             yield [rows.members[rows.starts[k] : rows.starts[k + 1]].tolist()
                    for k in range(a, b)]
 
-    def _identity(self) -> dict[str, Any]:
+    def _identity(self) -> JsonObject:
         base = self._windows.state_dict()
         return {"seed": self.seed, "n": self.n, "lengths_sha256": self._digest,
                 "seq_len": self.seq_len, "open_rows": self.open_rows,
                 "drop_last": self.drop_last, "order": self.order, "blocks": base["blocks"]}
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> JsonObject:
         """The global position, a small JSON-serialisable dict (committed once ``step`` is used)."""
         return {"format": _STATE_FORMAT, "version": _STATE_VERSION, **self._identity(),
                 "global_batch": self.global_batch, "world_size": self.world_size,

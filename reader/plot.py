@@ -7,9 +7,11 @@ window. Example: ``plot(ds, summarize(ds), "out.png")`` writes one PNG of 1100 Ã
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from transforms.json_fields import JsonObject
 
 if TYPE_CHECKING:
     from reader.inspect import InspectedDataset
@@ -17,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["plot"]
 
 
-def plot(ds: InspectedDataset, summary: dict[str, Any], path: str) -> None:
+def plot(ds: InspectedDataset, summary: JsonObject, path: str) -> None:
     """Four panels: document tokens, window lengths, padding by batch size, scored share by
     position in the window.
 

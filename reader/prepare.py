@@ -17,14 +17,14 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from reader.dataset import WindowDataset
+from transforms.json_fields import JsonObject
 
 __all__ = ["main"]
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+def main(argv: Sequence[str] | None = None) -> JsonObject:
     """Prepare the dataset named on the command line; returns (and prints) the report."""
     p = argparse.ArgumentParser(prog="python -m reader.prepare", description=__doc__.split(
         "\n\n")[0])

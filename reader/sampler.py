@@ -76,9 +76,10 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from reader.dealing import Dealt, check_fingerprint
+from reader.dealing import BatchDealer, check_fingerprint
 from reader.dealing import check_int as _check_int
 from reader.permutation import FeistelPermutation, round_keys
+from transforms.json_fields import JsonObject
 
 __all__ = ["ORDERS", "EpochSampler", "epoch_seed"]
 
@@ -144,7 +145,7 @@ class _BlocksOrder:
         return self._block_index_start[b] + (pos - self._block_pos[b])
 
 
-class _Window:
+class _OrderCache:
     """Positions ``[lo, hi)`` of one epoch's order, evaluated in chunks as they are needed."""
 
     def __init__(self, order: _GlobalOrder | _BlocksOrder, n: int) -> None:
@@ -160,7 +161,7 @@ class _Window:
         return self._values[lo - self._lo : hi - self._lo]
 
 
-class EpochSampler(Dealt):
+class EpochSampler(BatchDealer):
     """Batches of window indices: seeded per epoch, split over ranks, resumable mid-epoch.
 
     See the module docstring for the orders, the tail policy and the committed state. The
@@ -204,7 +205,7 @@ class EpochSampler(Dealt):
         self.fingerprint = check_fingerprint("EpochSampler", fingerprint)
         self.batch_size = _check_int("batch_size", batch_size, 1)
         self.seed = _check_int("seed", seed, None)
-        self._init_dealing(world_size=world_size, rank=rank, per_rank=self.batch_size,
+        self._init_dealer(world_size=world_size, rank=rank, per_rank=self.batch_size,
                            drop_last=drop_last)
         if drop_last and self.n < self.global_batch:
             raise ValueError(
@@ -231,21 +232,21 @@ class EpochSampler(Dealt):
                 ",".join(map(str, sizes)).encode()).hexdigest()
         elif blocks is not None:
             raise ValueError(f"`blocks` must be None with order={order!r}, but got a sequence")
-        self._window_epoch: int | None = None
-        self._window: _Window | None = None
+        self._cached_epoch: int | None = None
+        self._cached_order: _OrderCache | None = None
 
     # -- the order ------------------------------------------------------------------------
 
-    def _order(self, epoch: int) -> _Window:
-        if self._window_epoch != epoch or self._window is None:
+    def _order(self, epoch: int) -> _OrderCache:
+        if self._cached_epoch != epoch or self._cached_order is None:
             if self._blocks is not None:
                 order: _GlobalOrder | _BlocksOrder = _BlocksOrder(
                     self._blocks, buffer_blocks=self.buffer_blocks, seed=self.seed, epoch=epoch)
             else:
                 order = _GlobalOrder(self.n, seed=self.seed, epoch=epoch)
-            self._window = _Window(order, self.n)
-            self._window_epoch = epoch
-        return self._window
+            self._cached_order = _OrderCache(order, self.n)
+            self._cached_epoch = epoch
+        return self._cached_order
 
     def indices(self, epoch: int, lo: int, hi: int) -> npt.NDArray[np.int64]:
         """Positions ``[lo, hi)`` of epoch ``epoch``'s order: the window indices there.
@@ -278,7 +279,7 @@ class EpochSampler(Dealt):
         """Batches per rank in a whole epoch."""
         return -(-self._end(0, 0) // self.global_batch)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> JsonObject:
         """The global position, a small JSON-serialisable dict (committed once ``step`` is used)."""
         return {
             "format": _STATE_FORMAT,

@@ -13,14 +13,38 @@ Example: ``batch = ds.__getitems__([3, 0])`` gives ``batch[0] == ds[3]`` (tokens
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import numpy.typing as npt
 
-from reader.layout import COLUMNS as LAYOUT_COLUMNS
+from reader.layout import WINDOW_FIELDS
 
-__all__ = ["WindowBatch", "WindowRows"]
+__all__ = ["Window", "WindowBatch", "WindowRows", "window_item"]
+
+
+class Window(TypedDict):
+    """One window as ``WindowDataset[i]`` gives it: its ids (int32, ``length + 1`` of them),
+    the integer columns of its row (`reader.layout.WINDOW_FIELDS`, docs/format.md#shard-format),
+    its document's id and its dataset index."""
+
+    tokens: npt.NDArray[np.int32]
+    start: int
+    length: int
+    loss_start: int
+    doc_tokens: int
+    doc_key: int
+    window_index: int
+    doc_id: str
+    index: int
+
+
+def window_item(tokens: npt.NDArray[np.int32], row: Any, *, doc_id: str, index: int) -> Window:
+    """The item of a window: its ids and its record ``row`` (`reader.layout.RECORD`)."""
+    return Window(tokens=tokens, start=int(row["start"]), length=int(row["length"]),
+                  loss_start=int(row["loss_start"]), doc_tokens=int(row["doc_tokens"]),
+                  doc_key=int(row["doc_key"]), window_index=int(row["window_index"]),
+                  doc_id=doc_id, index=index)
 
 
 class WindowBatch(Sequence):
@@ -41,25 +65,21 @@ class WindowBatch(Sequence):
         self.offsets = offsets
         self.index = index
         self.records = records
-        self.columns = {name: records[name] for name in LAYOUT_COLUMNS}
+        self.columns = {name: records[name] for name in WINDOW_FIELDS}
         self._doc_id = doc_id
 
     def __len__(self) -> int:
         return len(self.index)
 
-    def __getitem__(self, k: int) -> dict[str, Any]:  # type: ignore[override]
+    def __getitem__(self, k: int) -> Window:  # type: ignore[override]
         if isinstance(k, slice):
             raise TypeError("WindowBatch does not slice; index one window at a time")
         k = range(len(self))[k]
-        window: dict[str, Any] = {
-            "tokens": self.tokens[self.offsets[k] : self.offsets[k + 1]].copy()}
-        for name, values in self.columns.items():
-            window[name] = int(values[k])
-        window["doc_id"] = self._doc_id(int(self.records["shard"][k]), int(self.index[k]))
-        window["index"] = int(self.index[k])
-        return window
+        return window_item(self.tokens[self.offsets[k] : self.offsets[k + 1]].copy(),
+                           self.records[k], index=int(self.index[k]),
+                           doc_id=self._doc_id(int(self.records["shard"][k]), int(self.index[k])))
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[Window]:
         return (self[k] for k in range(len(self)))
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -81,13 +101,13 @@ class WindowRows(Sequence):
     def __len__(self) -> int:
         return len(self.starts) - 1
 
-    def __getitem__(self, r: int) -> list[dict[str, Any]]:  # type: ignore[override]
+    def __getitem__(self, r: int) -> list[Window]:  # type: ignore[override]
         if isinstance(r, slice):
             raise TypeError("WindowRows does not slice; index one row at a time")
         r = range(len(self))[r]
         return [self.windows[k] for k in range(int(self.starts[r]), int(self.starts[r + 1]))]
 
-    def __iter__(self) -> Iterator[list[dict[str, Any]]]:
+    def __iter__(self) -> Iterator[list[Window]]:
         return (self[r] for r in range(len(self)))
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -84,11 +84,12 @@ def stop_processes(procs: list[subprocess.Popen], timeout: float = 20) -> None:
             proc.wait(timeout=10)
 
 
-def run_job(output: pathlib.Path, *args: str) -> dict[str, Any]:
-    """Run the job in this process (FnApiRunner) and return its manifest."""
+def run_job(output: pathlib.Path, *args: str, tuning: Any = None) -> dict[str, Any]:
+    """Run the job in this process (FnApiRunner) and return its manifest; ``tuning``: its
+    knobs (`pipeline.context.Tuning`)."""
     from pipeline.run import run
 
-    manifest = run(["--output", str(output), *args])
+    manifest = run(["--output", str(output), *args], tuning=tuning)
     assert manifest is not None
     return manifest
 
@@ -105,15 +106,15 @@ def exit_code(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]
     return info.value.code, err.strip().splitlines()[-1]
 
 
-def run_main(*args: str) -> tuple[int, str]:
+def run_main(*args: str, tuning: Any = None) -> tuple[int, str]:
     """``python -m pipeline ARGS`` in this process (`pipeline.run.main`), whether it exits or
-    returns: (exit status, everything it printed on stderr)."""
+    returns: (exit status, everything it printed on stderr); ``tuning``: the job's knobs."""
     from pipeline.run import main
 
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            main(list(args))
+            main(list(args), tuning=tuning)
     except SystemExit as e:
         return int(e.code or 0), err.getvalue()
     return 0, err.getvalue()
@@ -187,13 +188,13 @@ def corpus(tmp_path: pathlib.Path) -> pathlib.Path:
 
 
 def block_documents(data: bytes) -> list[dict[str, Any]]:
-    """Each document of a block (`transforms.blocks`), as plain values, for assertions."""
-    from transforms.blocks import read_block
+    """Each document of a parcel (`transforms.parcels`), as plain values, for assertions."""
+    from transforms.parcels import read_parcel
 
-    b = read_block(data)
+    b = read_parcel(data)
     out, z, w, i, s = [], 0, 0, 0, 0
     for k in range(len(b.keys)):
-        m, n = int(b.m[k]), int(b.n[k])
+        m, n = int(b.doc_tokens[k]), int(b.doc_windows[k])
         id_end, src_end = int(b.id_ends[k]), int(b.src_ends[k])
         out.append({
             "doc_key": int(b.keys[k]), "doc_id": b.ids[i:id_end].decode(),

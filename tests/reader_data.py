@@ -41,8 +41,8 @@ def write_docs(root: Path, docs: list[tuple[str, bytes]], *, window: int,
     manifest = write_dataset(root, [(d, [BOS, *text, EOS]) for d, text in docs], windows=spec,
                              num_shards=num_shards, rows_per_group=rows_per_group)
     rows: list[dict[str, Any]] = []
-    for shard in manifest["shards"]:
-        rows += pq.read_table(root / shard["file"]).to_pylist()
+    for shard in manifest.shards:
+        rows += pq.read_table(root / shard.file).to_pylist()
     return rows
 
 

@@ -19,7 +19,7 @@ def imported_after(statement: str) -> set[str]:
 
 def test_transforms_imports_neither_beam_nor_torch():
     modules = sorted(p.stem for p in (ROOT / "transforms").glob("*.py") if p.stem != "__init__")
-    assert {"blocks", "chunks", "manifest", "rows", "schema", "windows"} <= set(modules)
+    assert {"parcels", "chunks", "manifest", "rows", "schema", "windows"} <= set(modules)
     mods = imported_after("import " + ", ".join(f"transforms.{m}" for m in modules))
     assert "transforms" in mods
     assert "apache_beam" not in mods and "torch" not in mods

@@ -7,6 +7,7 @@ import json
 import logging
 import re
 
+import numpy as np
 import pytest
 
 tokenizers = pytest.importorskip("tokenizers", reason="the hf extra (tokenizers) is not installed")
@@ -92,7 +93,7 @@ def _same(fast: HFTokenizer, ref: Tokenizer, texts: list[str]) -> None:
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_every_layout_converts_and_gives_tokenizers_ids_on_the_samples(files, layout):
     fast, ref = _pair(files[layout])
-    assert fast.engine == "tiktoken" and fast.info()["engine"] == "tiktoken"
+    assert fast.engine == "tiktoken" and fast.info().engine == "tiktoken"
     texts = TEXTS[::2] + [PROBE, "", " ", "\n", "<s>x</s>", "a<|endoftext|>b", "ﬁnal word!"]
     _same(fast, ref, texts)
     fast2 = HFTokenizer(files[layout].encode(), where="t", bos_token="<s>", eos_token="</s>",
@@ -173,7 +174,7 @@ def test_files_that_do_not_convert_stay_on_tokenizers(files, change, reason, cap
     text = _edit(files["gpt2"], **change)
     with caplog.at_level(logging.INFO, logger="token_windows"):
         auto = HFTokenizer(text.encode(), where="t.json", bos_token="<s>", eos_token="</s>")
-    assert auto.engine == "tokenizers" and auto.info()["engine"] == "tokenizers"
+    assert auto.engine == "tokenizers" and auto.info().engine == "tokenizers"
     assert reason in caplog.text
     with pytest.raises(ValueError, match=r"^--tokenizer-engine tiktoken cannot encode t.json: "
                                          + re.escape(reason)):
@@ -276,3 +277,33 @@ def test_a_disagreement_on_the_probe_falls_back_with_a_warning(files, monkeypatc
     with pytest.raises(ValueError, match="tiktoken cannot encode t.json: tiktoken's ids differ"):
         HFTokenizer(files["gpt2"].encode(), where="t.json", bos_token="<s>", eos_token="</s>",
                     engine="tiktoken")
+
+
+# ------------------------------------------------------------ the array path
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=TEXT)
+def test_the_buffer_encode_is_tiktokens_ordinary_encode(files, text):
+    """The engine reads tiktoken's buffer (one never-allowed special token, so nothing is
+    split out); it must be ``encode_ordinary``, even where that token is in the text."""
+    from transforms.bpe_engine import _NEVER, _NONE_ALLOWED
+
+    fast, ref = _engines(files, "gpt2")
+    core = fast._fast._core
+    for t in (text, f"{text}{_NEVER}{text}", _NEVER):
+        got = np.frombuffer(core.encode_to_tiktoken_buffer(t, _NONE_ALLOWED), np.uint32)
+        assert got.tolist() == core.encode_ordinary(t)
+        assert fast.encode(t)[1:-1].tolist() == ref.encode(t, add_special_tokens=False).ids
+
+
+@pytest.mark.parametrize("layout", ["shuffled", "llama3", "nfkc"])
+def test_the_array_path_maps_ids_checks_gaps_and_splits_added_tokens(files, layout):
+    """The three array steps beyond tiktoken's buffer: ranks → the file's ids, the coverage
+    check of a Split pattern, added tokens between pieces; exact ids, as int32 with BOS/EOS."""
+    fast, ref = _engines(files, layout)
+    texts = ["x<|endoftext|>y </s>\n\n  ﬁnal word", "\x00\ufeff a\u2028b", "", "<s>"]
+    for t in texts:
+        z = fast.encode(t)
+        assert z.dtype == np.int32 and z[0] == fast.bos_id and z[-1] == fast.eos_id
+        assert z[1:-1].tolist() == ref.encode(t, add_special_tokens=False).ids

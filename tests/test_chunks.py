@@ -31,20 +31,18 @@ from tests.conftest import write_jsonl
 from transforms.chunks import (
     CHUNK_BYTES,
     Chunk,
-    Receipt,
-    account_inputs,
     count_lines,
     detect_format,
     line_starts_in,
     number_chunks,
     open_local,
-    pattern_base,
     plan_chunks,
     read_chunk,
-    relative_name,
 )
 from transforms.documents import Document, Reject, parse_lines
+from transforms.input_names import pattern_base, relative_name
 from transforms.params import ReadSpec
+from transforms.receipts import Receipt, account_inputs
 
 DEFAULT = ReadSpec()
 
@@ -304,17 +302,6 @@ def test_any_chunk_size_reads_every_line_once_with_its_number(tmp_path_factory, 
     assert read.records == len(whole)
 
 
-def test_pattern_base_and_relative_names():
-    assert pattern_base("gs://b/corpus/*/part-*.jsonl.gz") == "gs://b/corpus/"
-    assert pattern_base("/data/one.jsonl") == "/data/"
-    assert pattern_base("/data/[ab].jsonl") == "/data/"
-    assert pattern_base("rel.jsonl") == ""
-    assert relative_name("gs://b/corpus/x/part-1.jsonl.gz", "gs://b/corpus/") == (
-        "x/part-1.jsonl.gz"
-    )
-    assert relative_name("/other/place/f.jsonl", "/data/") == "f.jsonl"
-
-
 @pytest.mark.parametrize(
     ("path", "forced", "expected"),
     [
@@ -347,33 +334,6 @@ def test_line_starts_counted_per_range_add_up(chunk):
         total += line_starts_in(data[max(start - 1, 0) : end], start, end)
     assert total == 6
     assert line_starts_in(b"x\n", 0, 2) == 1
-
-
-def test_account_inputs_checks_every_file_is_read_exactly_once():
-    pieces = [Receipt(path="a", size=10, extent=10, start=0, end=4, records=3),
-              Receipt(path="a", size=10, extent=10, start=4, end=10, records=2),
-              Receipt(path="p", size=99, extent=3, start=0, end=3, records=7)]
-    assert account_inputs(pieces, {"a": 10, "p": 99}) == 12
-    assert account_inputs(list(reversed(pieces)), None) == 12
-    with pytest.raises(RuntimeError, match=r"a: the range \[4, 10\) was never read"):
-        account_inputs(pieces[:1], None)
-    with pytest.raises(RuntimeError, match=r"the range \[0, 4\) was read twice"):
-        account_inputs([*pieces, pieces[0]], None)
-    with pytest.raises(RuntimeError, match=r"a: the range \[0, 4\) was never read"):
-        account_inputs(pieces[1:], None)
-    with pytest.raises(RuntimeError, match=r"1 input files were never read \(e.g. b\)"):
-        account_inputs(pieces, {"a": 10, "p": 99, "b": 5})
-    with pytest.raises(RuntimeError, match="inputs changed while the job ran"):
-        account_inputs(pieces, {"a": 10})
-    with pytest.raises(RuntimeError, match="input file a changed while the job ran"):
-        account_inputs(pieces, {"a": 11, "p": 99})
-    with pytest.raises(RuntimeError, match="input file a changed while the job ran"):
-        account_inputs([pieces[0], dataclasses.replace(pieces[1], size=11, extent=11)], None)
-    # Same size, another modification time than at launch: changed too.
-    stamped = Receipt(path="c", size=5, extent=5, start=0, end=5, records=7, mtime=2.0)
-    assert account_inputs([stamped], {"c": (5, 2.0)}) == 7
-    with pytest.raises(RuntimeError, match="input file c changed while the job ran"):
-        account_inputs([stamped], {"c": (5, 1.0)})
 
 
 # -- inputs that end early or change while the job reads them ----------------------------

@@ -37,14 +37,13 @@ def _worker_cpu(pids: list[int]) -> list[float]:
 
 @needs_dask
 @pytest.mark.slow
-def test_one_file_spreads_over_both_dask_workers_with_either_shuffle(tmp_path, dask_cluster,
-                                                                      monkeypatch):
+def test_one_file_spreads_over_both_dask_workers_with_either_shuffle(tmp_path, dask_cluster):
     """One input file, cut by the launcher into byte ranges (counted by a job of their own,
     then numbered): both workers encode, each at least a third of the chunks, every chunk
     once, and the bytes are those of the local runner reading the file as one chunk; with
     the runner's shuffle and with the file shuffle (whose spill list reaches the writers
     through a GroupByKey, not as a side input that would encode the corpus again)."""
-    from pipeline import graph
+    from pipeline.context import Tuning
 
     address, pids, worker_logs = dask_cluster
     texts = [json.loads(line)["text"] for f in sorted((SAMPLES / "corpus").glob("*.jsonl"))
@@ -58,7 +57,6 @@ def test_one_file_spreads_over_both_dask_workers_with_either_shuffle(tmp_path, d
     expected = dir_bytes(tmp_path / "local")
 
     chunk_bytes = size // 12 + 1
-    monkeypatch.setattr(graph, "CHUNK_BYTES", chunk_bytes)
     want = {f"{corpus}@{start}" for start in range(0, size, chunk_bytes)}
     assert len(want) == 12
     dask = ["--runner=DaskRunner", f"--dask_client_address={address}",
@@ -66,7 +64,8 @@ def test_one_file_spreads_over_both_dask_workers_with_either_shuffle(tmp_path, d
     seen = [0] * len(worker_logs)
     for shuffle in ("runner", "files"):
         before = _worker_cpu(pids[1:])
-        run_job(tmp_path / shuffle, *args, *dask, "--shuffle", shuffle)
+        run_job(tmp_path / shuffle, *args, *dask, "--shuffle", shuffle,
+                tuning=Tuning(chunk_bytes=chunk_bytes))
         cpu = [b - a for a, b in zip(before, _worker_cpu(pids[1:]), strict=True)]
         assert dir_bytes(tmp_path / shuffle) == expected, shuffle
 

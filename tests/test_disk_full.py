@@ -19,6 +19,7 @@ import pytest
 
 from pipeline import fs
 from tests.conftest import run_main, write_jsonl
+from transforms.chunks import Chunk
 
 
 @pytest.fixture
@@ -83,15 +84,23 @@ class _Full(io.RawIOBase):
         raise OSError(errno.ENOSPC, "No space left on device")
 
 
+_CHUNK = Chunk(path="in/a.jsonl", rel="a.jsonl", fmt="jsonl", compression=None, start=0,
+               end=10, first=1, size=10, extent=10)
+
+
 def test_spill_files_name_their_directory_when_the_write_fails(tmp_path, monkeypatch):
     encode = importlib.import_module("pipeline.encode")
     monkeypatch.setattr(fs, "create", lambda path, *, root: _Full())
     spill_dir = f"{tmp_path}/out/.tmp/a/shuffle"
-    with pytest.raises(fs.DiskFullError) as e:  # noqa: SIM117
-        with encode._spill_file(f"{spill_dir}/x.spill", spill_dir, f"{tmp_path}/out") as f:
-            f.write(b"blocks")
+    bundle = encode._BundleSpill(spill_dir, root=f"{tmp_path}/out", first=_CHUNK, num_parts=1)
+    with pytest.raises(fs.DiskFullError) as e:  # the index and footer, at the bundle's end
+        bundle.close()
     assert str(e.value).startswith(f"no space left on the device holding {spill_dir}, ")
     assert e.value.errno == errno.ENOSPC
+    other = encode._BundleSpill(spill_dir, root=f"{tmp_path}/out", first=_CHUNK, num_parts=1)
+    with (pytest.raises(fs.DiskFullError, match=f"holding {spill_dir}, "),  # a block
+          encode._naming_a_full_disk(spill_dir)):
+        other.writer.write(0, b"blocks")
 
 
 def test_the_first_error_is_kept_when_closing_fails_too(tmp_path, monkeypatch):
@@ -102,9 +111,13 @@ def test_the_first_error_is_kept_when_closing_fails_too(tmp_path, monkeypatch):
 
     encode = importlib.import_module("pipeline.encode")
     monkeypatch.setattr(fs, "create", lambda path, *, root: _BadClose())
-    with pytest.raises(OSError, match="cannot read input file a.jsonl"):  # noqa: SIM117
-        with encode._spill_file(f"{tmp_path}/s/x.spill", f"{tmp_path}/s", None):
+    bundle = encode._BundleSpill(f"{tmp_path}/s", root=str(tmp_path), first=_CHUNK, num_parts=1)
+    bundle.add_rejects([], order=(_CHUNK.path, 0))  # opens the rejects file too
+    with pytest.raises(OSError, match="cannot read input file a.jsonl"):
+        try:
             raise OSError("cannot read input file a.jsonl: NoSuchBucket")
+        finally:
+            bundle.abandon()  # what teardown does with a failed bundle's files: no error
 
 
 def test_shards_name_the_output_when_the_write_fails(tmp_path):

@@ -14,23 +14,24 @@ import pytest
 import sentencepiece as spm
 from apache_beam.testing.util import assert_that, equal_to
 
+from pipeline.context import Tuning
 from pipeline.encode import EncodeChunks, load_tokenizer
 from pipeline.read import SplitInputs
 from tests.conftest import DATA, block_documents, fn_api_pipeline
-from transforms.keys import ShardPlan, doc_key, shard_of
-from transforms.params import ReadSpec, WindowSpec
+from tests.job_data import context_of
+from transforms.keys import doc_key, shard_of
+from transforms.params import WindowSpec
 from transforms.windows import plan_windows
 
 WINDOWS = WindowSpec(window=8, stride=4)
-DEFAULT = ReadSpec()
 LINES = [json.dumps({"text": f"line {i} " + "x" * (i % 13)}) for i in range(200)]
 
 
-def encode(p, patterns, *, spec=DEFAULT, windows=WINDOWS, tokenizer=None, num_shards=1,
-           **kwargs):
-    chunks = p | SplitInputs(patterns, spec=spec, chunk_bytes=1 << 20)
-    return chunks | EncodeChunks(spec=spec, windows=windows, tokenizer=tokenizer,
-                                 plan=ShardPlan(num_shards=num_shards), **kwargs)
+def encode(p, patterns, *flags, num_shards=1, tuning=None):
+    context = context_of("--window", "8", "--stride", "4", "--num-shards", str(num_shards),
+                         "--shuffle", "runner", *flags, tuning=tuning)
+    chunks = p | SplitInputs(patterns, spec=context.config.read, chunk_bytes=1 << 20)
+    return chunks | EncodeChunks(context)
 
 
 def documents(kv):
@@ -38,7 +39,7 @@ def documents(kv):
     return [(shard, d) for d in block_documents(block)]
 
 
-def test_blocks_rejects_and_receipts(tmp_path):
+def test_parcels_rejects_and_receipts(tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text('{"text": "abc"}\n{oops\n{"text": ""}\n{"text": "de"}\n')
     with fn_api_pipeline() as p:
@@ -52,7 +53,7 @@ def test_blocks_rejects_and_receipts(tmp_path):
                     equal_to([("malformed_json", f"{path}:2"), ("empty", f"{path}:3")]),
                     label="CheckRejects")
         size = path.stat().st_size
-        assert_that(out.records | beam.Map(lambda r: (r.path, r.start, r.end, r.extent,
+        assert_that(out.receipts | beam.Map(lambda r: (r.path, r.start, r.end, r.extent,
                                                       r.records)),
                     equal_to([(str(path), 0, size, size, 4)]), label="CheckReceipts")
 
@@ -63,8 +64,8 @@ def test_batches_encoded_at_once_give_each_document_its_own_ids(tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(LINES) + "\n")
     with fn_api_pipeline() as p:
-        out = encode(p, [str(path)], tokenizer=str(DATA / "tiny.model"), batch_chars=40,
-                     threads=2)
+        out = encode(p, [str(path)], "--tokenizer", str(DATA / "tiny.model"),
+                     "--encode-threads", "2", tuning=Tuning(batch_chars=40))
         got = out.blocks | beam.FlatMap(documents) | beam.Map(
             lambda sd: (sd[1]["doc_id"], sd[1]["tokens"], sd[1]["starts"]))
         want = []

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from tests.conftest import DATA, block_documents
 from tests.test_chunks import LINES, TEXTS, read_files
-from transforms.blocks import read_block
 from transforms.documents import Document, Reject
 from transforms.encoding import (
     Encoded,
@@ -28,6 +27,7 @@ from transforms.encoding import (
 )
 from transforms.keys import ShardPlan, doc_key, part_of, shard_of
 from transforms.params import ReadSpec, WindowSpec
+from transforms.parcels import read_parcel
 from transforms.parquet import write_rows
 from transforms.rows import ShardRows
 from transforms.tokenizers import ByteTokenizer, SentencePieceTokenizer
@@ -79,7 +79,7 @@ def test_the_docstring_example():
                              [TOK.encode("abcde")], windows=WindowSpec(window=4, stride=4),
                              num_shards=1)
     assert (encoded.tokens, encoded.windows) == (7, 2)
-    ((shard, block),) = encoded.blocks
+    ((shard, block),) = encoded.parcels
     (doc,) = block_documents(block)
     assert shard == 0
     assert doc["tokens"] == [256, 97, 98, 99, 100, 101, 257]
@@ -112,7 +112,7 @@ def test_encode_documents_encodes_plans_and_keys_each_document(tmp_path, max_cha
     got = {}
     for batch in batch_documents(read.items, max_chars=max_chars):
         encoded = encode_documents(batch, tokenizer=tokenizer, windows=spec, num_shards=1)
-        for _, block in encoded.blocks:
+        for _, block in encoded.parcels:
             got.update((d["doc_id"], d) for d in block_documents(block))
     assert got == want
     assert got["a"]["tokens"] == [1, *sp.encode("abcde"), 2]
@@ -126,7 +126,7 @@ def encode_file(path, *, max_chars, num_shards=3, windows=WINDOWS):
         encoded = encode_documents(batch, tokenizer=TOK, windows=windows,
                                    num_shards=num_shards)
         assert isinstance(encoded, Encoded)
-        for shard, block in encoded.blocks:
+        for shard, block in encoded.parcels:
             docs.extend((shard, d) for d in block_documents(block))
             shards.setdefault(shard, []).append(block)
         tokens += encoded.tokens
@@ -180,8 +180,8 @@ def test_pack_documents_of_any_batches_gives_the_documents_of_one_batch(texts, m
         for batch in batches:
             encoded = pack_documents(batch, [TOK.encode(d.text) for d in batch],
                                      windows=windows, num_shards=num_shards)
-            assert [s for s, _ in encoded.blocks] == sorted({s for s, _ in encoded.blocks})
-            out.extend((s, d) for s, block in encoded.blocks for d in block_documents(block))
+            assert [s for s, _ in encoded.parcels] == sorted({s for s, _ in encoded.parcels})
+            out.extend((s, d) for s, block in encoded.parcels for d in block_documents(block))
         return sorted(out, key=lambda sd: sd[1]["doc_id"])
 
     whole = documents([docs] if docs else [])
@@ -194,7 +194,7 @@ def test_pack_documents_of_any_batches_gives_the_documents_of_one_batch(texts, m
 
 def test_pack_documents_of_no_documents_is_nothing():
     assert pack_documents([], [], windows=WINDOWS, num_shards=2) == Encoded(
-        blocks=[], tokens=0, windows=0)
+        parcels=[], tokens=0, windows=0)
 
 
 @pytest.mark.parametrize("max_tokens", [1, 50, 10_000])
@@ -214,24 +214,24 @@ def test_part_buffer_packs_one_block_per_part_and_flush_whatever_it_holds(max_to
         got = buffer.add(batch, tok.encode_batch([d.text for d in batch]))
         flushes.append(got)
     flushes.append(buffer.flush())
-    assert buffer.flush().blocks == []
+    assert buffer.flush().parcels == []
     for encoded in flushes:
-        parts = [part for part, _ in encoded.blocks]
+        parts = [part for part, _ in encoded.parcels]
         assert parts == sorted(set(parts))  # one block per part per flush, in part order
         tokens += encoded.tokens
     assert tokens == sum(len(d.text) + 2 for d in docs)
     if max_tokens == 10_000:  # held everything: one flush
-        assert all(not f.blocks for f in flushes[:-1])
+        assert all(not f.parcels for f in flushes[:-1])
     # Each block holds its part's documents, and the shards' rows are those of one batch.
     whole = pack_documents(docs, tok.encode_batch([d.text for d in docs]), windows=spec,
                            num_shards=2)
     for shard in range(2):
-        mine = [b for f in flushes for part, b in f.blocks if part // parts_per_shard == shard]
+        mine = [b for f in flushes for part, b in f.parcels if part // parts_per_shard == shard]
         for f in flushes:
-            for part, block in f.blocks:
-                for key in read_block(block).keys.tolist():
+            for part, block in f.parcels:
+                for key in read_parcel(block).keys.tolist():
                     assert part_of(key, 2, parts_per_shard) == part
-        want = ShardRows([b for s, b in whole.blocks if s == shard])
+        want = ShardRows([b for s, b in whole.parcels if s == shard])
         got = ShardRows(mine)
         assert got.table(0, got.num_rows).equals(want.table(0, want.num_rows))
 

@@ -8,24 +8,26 @@ from __future__ import annotations
 
 import apache_beam as beam
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.graph import PART_TEXT_BYTES, build_pipeline, shard_plan
-from pipeline.options import JobConfig
+from pipeline.context import Tuning
+from pipeline.graph import build_pipeline
+from tests.job_data import context_of
 from transforms.keys import ShardPlan
 
 FILES = {"/c/a.jsonl": (200 << 20, 1.0)}  # 200 MiB matched at launch
+PART_TEXT_BYTES = Tuning().part_text_bytes
 
 
-def config(*extra: str) -> JobConfig:
-    return JobConfig.from_options(PipelineOptions(
-        ["--input", "/c/*.jsonl", "--tokenizer", "bytes", "--output", "/o", *extra]))
+def plan(*extra: str, files: dict | None = FILES) -> ShardPlan:
+    """The shard plan of the job's context (`pipeline.context.job_context`)."""
+    return context_of(*extra, files=files).plan
 
 
 def steps(*extra: str) -> list[str]:
     """The top-level step labels of the job's graph."""
     p = beam.Pipeline()
-    build_pipeline(p, config(*extra), FILES, fingerprint="f" * 64, tmp_dir="/o/.tmp/a")
+    build_pipeline(p, context_of(*extra, files=FILES, tmp_dir="/o/.tmp/a"),
+                   expected_files=FILES)
     return sorted(label for label in p.applied_labels if "/" not in label)
 
 
@@ -47,20 +49,23 @@ def test_splits_and_samples_add_no_step():
 
 def test_the_plan_comes_from_the_launcher_s_sizes():
     # One shard per 64 MiB of input; with the file shuffle, parts of 16 MiB of text each.
-    assert shard_plan(config("--shuffle", "files"), FILES) == ShardPlan(num_shards=4,
-                                                                       parts_per_shard=4)
-    assert shard_plan(config("--shuffle", "runner"), FILES) == ShardPlan(num_shards=4)
-    assert shard_plan(config("--shuffle", "files", "--num-shards", "2"), FILES) == (
+    assert plan("--shuffle", "files") == ShardPlan(num_shards=4, parts_per_shard=4)
+    assert plan("--shuffle", "runner") == ShardPlan(num_shards=4)
+    assert plan("--shuffle", "files", "--num-shards", "2") == (
         ShardPlan(num_shards=2, parts_per_shard=(100 << 20) // PART_TEXT_BYTES + 1))  # 7
     # A compressed file is taken to hold 4× its size in text: 200 MiB of text, one shard.
-    assert shard_plan(config("--shuffle", "files"), {"/c/a.jsonl.gz": 50 << 20}) == (
+    assert plan("--shuffle", "files", files={"/c/a.jsonl.gz": 50 << 20}) == (
         ShardPlan(num_shards=1, parts_per_shard=13))
     # A dry run's graph is planned as if there were no input.
-    assert shard_plan(config("--shuffle", "files"), None) == ShardPlan(num_shards=1)
+    assert plan("--shuffle", "files", files=None) == ShardPlan(num_shards=1)
+    # Smaller parts (a knob, `Tuning.part_text_bytes`) only cut the shards finer.
+    assert context_of("--shuffle", "files", files=FILES,
+                      tuning=Tuning(part_text_bytes=1 << 20)).plan == ShardPlan(
+        num_shards=4, parts_per_shard=50)
 
 
 def test_a_split_job_s_plan_numbers_every_split_in_one_range():
-    plan = shard_plan(config("--split", "val=0.25", "--shuffle", "runner"), FILES)
-    assert plan.splits == (("val", 1), ("train", 3)) and plan.num_shards == 4
-    assert [plan.locate(i) for i in range(4)] == [("val", 0, 1), ("train", 0, 3),
+    got = plan("--split", "val=0.25", "--shuffle", "runner")
+    assert got.splits == (("val", 1), ("train", 3)) and got.num_shards == 4
+    assert [got.locate(i) for i in range(4)] == [("val", 0, 1), ("train", 0, 3),
                                                   ("train", 1, 3), ("train", 2, 3)]

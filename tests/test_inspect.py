@@ -15,7 +15,7 @@ import pytest
 
 from reader import inspect
 from tests.conftest import DATA, ROOT
-from transforms.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME
+from transforms.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME, TokenizerInfo
 from transforms.params import WindowSpec
 from transforms.schema import ARROW_SCHEMA
 from transforms.testing import write_dataset
@@ -52,7 +52,7 @@ def _bytes_dataset(root: pathlib.Path, spec: WindowSpec, num_shards: int = 2) ->
     rng = np.random.default_rng(0)
     docs += [(f"r{i}", [256, *rng.integers(0, 256, int(n)), 257])
              for i, n in enumerate(rng.integers(0, 60, 30))]
-    return write_dataset(root, docs, windows=spec, num_shards=num_shards)
+    return write_dataset(root, docs, windows=spec, num_shards=num_shards).to_json()
 
 
 def _rewrite(root: pathlib.Path, edit) -> None:
@@ -108,8 +108,8 @@ def test_summary_of_a_worked_example(tmp_path):
 def test_overlap_factor_and_padding(tmp_path):
     # One document of P = 12 pairs, W = 4, S = 2: starts 0, 2, 4, 6, 8 → 20 window pairs.
     write_dataset(tmp_path, [("a", list(range(13)))], windows=WindowSpec(window=4, stride=2),
-                  tokenizer={"kind": "bytes", "vocab_size": 258, "bos_id": 0, "eos_id": 12,
-                             "sha256": None})
+                  tokenizer=TokenizerInfo(kind="bytes", vocab_size=258, bos_id=0, eos_id=12,
+                                          sha256=None))
     s = inspect.summarize(inspect.open_dataset(str(tmp_path)))
     assert (s["summary"]["window_pairs"], s["summary"]["overlap_factor"]) == (20, 1.6667)  # 20 / 12
     # Windows of 4 and 2 pairs in batches of 2: padding is 2 of the batch's 8 positions.

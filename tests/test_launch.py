@@ -12,13 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transforms.chunks import (
-    Chunk,
-    count_lines,
-    number_chunks,
-    open_local,
-    plan_chunks,
-)
+from transforms.chunks import Chunk, count_lines, number_chunks, open_local, plan_chunks
 from transforms.launch import (
     NamedFile,
     balance,

@@ -9,18 +9,30 @@ with a message naming the file, the key and the value.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tests.test_rows import blocks_of, doc
+from tests.test_rows import doc, parcels_of
 from transforms.manifest import (
     MANIFEST_NAME,
-    WrittenShard,
-    build_manifest,
+    SampleInfo,
+    SplitFraction,
+    SplitInfo,
+    SplitJob,
     dumps_manifest,
     parse_manifest,
+    parse_splits_record,
     read_manifest,
+)
+from transforms.manifest_build import (
+    WrittenShard,
+    build_manifest,
+    build_splits_record,
+    job_fingerprint,
 )
 from transforms.params import WindowSpec
 from transforms.rows import ShardCounts, ShardRows
@@ -33,16 +45,23 @@ SPEC = WindowSpec(window=4, stride=4)
 
 def shard(index, num_shards, docs):
     return WrittenShard(file=shard_file_name(index, num_shards), index=index, sha256="0" * 64,
-                        bytes=1 + index, counts=ShardRows(blocks_of(docs)).counts)
+                        bytes=1 + index, counts=ShardRows(parcels_of(docs)).counts)
 
 
-ARGS = dict(tokenizer=TOK.info(), windows=SPEC.to_json(), inputs=["x"], reading={},
+ARGS = dict(tokenizer=TOK.info(), windows=SPEC, inputs=["x"], reading={},
             row_group_rows=16, versions={"pyarrow": "0"})
+# ARGS as the manifest records them.
+ARGS_JSON = {**ARGS, "tokenizer": TOK.info().to_json(), "windows": SPEC.to_json()}
+
+
+def built(**kwargs):
+    """`build_manifest`'s record as its JSON object."""
+    return build_manifest(**kwargs).to_json()
 
 
 def test_manifest_accounting_must_hold():
     shards = [shard(0, 1, [doc("a", "abc", SPEC)])]
-    manifest = build_manifest(skipped={"empty": 2}, records=3, shards=shards, **ARGS)
+    manifest = built(skipped={"empty": 2}, records=3, shards=shards, **ARGS)
     assert manifest["counts"]["skipped"] == {"empty": 2}
     assert manifest["counts"]["records"] == 3
     assert manifest["counts"]["windows"] == 1  # the docstring's example
@@ -58,10 +77,10 @@ def test_counts_are_the_sum_of_the_shards_and_shards_are_in_file_order():
     one = [doc("a", "abc", SPEC), doc("b", "abcdefgh", SPEC, repaired=True)]
     two = [doc("c", "", WindowSpec(window=4, stride=4, tail="drop")), doc("d", "x" * 9, SPEC)]
     shards = [shard(1, 2, two), shard(0, 2, one)]
-    manifest = build_manifest(skipped={"too_large": 1, "empty": 0, "blank_line": 3},
-                              records=8, shards=shards, **ARGS)
+    manifest = built(skipped={"too_large": 1, "empty": 0, "blank_line": 3},
+                     records=8, shards=shards, **ARGS)
     total = shards[0].counts + shards[1].counts
-    assert total == ShardRows(blocks_of(one + two)).counts
+    assert total == ShardRows(parcels_of(one + two)).counts
     assert manifest["counts"] == {
         "records": 8, "documents": 4, "documents_without_windows": 1,
         "skipped": {"blank_line": 3, "too_large": 1}, "repaired": {"invalid_utf8": 1},
@@ -80,12 +99,11 @@ def test_counts_are_the_sum_of_the_shards_and_shards_are_in_file_order():
     ]
     assert {k: manifest[k] for k in ("format", "format_version", "tokenizer", "windows",
                                      "inputs", "reading", "row_group_rows", "versions")} == {
-        "format": "token-windows", "format_version": 1, **ARGS}
+        "format": "token-windows", "format_version": 1, **ARGS_JSON}
 
 
 def test_dumps_is_deterministic_and_parses_back():
-    manifest = build_manifest(skipped={}, records=1, shards=[shard(0, 1, [doc("a", "é", SPEC)])],
-                              **ARGS)
+    manifest = built(skipped={}, records=1, shards=[shard(0, 1, [doc("a", "é", SPEC)])], **ARGS)
     data = dumps_manifest(manifest)
     assert data == dumps_manifest(json.loads(data))
     assert data.endswith(b"}\n") and data.startswith(b'{\n  "counts": {')
@@ -95,8 +113,7 @@ def test_dumps_is_deterministic_and_parses_back():
 
 
 def valid():
-    return build_manifest(skipped={}, records=1, shards=[shard(0, 1, [doc("a", "ab", SPEC)])],
-                          **ARGS)
+    return built(skipped={}, records=1, shards=[shard(0, 1, [doc("a", "ab", SPEC)])], **ARGS)
 
 
 @pytest.mark.parametrize(
@@ -186,7 +203,7 @@ def test_what_the_reader_may_meet_is_accepted():
 
 def test_written_shard_entry():
     counts = ShardCounts(rows=3, documents=1, tokens=9, scored_targets=6, pairs=6)
-    entry = WrittenShard(file="f", index=0, sha256="s", bytes=10, counts=counts).to_json()
+    entry = WrittenShard(file="f", index=0, sha256="s", bytes=10, counts=counts).entry().to_json()
     assert entry == {"file": "f", "rows": 3, "documents": 1, "tokens": 9, "scored_targets": 6,
                      "bytes": 10, "sha256": "s"}
     with pytest.raises(TypeError):
@@ -195,36 +212,40 @@ def test_written_shard_entry():
 
 def test_a_sample_is_recorded_and_its_left_out_documents_counted():
     shards = [shard(0, 1, [doc("a", "abc", SPEC)])]
-    sample = {"fraction": 0.5, "seed": 0}
-    manifest = build_manifest(skipped={"empty": 1}, records=5, shards=shards, sample=sample,
-                              sampled_out=3, **ARGS)
-    assert manifest["sample"] == sample and manifest["counts"]["sampled_out"] == 3
+    sample = SampleInfo(fraction=0.5, seed=0)
+    manifest = built(skipped={"empty": 1}, records=5, shards=shards, sample=sample,
+                     sampled_out=3, **ARGS)
+    assert manifest["sample"] == {"fraction": 0.5, "seed": 0}
+    assert manifest["counts"]["sampled_out"] == 3
     with pytest.raises(RuntimeError, match="1 skipped .*, 2 left out by the sample"):
         build_manifest(skipped={"empty": 1}, records=5, shards=shards, sample=sample,
                        sampled_out=2, **ARGS)
-    assert "sample" not in build_manifest(skipped={}, records=1, shards=shards, **ARGS)
+    assert "sample" not in built(skipped={}, records=1, shards=shards, **ARGS)
 
 
 def test_the_splits_record_adds_up_the_splits():
-    from transforms.manifest import build_splits_record, parse_splits_record
-    from transforms.splits import SplitSpec
-
-    definition = SplitSpec(splits=(("val", 0.5),), sample=0.5).to_json()
+    sample = SampleInfo(fraction=0.5, seed=0)
+    one = [shard(0, 1, [doc("a", "ab", SPEC)])]
+    two = [shard(0, 1, [doc("b", "abc", SPEC), doc("c", "abcd", SPEC)])]
     manifests = {
-        "val": build_manifest(skipped={}, records=1, shards=[shard(0, 1, [doc("a", "ab", SPEC)])],
-                              **ARGS),
-        "train": build_manifest(skipped={}, records=2, shards=[
-            shard(0, 1, [doc("b", "abc", SPEC), doc("c", "abcd", SPEC)])], **ARGS),
+        "val": build_manifest(skipped={}, records=1, shards=one, sample=sample,
+                              fingerprint="a" * 64, **ARGS),
+        "train": build_manifest(skipped={}, records=2, shards=two, sample=sample,
+                                fingerprint="b" * 64, **ARGS),
     }
-    args = {"manifests": manifests, "definition": definition, "skipped": {"empty": 1},
-            "fingerprints": {"val": "v", "train": "t"}, "fingerprint": "job"}
+    args = {"manifests": manifests, "fractions": {"val": 0.5, "train": 0.5}, "split_seed": 0,
+            "skipped": {"empty": 1}, "fingerprint": "job"}
     record = build_splits_record(records=7, sampled_out=3, **args)
-    assert record["counts"]["records"] == 7 and record["counts"]["documents"] == 3
-    assert record["counts"]["windows"] == sum(m["counts"]["windows"] for m in manifests.values())
-    assert [(s["name"], s["fraction"], s["documents"], s["fingerprint"])
-            for s in record["splits"]] == [("val", 0.5, 1, "v"), ("train", 0.5, 2, "t")]
-    assert record["sample"] == {"fraction": 0.5, "seed": 0} and record["split_seed"] == 0
-    assert parse_splits_record(dumps_manifest(record), where="x") == record
+    assert record.counts.records == 7 and record.counts.documents == 3
+    assert record.counts.windows == sum(m.counts.windows for m in manifests.values())
+    assert [(s.name, s.fraction, s.documents, s.fingerprint) for s in record.splits] == [
+        ("val", 0.5, 1, "a" * 64), ("train", 0.5, 2, "b" * 64)]
+    assert record.splits[0].manifest_sha256 == hashlib.sha256(
+        dumps_manifest(manifests["val"])).hexdigest()
+    data = dumps_manifest(record)
+    assert json.loads(data)["sample"] == {"fraction": 0.5, "seed": 0}
+    assert json.loads(data)["split_seed"] == 0
+    assert parse_splits_record(data, where="x") == record.to_json()
     with pytest.raises(RuntimeError, match="7 records were read but the splits hold 3 "
                                            "documents, 1 were skipped and 2 left out"):
         build_splits_record(records=7, sampled_out=2, **args)
@@ -233,9 +254,7 @@ def test_the_splits_record_adds_up_the_splits():
 
 
 def test_the_fingerprint_names_the_split_definition_only_when_there_is_one():
-    from transforms.manifest import job_fingerprint
-
-    job = {"tokenizer": {"kind": "bytes"}, "windows": SPEC.to_json(), "reading": {},
+    job = {"tokenizer": TOK.info(), "windows": SPEC.to_json(), "reading": {},
            "num_shards": None, "files": [(0, "a.jsonl", 3)]}
     assert job_fingerprint(**job) == job_fingerprint(**job, splits=None)
     assert job_fingerprint(**job, splits={"sample": {"fraction": 0.5, "seed": 0}}) != (
@@ -267,3 +286,64 @@ def test_the_shard_list_holds_together():
     assert parsed.tokenizer.to_json() == manifest["tokenizer"]
     assert parsed.counts.to_json() == manifest["counts"]
     assert [e.to_json() for e in parsed.shards] == manifest["shards"]
+
+
+def test_a_split_manifest_reads_back_as_the_record_it_was_built_from():
+    job = SplitJob(records=5, documents={"val": 1, "train": 3}, skipped={"empty": 1},
+                   sampled_out=0, fingerprint="c" * 64)
+    split = SplitInfo(name="val", splits=(SplitFraction(name="val", fraction=0.25),
+                                          SplitFraction(name="train", fraction=0.75)),
+                      split_seed=7, job=job)
+    manifest = build_manifest(skipped={}, records=1, shards=[shard(0, 1, [doc("a", "ab", SPEC)])],
+                              fingerprint="d" * 64, split=split, **ARGS)
+    data = dumps_manifest(manifest)
+    assert json.loads(data)["split"] == {
+        "name": "val", "splits": [{"name": "val", "fraction": 0.25},
+                                  {"name": "train", "fraction": 0.75}],
+        "split_seed": 7, "job": {"records": 5, "documents": {"val": 1, "train": 3},
+                                 "skipped": {"empty": 1}, "sampled_out": 0,
+                                 "fingerprint": "c" * 64}}
+    parsed = read_manifest(data)
+    assert parsed == manifest and dumps_manifest(parsed) == data
+    assert "sampled_out" not in json.loads(data)["counts"]  # a split's is the job's
+
+
+@pytest.mark.parametrize(("path", "value", "message"), [
+    (("split", "job", "records"), -1, "split.job.records must be a non-negative integer"),
+    (("split", "splits"), {}, r"split.splits must be a list, but got \{\}"),
+    (("split", "splits", 0, "fraction"), 2, r"split.splits\[0\].fraction must be a number in "
+                                             r"\(0, 1\], but got 2"),
+    (("sample", "fraction"), "x", "sample.fraction must be a number in"),
+    (("sample", "seed"), _DELETE, "lacks the key sample.seed"),
+])
+def test_the_split_and_sample_records_are_checked(path, value, message):
+    job = SplitJob(records=1, documents={"val": 1}, skipped={}, sampled_out=0,
+                   fingerprint="c" * 64)
+    manifest = built(skipped={}, records=1, shards=[shard(0, 1, [doc("a", "ab", SPEC)])],
+                     sample=SampleInfo(fraction=0.5, seed=1), split=SplitInfo(
+                         name="val", splits=(SplitFraction(name="val", fraction=1.0),),
+                         split_seed=0, job=job), **ARGS)
+    _set(manifest, path, value)
+    with pytest.raises(ValueError, match=message):
+        read_manifest(dumps_manifest(manifest), where="out/_manifest.json")
+
+
+@settings(max_examples=60, deadline=None)
+@given(texts=st.lists(st.text(max_size=12), min_size=1, max_size=6),
+       skipped=st.dictionaries(st.sampled_from(["empty", "too_large", "blank_line"]),
+                               st.integers(0, 5)),
+       num_shards=st.integers(1, 3), extra=st.dictionaries(st.sampled_from(["later", "x"]),
+                                                           st.integers()))
+def test_every_built_manifest_reads_back_byte_for_byte(texts, skipped, num_shards, extra):
+    docs = [doc(f"d{i}", t, SPEC) for i, t in enumerate(texts)]
+    shards = [shard(i, num_shards, docs[i::num_shards]) for i in range(num_shards)]
+    manifest = build_manifest(skipped=skipped, records=len(docs) + sum(skipped.values()),
+                              shards=shards, **ARGS)
+    data = dumps_manifest(manifest)
+    parsed = read_manifest(data)
+    assert parsed == manifest
+    assert dumps_manifest(parsed) == data == dumps_manifest(parse_manifest(data))
+    assert parsed.counts.documents == len(texts)
+    # A key a later version adds is kept as it was.
+    widened = dumps_manifest({**json.loads(data), **extra})
+    assert dumps_manifest(read_manifest(widened)) == widened

@@ -100,17 +100,55 @@ def test_every_prefix_is_within_one_unit_of_its_share(raw: list[int], unit: int,
         exact_bound(blend.counts, weights, unit)
 
 
-@settings(max_examples=60, deadline=None)
-@given(weights_st, st.lists(st.integers(1, 40), min_size=1, max_size=12))
-def test_draws_by_period_are_the_draws_one_by_one(raw: list[int], chunks: list[int]) -> None:
+@settings(max_examples=120, deadline=None)
+@given(weights_st, st.integers(1, 12), st.lists(st.integers(1, 300), min_size=1, max_size=8),
+       st.integers(0, 2**32), st.integers(0, 3))
+def test_draws_at_once_are_the_draws_one_by_one(raw: list[int], unit: int, chunks: list[int],
+                                                seed: int, zero_every: int) -> None:
+    # Blend.run (the merge of deadlines, or the period counting windows) against pick, from
+    # any counts, with sizes of 0 (a window with no scored target) among the others.
     weights = [Fraction(v, sum(raw)) for v in raw]
-    one = Blend(weights, unit=1, counts=[0] * len(raw))
-    expected = [one.pick(lambda d: 1)[0] for _ in range(sum(chunks) + 7)]
-    many = Blend(weights, unit=1, counts=[0] * len(raw))
-    got = [int(d) for m in chunks for d in many.take(m)]
-    # ... and a rule restored from counts part-way through a period continues the same way.
-    restored = Blend(weights, unit=1, counts=many.counts)
-    got += [restored.pick(lambda d: 1)[0] for _ in range(7)]
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, unit + 1, size=(len(raw), 4000))
+    if zero_every:
+        sizes[:, ::zero_every + 3] = 0
+    windows = unit == 1 and not zero_every  # every size 1: sizes=None (the period, if any)
+    warm = [int(v) for v in rng.integers(0, 40, size=2)]  # picks before: counts from elsewhere
+    one = Blend(weights, unit=unit, counts=[0] * len(raw))
+    seen = [0] * len(raw)
+    expected = []
+    for _ in range(sum(chunks) + warm[0]):
+        d = one.pick(lambda d: int(sizes[d, seen[d]]))[0]
+        expected.append(d)
+        seen[d] += 1
+    many = Blend(weights, unit=unit, counts=[0] * len(raw))
+    pos = [0] * len(raw)
+    got: list[int] = []
+    for _ in range(warm[0]):  # the same first draws, one by one
+        d = many.pick(lambda d: int(sizes[d, pos[d]]))[0]
+        got.append(d)
+        pos[d] += 1
+    restored = Blend(weights, unit=unit, counts=many.counts)  # a rule restored from counts
+    for m in chunks:
+        left = m
+        while left:
+            drawn = restored.run(
+                None if windows else [sizes[d, pos[d]:] for d in range(len(raw))], left,
+                ([np.arange(pos[d], 4000) for d in range(len(raw))],))
+            if drawn is None or not len(drawn[0]):
+                d = restored.pick(lambda d: int(sizes[d, pos[d]]))[0]
+                got.append(d)
+                pos[d] += 1
+                left -= 1
+                continue
+            src, taken, (where,) = drawn
+            assert len(src) <= left
+            for d, i in zip(src.tolist(), where.tolist(), strict=True):
+                assert i == pos[d]  # each source's windows in order
+                pos[d] += 1
+            got += src.tolist()
+            left -= len(src)
+        assert restored.counts == [int(sizes[d, : pos[d]].sum()) for d in range(len(raw))]
     assert got == expected
 
 

@@ -111,8 +111,8 @@ def test_a_link_made_while_the_job_runs_is_not_followed(tmp_path, victim, job_in
     out = tmp_path / "out"
     checked = run.preflight
 
-    def then_link(config, options):
-        plan = checked(config, options)
+    def then_link(config, options, **kwargs):
+        plan = checked(config, options, **kwargs)
         (out / "_rejects").symlink_to(victim)
         return plan
 
@@ -133,8 +133,8 @@ def test_a_link_made_while_the_job_runs_to_an_empty_directory_leaves_no_claim(
     empty.mkdir()
     checked = run.preflight
 
-    def then_link(config, options):
-        plan = checked(config, options)
+    def then_link(config, options, **kwargs):
+        plan = checked(config, options, **kwargs)
         (out / "_rejects").symlink_to(empty)
         return plan
 

@@ -14,8 +14,8 @@ import io
 import pyarrow.parquet as pq
 import pytest
 
-from tests.test_blocks import docs_of
-from tests.test_rows import blocks_of, doc, reference, shuffled_batchings
+from tests.test_parcels import docs_of
+from tests.test_rows import doc, parcels_of, reference, shuffled_batchings
 from transforms.params import WindowSpec
 from transforms.parquet import row_group_rows, write_rows, write_shard
 from transforms.rows import ShardRows
@@ -50,7 +50,7 @@ def test_row_group_rows(window, rows):
 def test_any_batching_and_block_order_give_the_bytes_of_one_block(wide_at):
     docs = docs_of([f"{i} " + "abc" * (i % 11) for i in range(80)], spec=SPEC, seed=3,
                    wide_at=wide_at)
-    whole = shard_bytes(blocks_of(docs), rows_per_group=16)
+    whole = shard_bytes(parcels_of(docs), rows_per_group=16)
     for blocks in shuffled_batchings(docs):
         assert shard_bytes(blocks, rows_per_group=16) == whole
     assert pq.read_table(io.BytesIO(whole)).to_pylist() == reference(docs)[0]
@@ -59,8 +59,8 @@ def test_any_batching_and_block_order_give_the_bytes_of_one_block(wide_at):
 def test_write_is_deterministic_and_reads_back_as_the_rows():
     spec = WindowSpec(window=8, stride=4)
     docs = [doc(f"d{i}", "x" * i, spec) for i in range(30)]
-    first = shard_bytes(blocks_of(docs), window=8)
-    assert shard_bytes(blocks_of(docs[::-1]), window=8) == first
+    first = shard_bytes(parcels_of(docs), window=8)
+    assert shard_bytes(parcels_of(docs[::-1]), window=8) == first
     table = pq.read_table(io.BytesIO(first))
     rows, counts, _ = reference(docs)
     assert table.num_rows == counts.rows == len(rows)
@@ -69,12 +69,12 @@ def test_write_is_deterministic_and_reads_back_as_the_rows():
 
 def test_pieces_give_the_bytes_of_the_whole_table():
     docs = docs_of(["abcdefghij" * (i % 9 + 1) for i in range(300)], spec=SPEC)
-    rows = ShardRows(blocks_of(docs))
+    rows = ShardRows(parcels_of(docs))
     window = 1 << 16  # row groups of 16 rows
     assert row_group_rows(window) == 16
     whole = table_bytes(rows.table(0, rows.num_rows), rows_per_group=16)
     assert table_bytes(rows.tables(16 * 3), rows_per_group=16) == whole
-    assert shard_bytes(blocks_of(docs), window=window) == whole  # write_rows: pieces of 8 groups
+    assert shard_bytes(parcels_of(docs), window=window) == whole  # write_rows: pieces of 8 groups
     meta = pq.ParquetFile(io.BytesIO(whole)).metadata
     assert meta.num_row_groups == -(-rows.num_rows // 16) > 8
     assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups - 1)] == [16] * (
@@ -84,7 +84,7 @@ def test_pieces_give_the_bytes_of_the_whole_table():
 @pytest.mark.parametrize("rows_per_group", [1, 7, 1000])
 def test_rows_per_group_sets_the_row_groups(rows_per_group):
     docs = docs_of([f"text {i} " * (i % 5) for i in range(20)], spec=SPEC)
-    data = shard_bytes(blocks_of(docs), window=4, rows_per_group=rows_per_group)
+    data = shard_bytes(parcels_of(docs), window=4, rows_per_group=rows_per_group)
     meta = pq.ParquetFile(io.BytesIO(data)).metadata
     total = reference(docs)[1].rows
     assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [
@@ -100,7 +100,7 @@ def test_an_empty_shard_is_one_empty_row_group():
 
 def test_the_sink_is_left_open_and_the_file_says_its_format():
     out = io.BytesIO()
-    write_rows(ShardRows(blocks_of(docs_of(["abc"], spec=SPEC))), out, window=4)
+    write_rows(ShardRows(parcels_of(docs_of(["abc"], spec=SPEC))), out, window=4)
     assert not out.closed
     meta = pq.ParquetFile(io.BytesIO(out.getvalue())).schema_arrow.metadata
     assert (meta[b"format"], meta[b"format_version"]) == (b"token-windows", b"1")

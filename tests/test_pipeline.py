@@ -306,18 +306,17 @@ def test_duplicate_ids_are_rejected_not_reordered(tmp_path):
     assert {r["doc_id"] for r in read_rows(tmp_path / "out")} == {"x", "y"}
 
 
-def test_shards_written_at_once_or_one_by_one_are_the_same_bytes(tmp_path, monkeypatch):
+def test_shards_written_at_once_or_one_by_one_are_the_same_bytes(tmp_path):
     """WriteShards writes several shards at once and emits the last ones (and their
     duplicate-id rejects) when the bundle ends: nothing may be lost or change."""
-    from pipeline import write
+    from pipeline.context import Tuning
 
     records = [{"id": f"d{i % 40}", "text": f"text {i} " * (i % 9 + 1)} for i in range(60)]
     src = write_jsonl(tmp_path / "in.jsonl", records)
     args = ("--input", str(src), "--tokenizer", "bytes", "--id-field", "id", "--window", "8",
             "--num-shards", "7")
     manifest = run_job(tmp_path / "at-once", *args)
-    monkeypatch.setattr(write, "SHARDS_AT_ONCE", 1)
-    run_job(tmp_path / "one-by-one", *args)
+    run_job(tmp_path / "one-by-one", *args, tuning=Tuning(shards_at_once=1))
     assert dir_bytes(tmp_path / "at-once") == dir_bytes(tmp_path / "one-by-one")
     assert manifest["num_shards"] == 7 and len(manifest["shards"]) == 7
     assert manifest["counts"]["skipped"] == {"duplicate_id": 20}
@@ -387,33 +386,31 @@ def test_lost_input_fails_the_job_and_writes_no_manifest(corpus, tmp_path):
     from apache_beam.runners.portability.fn_api_runner import fn_runner
 
     from pipeline.graph import build_pipeline
-    from pipeline.options import JobConfig
+    from tests.job_data import context_of
 
     out = tmp_path / "out"
-    options = PipelineOptions(["--input", str(corpus), "--tokenizer", "bytes", "--output",
-                               str(out)])
-    config = JobConfig.from_options(options)
+    options = PipelineOptions([])
     expected = {str(corpus): corpus.stat().st_size, str(tmp_path / "lost.jsonl"): 10}
+    context = context_of("--input", str(corpus), "--output", str(out), files=expected)
     with (
         pytest.raises(Exception, match=r"1 input files were never read \(e.g. .*lost.jsonl"),
         beam.Pipeline(runner=fn_runner.FnApiRunner(), options=options) as p,
     ):
-        build_pipeline(p, config, expected)
+        build_pipeline(p, context, expected_files=expected)
     assert not (out / MANIFEST_NAME).exists()
 
 
 @pytest.mark.slow
-def test_a_spilled_shuffle_writes_the_bytes_of_the_runner_s(tmp_path, monkeypatch):
+def test_a_spilled_shuffle_writes_the_bytes_of_the_runner_s(tmp_path):
     """With tiny chunks and parts, the file shuffle (the local default) spills every block
     and writes shards part by part: the same bytes as the runner's shuffle, in one process
     and with two worker processes."""
     from apache_beam.metrics.metric import MetricsFilter
 
-    from pipeline import graph
+    from pipeline.context import Tuning
     from pipeline.run import submit
 
-    monkeypatch.setattr(graph, "CHUNK_BYTES", 3000)
-    monkeypatch.setattr(graph, "PART_TEXT_BYTES", 700)
+    tiny = Tuning(chunk_bytes=3000, part_text_bytes=700)
     records = [{"id": f"d{i % 150}", "text": f"{TEXTS[i % len(TEXTS)]} {i}"} for i in range(180)]
     # Malformed and empty records in every range of a.jsonl: rejects spilled chunk by chunk.
     bad = ["{oops" if i % 2 else {"id": f"e{i}", "text": ""} for i in range(24)]
@@ -424,13 +421,13 @@ def test_a_spilled_shuffle_writes_the_bytes_of_the_runner_s(tmp_path, monkeypatc
         mtime=0))
     args = ["--input", str(tmp_path / "in" / "*"), "--tokenizer", "bytes", "--id-field", "id",
             "--window", "16", "--stride", "12", "--num-shards", "3"]
-    runner = run_job(tmp_path / "runner", *args, "--shuffle", "runner")
+    runner = run_job(tmp_path / "runner", *args, "--shuffle", "runner", tuning=tiny)
     assert runner["counts"]["skipped"] == {"duplicate_id": 30, "empty": 12, "malformed_json": 12}
     assert (tmp_path / "in" / "a.jsonl").stat().st_size > 3 * 3000  # read in ranges
     for name, extra in (("in-memory", []),
                         ("two-processes", ["--direct_running_mode=multi_processing",
                                            "--direct_num_workers=2"])):
-        job = submit(["--output", str(tmp_path / name), *args, *extra])
+        job = submit(["--output", str(tmp_path / name), *args, *extra], tuning=tiny)
         assert job.config.shuffle == "files"
         job.result.wait_until_finish()
         spilled = job.result.metrics().query(MetricsFilter().with_name("spilled_bytes"))

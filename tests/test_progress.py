@@ -1,4 +1,4 @@
-"""`pipeline.progress` and the job's start, progress and summary lines."""
+"""`pipeline.progress` and the job's start, progress and summary lines (`pipeline.summary`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import types
 import pytest
 
 from pipeline import progress
-from pipeline.run import main
+from pipeline.context import Tuning
+from pipeline.run import finish, main, submit
 from tests.conftest import ROOT, dir_bytes, run_job, write_jsonl
 from transforms.manifest import MANIFEST_NAME, parse_manifest
 from transforms.schema import REJECTS_DIR
@@ -26,10 +27,8 @@ def _doc(text):
     return types.SimpleNamespace(text=text)
 
 
-@pytest.fixture
-def fast(monkeypatch):
-    monkeypatch.setattr(progress, "INTERVAL", 0.002)
-    monkeypatch.setattr(progress, "WRITE_EVERY", 0.0)
+# A line every 2 ms, and workers that rewrite their files at every batch.
+FAST = Tuning(progress_interval=0.002, progress_write_every=0.0)
 
 
 @pytest.fixture
@@ -42,18 +41,11 @@ def big(tmp_path):
     return path
 
 
-def test_lines_appear_during_a_run_and_the_summary_is_the_manifests(capsys, fast, big,
-                                                                    tmp_path, monkeypatch):
-    made = []
-    mkdtemp = progress.tempfile.mkdtemp
-
-    def recording(*args, **kwargs):
-        made.append(mkdtemp(*args, **kwargs))
-        return made[-1]
-    monkeypatch.setattr(progress.tempfile, "mkdtemp", recording)
+def test_lines_appear_during_a_run_and_the_summary_is_the_manifests(capsys, big, tmp_path):
     out = tmp_path / "out"
-    main(["--input", str(big), "--tokenizer", "bytes", "--window", "64", "--stride", "48",
-          "--output", str(out)])
+    job = submit(["--input", str(big), "--tokenizer", "bytes", "--window", "64", "--stride",
+                  "48", "--output", str(out)], tuning=FAST)
+    finish(job)
     captured = capsys.readouterr()
     manifest = parse_manifest((out / MANIFEST_NAME).read_bytes())
     c = manifest["counts"]
@@ -82,72 +74,87 @@ def test_lines_appear_during_a_run_and_the_summary_is_the_manifests(capsys, fast
     factor = (c["tokens"] - c["windows"]) / (c["pairs"] - c["uncovered_pairs"])
     assert f"overlap factor {factor:.2f};" in summary and factor > 1.2
     assert summary.endswith(f"rejects in {out}/{REJECTS_DIR}/ (empty 1, malformed_json 1)")
-    # Nothing is left behind: the environment and the progress directory are gone.
-    assert progress.ENV not in os.environ
-    ours = [d for d in made if "token-windows-progress-" in d]
-    assert len(ours) == 1 and not os.path.exists(ours[0])
+    # The workers reported through the directory the context named, which is gone.
+    directory = job.context.progress_dir
+    assert directory == job.progress.directory and "token-windows-progress-" in directory
+    assert not os.path.exists(directory)
 
 
-def test_progress_does_not_change_a_byte(monkeypatch, capsys, big, tmp_path):
+def test_progress_does_not_change_a_byte(capsys, big, tmp_path):
     args = ["--input", str(big), "--tokenizer", "bytes", "--window", "32", "--num-shards", "3"]
-    main([*args, "--output", str(tmp_path / "quiet")])  # INTERVAL 10 s: no line in this run
-    monkeypatch.setattr(progress, "INTERVAL", 0.001)
-    monkeypatch.setattr(progress, "WRITE_EVERY", 0.0)
-    main([*args, "--output", str(tmp_path / "chatty")])
+    main([*args, "--output", str(tmp_path / "quiet")])  # every 10 s: no line in this run
+    main([*args, "--output", str(tmp_path / "chatty")],
+         tuning=Tuning(progress_interval=0.001, progress_write_every=0.0))
     assert "progress: " in capsys.readouterr().err
     assert dir_bytes(tmp_path / "quiet") == dir_bytes(tmp_path / "chatty")
 
 
-def test_workers_report_nothing_without_the_launcher(tmp_path, monkeypatch):
-    # With the launcher's directory named, a worker's calls write its file there ...
-    monkeypatch.setattr(progress, "_tallies", {})
-    monkeypatch.setenv(progress.ENV, str(tmp_path))
-    progress.encoded(_chunk(), [_doc("abc")], 5)
-    progress.chunk_done(_chunk())
-    assert os.listdir(tmp_path) == [f"{os.getpid()}.json"]
-    # ... and without it they keep no tally and write nothing, anywhere.
-    monkeypatch.setattr(progress, "_tallies", {})
-    monkeypatch.delenv(progress.ENV)
-    writes = []
-    monkeypatch.setattr(progress._Tally, "write", lambda self, **kw: writes.append(self.file))
-    progress.encoded(_chunk(), [_doc("abc")], 5)
-    progress.chunk_done(_chunk())
-    assert progress._tallies == {} and writes == []
+def test_a_reporter_writes_its_own_file_and_without_a_directory_nothing(tmp_path):
+    # With the launcher's directory named, each reporter writes a file of its own there ...
+    for _ in range(2):
+        reporter = progress.Reporter(str(tmp_path), write_every=0.0)
+        reporter.encoded(_chunk(), [_doc("abc")], 5)
+        reporter.chunk_done(_chunk())
+    names = sorted(os.listdir(tmp_path))
+    assert len(names) == 2 and all(n.startswith(f"{os.getpid()}-") for n in names)
+    # ... and without it (other runners, graphs built without the launcher) no file at all.
+    silent = progress.Reporter(None, write_every=0.0)
+    silent.encoded(_chunk(), [_doc("abc")], 5)
+    silent.chunk_done(_chunk())
+    assert silent.file is None and silent.documents == 0
 
 
-def test_totals_sum_the_processes_and_a_chunk_counts_its_exact_share(monkeypatch, fast):
+def test_totals_sum_the_processes_and_a_chunk_counts_its_exact_share():
     stream = io.StringIO()
     with progress.Progress(total_bytes=300, stream=stream, interval=3600) as p:
         # This process: a batch of 2 documents (6 UTF-8 bytes) of a 100-byte range of a file.
-        progress.encoded(_chunk(start=100, end=200, size=300, extent=300),
-                         [_doc("ab"), _doc("道c")], 9)
+        mine = progress.Reporter(p.directory, write_every=0.0)
+        mine.encoded(_chunk(start=100, end=200, size=300, extent=300),
+                     [_doc("ab"), _doc("道c")], 9)
         assert p.totals() == {"documents": 2, "tokens": 9, "bytes": 6}
-        # A worker process started after the launcher inherits the directory and adds its file.
+        # A worker process reports into the directory its context names (no environment).
         child = (
             "import importlib.util, sys, types;"
             "s = importlib.util.spec_from_file_location('progress', 'pipeline/progress.py');"
             "m = importlib.util.module_from_spec(s); s.loader.exec_module(m);"
             "c = types.SimpleNamespace(path='g.parquet', start=0, end=1, size=200, extent=2);"
-            "m.encoded(c, [types.SimpleNamespace(text='x' * 500)], 40); m.chunk_done(c)"
+            "r = m.Reporter(sys.argv[1], write_every=0.0);"
+            "r.encoded(c, [types.SimpleNamespace(text='x' * 500)], 40); r.chunk_done(c)"
         )
-        subprocess.run([sys.executable, "-c", child], check=True, cwd=ROOT, timeout=60)
+        subprocess.run([sys.executable, "-c", child, p.directory], check=True, cwd=ROOT,
+                       timeout=60)
         assert p.totals() == {"documents": 3, "tokens": 49, "bytes": 106}  # 6 + 1/2 of 200
-        progress.chunk_done(_chunk(start=100, end=200, size=300, extent=300))
+        mine.chunk_done(_chunk(start=100, end=200, size=300, extent=300))
         assert p.totals() == {"documents": 3, "tokens": 49, "bytes": 200}
         assert re.fullmatch(r"progress: read 0\.0 MB of 0\.0 MB \(67%\), 3 documents, "
                             r"[\d.]+ k?tokens/s, \d+ s, ETA \d+ s", p.line())
-    assert progress.ENV not in os.environ and not os.path.exists(p.directory)
+    assert not os.path.exists(p.directory)
 
 
-def test_a_terminal_gets_one_redrawn_line(monkeypatch, fast):
+def test_two_processes_report_through_the_context(capsys, big, tmp_path):
+    """multi_processing workers are other processes: the context carries them the
+    directory, and the last line counts every document both encoded."""
+    out = tmp_path / "out"
+    manifest = run_job(out, "--input", str(big), "--tokenizer", "bytes", "--window", "64",
+                       "--direct_running_mode=multi_processing", "--direct_num_workers=2",
+                       tuning=FAST)
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("progress: ")]
+    c = manifest["counts"]
+    assert lines and lines[-1].startswith(
+        f"progress: read all {big.stat().st_size / 1e6:,.1f} MB: {c['documents']:,} documents, "
+        f"{c['pairs'] + c['documents']:,} tokens in ")
+
+
+def test_a_terminal_gets_one_redrawn_line():
     class Tty(io.StringIO):
         def isatty(self) -> bool:
             return True
 
     stream = Tty()
-    with progress.Progress(total_bytes=10, stream=stream, interval=0.001):
-        progress.encoded(_chunk(end=10, size=10, extent=10), [_doc("abcde")], 7)
-        progress.chunk_done(_chunk(end=10, size=10, extent=10))
+    with progress.Progress(total_bytes=10, stream=stream, interval=0.001) as p:
+        reporter = progress.Reporter(p.directory, write_every=0.0)
+        reporter.encoded(_chunk(end=10, size=10, extent=10), [_doc("abcde")], 7)
+        reporter.chunk_done(_chunk(end=10, size=10, extent=10))
     text = stream.getvalue()
     assert text.startswith("\rprogress: ") and text.endswith("\x1b[K\n")
     assert text.count("\n") == 1 and "read all 0.0 MB: 1 documents, 7 tokens" in text

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.test_blocks import docs_of, pack
+from tests.test_parcels import docs_of, pack
 from transforms.documents import source_order
 from transforms.keys import doc_key
 from transforms.params import WindowSpec
@@ -29,7 +29,7 @@ TOK = ByteTokenizer()
 
 
 def doc(doc_id, text, spec, *, key=None, source=None, tokens=None, repaired=False):
-    """One document as plain values (as `tests.test_blocks.docs_of` makes them)."""
+    """One document as plain values (as `tests.test_parcels.docs_of` makes them)."""
     z = TOK.encode(text).tolist() if tokens is None else list(tokens)
     plan = plan_windows(len(z) - 1, spec, doc_id)
     return {
@@ -40,7 +40,7 @@ def doc(doc_id, text, spec, *, key=None, source=None, tokens=None, repaired=Fals
     }
 
 
-def blocks_of(*batches):
+def parcels_of(*batches):
     """One block per batch of documents (all in shard 0)."""
     return [data for batch in batches for _, data in pack(batch)]
 
@@ -52,7 +52,7 @@ def shuffled_batchings(docs, times=5, seed=0):
         shuffled = docs[:]
         rng.shuffle(shuffled)
         cuts = sorted(rng.sample(range(1, len(docs)), 4))
-        blocks = blocks_of(*(shuffled[a:b] for a, b in zip([0, *cuts], [*cuts, len(docs)],
+        blocks = parcels_of(*(shuffled[a:b] for a, b in zip([0, *cuts], [*cuts, len(docs)],
                                                             strict=True)))
         rng.shuffle(blocks)
         yield blocks
@@ -102,7 +102,7 @@ def check(rows, docs):
 def test_rows_sorted_by_key_and_sliced():
     spec = WindowSpec(window=2, stride=2)
     docs = [doc("b", "abcd", spec, key=5), doc("a", "abcde", spec, key=9)]
-    rows = ShardRows(blocks_of(docs[::-1]))
+    rows = ShardRows(parcels_of(docs[::-1]))
     table = rows.table(0, rows.num_rows)
     assert [(r["doc_id"], r["window_index"], r["start"], r["tokens"])
             for r in table.to_pylist()] == [
@@ -127,7 +127,7 @@ def test_rows_sorted_by_key_and_sliced():
 @pytest.mark.parametrize("per_table", [1, 2, 4, 6, 100])
 def test_tables_are_consecutive_pieces_of_the_whole(per_table):
     spec = WindowSpec(window=2, stride=2)
-    rows = ShardRows(blocks_of([doc("b", "abcd", spec), doc("a", "abcde", spec)]))
+    rows = ShardRows(parcels_of([doc("b", "abcd", spec), doc("a", "abcde", spec)]))
     pieces = list(rows.tables(per_table))
     assert [p.num_rows for p in pieces[:-1]] == [per_table] * (len(pieces) - 1)
     assert pa.concat_tables(pieces).equals(rows.table(0, 6))
@@ -143,7 +143,7 @@ def test_an_empty_shard_is_one_empty_table():
 def test_duplicate_ids_keep_first_source_and_reject_the_rest():
     spec = WindowSpec(window=4, stride=4)
     docs = [doc("x", "second", spec, source="b:1"), doc("x", "first", spec, source="a:1")]
-    rows = ShardRows(blocks_of(docs))
+    rows = ShardRows(parcels_of(docs))
     table = rows.table(0, rows.num_rows)
     assert set(table.column("doc_id").to_pylist()) == {"x"}
     assert table.column("doc_tokens").to_pylist()[0] == len("first") + 2
@@ -157,7 +157,7 @@ def test_duplicate_ids_keep_the_first_in_input_order_not_string_order():
     docs = [doc("x", "the later one", spec, source="gs://b/a.jsonl:45"),
             doc("x", "first", spec, source="gs://b/a.jsonl:5"),
             doc("x", "other file", spec, source="gs://b/b.jsonl:1")]
-    rows = ShardRows(blocks_of(docs))
+    rows = ShardRows(parcels_of(docs))
     assert set(rows.table(0, rows.num_rows).column("doc_tokens").to_pylist()) == {
         len("first") + 2}
     assert sorted(r.source for r in rows.rejects) == ["gs://b/a.jsonl:45", "gs://b/b.jsonl:1"]
@@ -168,7 +168,7 @@ def test_duplicate_ids_in_parquet_rows_keep_the_first_row():
     spec = WindowSpec(window=4, stride=4)
     docs = [doc("x", "row ten", spec, source="/p/f.parquet#row=10"),
             doc("x", "row nine", spec, source="/p/f.parquet#row=9")]
-    for blocks in (blocks_of(docs), blocks_of(docs[::-1])):
+    for blocks in (parcels_of(docs), parcels_of(docs[::-1])):
         rows = ShardRows(blocks)
         assert set(rows.table(0, rows.num_rows).column("doc_tokens").to_pylist()) == {
             len("row nine") + 2}
@@ -180,7 +180,7 @@ def test_duplicate_ids_across_blocks_keep_the_first_source():
     spec = WindowSpec(window=4, stride=3, tail="trace_back", score="new")
     a = docs_of(["first", "other"], spec=spec)
     b = [doc("d0", "second", spec, source="z.jsonl:9")]
-    for blocks in (blocks_of(a, b), blocks_of(b, a)):
+    for blocks in (parcels_of(a, b), parcels_of(b, a)):
         rows = ShardRows(blocks)
         assert [(r.reason, r.source) for r in rows.rejects] == [("duplicate_id", "z.jsonl:9")]
         assert rows.counts.documents == 2
@@ -192,7 +192,7 @@ def test_duplicate_ids_across_blocks_keep_the_first_source():
 
 def test_equal_keys_of_different_ids_are_ordered_by_id():
     docs = [dict(d, doc_key=42) for d in docs_of(["abc", "defg", "hi"])]  # a 64-bit collision
-    rows = ShardRows(blocks_of(docs[::-1]))
+    rows = ShardRows(parcels_of(docs[::-1]))
     assert rows.rejects == []
     assert list(dict.fromkeys(rows.table(0, rows.num_rows).column("doc_id").to_pylist())) == [
         "d0", "d1", "d2"]
@@ -201,7 +201,7 @@ def test_equal_keys_of_different_ids_are_ordered_by_id():
 
 def test_drop_counts_uncovered_and_windowless_documents():
     spec = WindowSpec(window=4, stride=4, tail="drop")
-    rows = ShardRows(blocks_of([doc("a", "ab", spec), doc("b", "abcdef", spec, repaired=True)]))
+    rows = ShardRows(parcels_of([doc("a", "ab", spec), doc("b", "abcdef", spec, repaired=True)]))
     assert rows.counts.documents == 2
     assert rows.counts.documents_without_windows == 1
     assert rows.counts.pairs == 3 + 7
@@ -214,7 +214,7 @@ def test_narrow_and_wide_blocks_make_one_shard():
     spec = WindowSpec(window=3, stride=2, tail="trace_back", score="new")
     narrow = [doc("n", "hello", spec)]
     wide = [doc("w", "", spec, tokens=[1, 70000, 5, 2, 3, 4, 5])]
-    for blocks in (blocks_of(narrow, wide), blocks_of(wide, narrow)):
+    for blocks in (parcels_of(narrow, wide), parcels_of(wide, narrow)):
         check(ShardRows(blocks), narrow + wide)
 
 
@@ -255,7 +255,7 @@ def test_rows_cover_every_window_exactly_once_whatever_the_batching(texts, spec,
     shuffled = docs[:]
     batching.shuffle(shuffled)
     cuts = sorted(batching.sample(range(len(docs) + 1), min(3, len(docs) + 1)))
-    blocks = blocks_of(*(shuffled[a:b] for a, b in zip([0, *cuts], [*cuts, len(docs)],
+    blocks = parcels_of(*(shuffled[a:b] for a, b in zip([0, *cuts], [*cuts, len(docs)],
                                                        strict=True)))
     batching.shuffle(blocks)
     rows = ShardRows(blocks)

@@ -17,7 +17,7 @@ import pytest
 
 from pipeline.run import main
 from tests.conftest import DATA, ROOT, exit_code, run_job, write_jsonl
-from transforms.chunks import relative_name
+from transforms.input_names import relative_name
 from transforms.manifest import MANIFEST_NAME
 from transforms.schema import REJECTS_DIR
 

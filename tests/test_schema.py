@@ -15,11 +15,11 @@ from transforms.manifest import MANIFEST_NAME
 from transforms.schema import (
     ARROW_SCHEMA,
     CLAIM_NAME,
-    COLUMNS,
     FORMAT,
     FORMAT_VERSION,
     REJECT_REASONS,
     REJECTS_DIR,
+    SHARD_COLUMNS,
     SHARD_METADATA_KEYS,
     SHARD_PATTERN,
     TMP_DIR,
@@ -41,7 +41,7 @@ def documented_columns() -> list[tuple[str, str]]:
 
 def test_the_schema_is_the_documented_table():
     documented = documented_columns()
-    assert [name for name, _ in documented] == list(COLUMNS) == ARROW_SCHEMA.names
+    assert [name for name, _ in documented] == list(SHARD_COLUMNS) == ARROW_SCHEMA.names
     for name, kind in documented:
         field = ARROW_SCHEMA.field(name)
         assert field.type == ARROW_NAMES[kind] and not field.nullable, name

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transforms.blocks import pack_blocks
 from transforms.chunks import open_local
 from transforms.keys import doc_keys
 from transforms.params import WindowSpec
+from transforms.parcels import pack_parcels
 from transforms.parquet import write_rows
 from transforms.rows import ShardRows
 from transforms.spill import ShardParts, SpillWriter, _index
@@ -29,7 +29,7 @@ def blocks(texts, *, partitions, ids=None, first=0):
     ids = ids or [f"d{first + i}" for i in range(len(texts))]
     z = [TOK.encode(t) for t in texts]
     m = np.fromiter(map(len, z), np.int64, len(z))
-    return pack_blocks(doc_keys=doc_keys(SPEC.seed, ids), doc_ids=ids,
+    return pack_parcels(doc_keys=doc_keys(SPEC.seed, ids), doc_ids=ids,
                        sources=[f"f.jsonl:{i + 1}" for i in range(len(ids))], tokens=z,
                        plans=plan_windows_batch(m - 1, SPEC, ids), repaired=[False] * len(ids),
                        num_shards=partitions)

@@ -13,7 +13,13 @@ import pyarrow.parquet as pq
 
 from tests.conftest import run_job
 from transforms.keys import doc_key, shard_of
-from transforms.manifest import MANIFEST_NAME, dumps_manifest, parse_manifest
+from transforms.manifest import (
+    MANIFEST_NAME,
+    TokenizerInfo,
+    dumps_manifest,
+    parse_manifest,
+    read_manifest,
+)
 from transforms.params import WindowSpec
 from transforms.schema import shard_file_name
 from transforms.testing import write_dataset
@@ -35,7 +41,7 @@ def test_write_dataset_writes_the_job_s_shards(tmp_path):
     # With --format lines, line n of c.txt is the document c.txt:n.
     documents = [(f"c.txt:{n}", TOK.encode(line)) for n, line in enumerate(LINES, start=1)]
     manifest = write_dataset(tmp_path / "ds", documents, windows=windows, num_shards=3,
-                             fingerprint=job["fingerprint"])
+                             fingerprint=job["fingerprint"]).to_json()
     assert [s["file"] for s in manifest["shards"]] == [shard_file_name(i, 3) for i in range(3)]
     for shard in job["shards"]:
         assert (tmp_path / "ds" / shard["file"]).read_bytes() == (
@@ -54,13 +60,13 @@ def test_its_manifest_is_valid_and_is_the_file_on_disk(tmp_path):
                              windows=WindowSpec(window=2, stride=2))
     data = (tmp_path / "ds" / MANIFEST_NAME).read_bytes()
     assert data == dumps_manifest(manifest)
-    assert parse_manifest(data, where=str(tmp_path / "ds" / MANIFEST_NAME)) == manifest
+    assert read_manifest(data, where=str(tmp_path / "ds" / MANIFEST_NAME)) == manifest
     assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == [
         MANIFEST_NAME, "part-00000-of-00001.parquet"]
     table = pq.read_table(tmp_path / "ds" / "part-00000-of-00001.parquet")
     assert table.column("tokens").to_pylist() == [[256, 97, 98], [98, 257]]  # the docstring's
-    assert manifest["counts"]["windows"] == 2
-    assert manifest["tokenizer"] == TOK.info()
+    assert manifest.counts.windows == 2
+    assert manifest.tokenizer == TOK.info()
 
 
 def test_shards_row_groups_and_tokenizer_are_as_asked(tmp_path):
@@ -68,8 +74,9 @@ def test_shards_row_groups_and_tokenizer_are_as_asked(tmp_path):
     documents = [(f"d{i}", [1, *range(10, 10 + i), 2]) for i in range(40)]
     tokenizer = {"kind": "sentencepiece", "vocab_size": 500, "bos_id": 1, "eos_id": 2,
                  "sha256": "ab" * 32}
-    manifest = write_dataset(tmp_path / "ds", documents, windows=windows, tokenizer=tokenizer,
-                             num_shards=4, rows_per_group=5)
+    manifest = write_dataset(tmp_path / "ds", documents, windows=windows,
+                             tokenizer=TokenizerInfo(**tokenizer), num_shards=4,
+                             rows_per_group=5).to_json()
     assert parse_manifest(json.dumps(manifest)) == manifest
     assert manifest["tokenizer"] == tokenizer
     assert manifest["row_group_rows"] == 5

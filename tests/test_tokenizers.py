@@ -25,8 +25,8 @@ def test_bytes_tokenizer():
     assert z.tolist() == [256, 97, 98, 99, 100, 101, 257]
     assert tok.encode("").tolist() == [256, 257]
     assert tok.encode("道").tolist() == [256, 0xE9, 0x81, 0x93, 257]
-    assert tok.info() == {"kind": "bytes", "vocab_size": 258, "bos_id": 256, "eos_id": 257,
-                          "sha256": None}
+    assert tok.info().to_json() == {"kind": "bytes", "vocab_size": 258, "bos_id": 256,
+                                    "eos_id": 257, "sha256": None}
 
 
 def test_sentencepiece_matches_the_library():
@@ -38,7 +38,7 @@ def test_sentencepiece_matches_the_library():
         assert z.dtype == np.int32
         assert z.tolist() == [ref.bos_id()] + ref.encode(text) + [ref.eos_id()]
     assert (tok.bos_id, tok.eos_id, tok.vocab_size) == (1, 2, 500)
-    assert len(tok.info()["sha256"]) == 64
+    assert len(tok.info().sha256) == 64
 
 
 def test_model_without_bos_eos_is_refused():
@@ -84,14 +84,14 @@ def test_hf_ids_equal_the_library_with_our_bos_eos(bpe):
     assert [z.tolist() for z in threaded.encode_batch(REAL)] == want
     assert [z.tolist() for z in threaded.encode_batch(REAL[:7])] == want[:7]
     assert tok.decode(want[1]) == "<s>" + REAL[1] + "</s>"
-    assert tok.info() == {
+    assert tok.info().to_json() == {
         "kind": "huggingface", "vocab_size": ref.get_vocab_size(with_added_tokens=True),
         "bos_id": bos, "eos_id": eos, "bos_token": "<s>", "eos_token": "</s>",
         "sha256": hashlib.sha256(bpe.read_bytes()).hexdigest(),
         "file": "tokenizer.json", "path": str(bpe), "engine": "tiktoken"}
     pinned = HFTokenizer(bpe.read_bytes(), where=str(bpe), bos_token="<s>", eos_token="</s>",
                          engine="tokenizers")
-    assert pinned.engine == "tokenizers" and pinned.info()["engine"] == "tokenizers"
+    assert pinned.engine == "tokenizers" and pinned.info().engine == "tokenizers"
     assert [z.tolist() for z in pinned.encode_batch(REAL)] == want
 
 
@@ -146,7 +146,7 @@ def test_decode_gives_back_the_text():
     sp = SentencePieceTokenizer(model, where="tiny.model")
     assert sp.decode(sp.encode("The fox saw the grapes.").tolist()) == (
         "<s>The fox saw the grapes.</s>")
-    assert sp.info()["file"] == "tiny.model" and sp.info()["path"] == "tiny.model"
+    assert sp.info().extra == {"file": "tiny.model", "path": "tiny.model"}
 
 
 def test_the_job_with_a_tokenizer_json_writes_the_library_ids(bpe, corpus, tmp_path):

@@ -13,15 +13,17 @@ from pipeline.encode import EncodeChunks
 from pipeline.read import SplitInputs
 from pipeline.write import ShuffleDocuments
 from tests.conftest import block_documents, fn_api_pipeline
-from transforms.keys import ShardPlan, doc_key, shard_of
-from transforms.params import ReadSpec, WindowSpec
+from tests.job_data import context_of
+from transforms.keys import doc_key, shard_of
+from transforms.params import WindowSpec
 
 
 def shuffled(p, path, *, windows, num_shards):
-    spec = ReadSpec(format="lines")
-    chunks = p | SplitInputs([str(path)], spec=spec)
-    encoded = chunks | EncodeChunks(spec=spec, windows=windows, tokenizer=None,
-                                    plan=ShardPlan(num_shards=num_shards))
+    context = context_of("--format", "lines", "--window", str(windows.window), "--stride",
+                         str(windows.stride), "--num-shards", str(num_shards), "--shuffle",
+                         "runner")
+    chunks = p | SplitInputs([str(path)], spec=context.config.read)
+    encoded = chunks | EncodeChunks(context)
     return encoded.blocks | ShuffleDocuments()
 
 

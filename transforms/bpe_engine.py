@@ -272,6 +272,8 @@ def _ranks(keep: dict[str, int], made: dict[str, int]) -> tuple[list[int], dict[
 
 
 _CORES: dict[int, tuple[BpeTables, Any]] = {}
+_NEVER = "\x00<|token-windows: never allowed|>\x00"
+_NONE_ALLOWED: frozenset[str] = frozenset()
 
 
 def _core(tables: BpeTables) -> Any:
@@ -283,8 +285,12 @@ def _core(tables: BpeTables) -> Any:
     if held is None or held[0] is not tables:
         while len(_CORES) >= 4:
             _CORES.pop(next(iter(_CORES)))
+        # One special token, never allowed (`_NONE_ALLOWED`): tiktoken's buffer encode then
+        # splits nothing out and is `encode_ordinary` into an array, without a Python int per
+        # token (an empty special set would be a pattern matching everywhere).
+        never = {_NEVER: max(tables.ranks.values(), default=-1) + 1}
         core = tiktoken.Encoding("token-windows", pat_str=tables.pattern,
-                                 mergeable_ranks=tables.ranks, special_tokens={})._core_bpe
+                                 mergeable_ranks=tables.ranks, special_tokens=never)._core_bpe
         held = _CORES[id(tables)] = (tables, core)
     return held[1]
 
@@ -325,14 +331,19 @@ class TiktokenEngine:
         self._late_ids = {a.content: a.id for a in late}
         self._prefix = tables.add_prefix_space
         self._plain = self._normalize is None and not self._prefix
-        self._rank_ids = None if tables.rank_ids is None else tables.rank_ids.tolist()
+        self._rank_ids = tables.rank_ids
         # ByteLevel's own split matches every character (its classes \p{L}, \p{N},
         # [^\s\p{L}\p{N}] and \s cover them all); a file's Split pattern may not, and what
         # no match covers tiktoken drops: then the text goes to tokenizers.
-        self._lengths = None if tables.pattern == GPT2_PATTERN else tables.rank_bytes.tolist()
+        self._lengths = (None if tables.pattern == GPT2_PATTERN else
+                         np.asarray(tables.rank_bytes, np.int64))
 
     def encode(self, text: str) -> list[int]:
         """``tokenizers``' ``encode(text, add_special_tokens=False).ids``."""
+        return self.encode_array(text).tolist()
+
+    def encode_array(self, text: str) -> npt.NDArray[np.integer]:
+        """`encode` as an array, made from tiktoken's own buffer: no Python int per token."""
         try:
             if self._plain and not (self._raw and self._raw.search(text)) and not (
                     self._late and self._late.search(text)):
@@ -341,34 +352,33 @@ class TiktokenEngine:
                 ids = self._encode(text)
         except UnicodeEncodeError:  # a lone surrogate: whatever tokenizers does with it
             ids = None
-        return self._fallback(text) if ids is None else ids
+        return np.asarray(self._fallback(text), np.int64) if ids is None else ids
 
-    def _encode(self, text: str) -> list[int] | None:
-        out: list[int] = []
+    def _encode(self, text: str) -> npt.NDArray[np.integer] | None:
+        out: list[npt.NDArray[np.integer]] = []
         for piece, is_added in _split(self._raw, text):
             if is_added:
-                out.append(self._ids[piece])
+                out.append(np.array([self._ids[piece]], np.int64))
                 continue
             if self._normalize is not None:
                 piece = self._normalize(piece)
             for sub, sub_added in _split(self._late, piece):
                 if sub_added:
-                    out.append(self._late_ids[sub])
+                    out.append(np.array([self._late_ids[sub]], np.int64))
                     continue
                 ids = self._piece(" " + sub if self._prefix and sub[:1] != " " else sub)
                 if ids is None:
                     return None
-                out += ids
-        return out
+                out.append(ids)
+        return np.concatenate(out) if out else np.zeros(0, np.int64)
 
-    def _piece(self, text: str) -> list[int] | None:
-        ranks = self._core.encode_ordinary(text)
-        if self._lengths is not None and sum(map(self._lengths.__getitem__, ranks)) != len(
+    def _piece(self, text: str) -> npt.NDArray[np.integer] | None:
+        ranks = np.frombuffer(self._core.encode_to_tiktoken_buffer(text, _NONE_ALLOWED),
+                              np.uint32)
+        if self._lengths is not None and int(self._lengths[ranks].sum()) != len(
                 text.encode("utf-8")):
             return None  # a gap between matches: tokenizers keeps it, tiktoken drops it
-        if self._rank_ids is not None:
-            return [self._rank_ids[r] for r in ranks]
-        return ranks
+        return ranks if self._rank_ids is None else self._rank_ids[ranks]
 
 
 def _split(pattern: re.Pattern[str] | None, text: str) -> list[tuple[str, bool]]:

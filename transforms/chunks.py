@@ -12,14 +12,13 @@ each a function here, so that the pipeline only wires them:
 2. `count_lines`: how many lines begin in a byte-range chunk; `number_chunks` then gives each
    chunk of a file its first line number, so ids keep true line numbers.
 3. `read_chunk`: a chunk → its documents and rejects (`transforms.documents`).
-4. `account_inputs`: the chunks' `Receipt`s → the number of records, after checking that the
-   pieces of every file tile it exactly once.
+4. `transforms.receipts.account_inputs`: the chunks' `Receipt`s → the number of records,
+   after checking that the pieces of every file tile it exactly once.
 
 Nothing here knows a file system: each step that reads takes ``open_file(path)``, which must
 return a seekable binary file of the raw bytes (the pipeline passes Beam's FileSystems, so
-``gs://`` works; tests pass `open_local`). Compressed files are decompressed here, with Python's
-own codecs, which report a stream that ends early: a truncated ``.gz``, ``.bz2`` or ``.zst``
-fails the job instead of losing its tail.
+``gs://`` works; tests pass `open_local`). Compressed files are decompressed by
+`transforms.codecs`; file names become id prefixes in `transforms.input_names`.
 
 Example: a 150 MB ``big.jsonl`` with 64 MiB chunks becomes chunks [0, 64 MiB), [64, 128 MiB)
 and [128 MiB, 150 MB); if 40,000 lines begin in the first, the second's first line is 40,001.
@@ -27,16 +26,13 @@ and [128 MiB, 150 MB); if 40,000 lines begin in the first, the second's first li
 
 from __future__ import annotations
 
-import bz2
 import dataclasses
-import gzip
-import io
-import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
 
 import pyarrow.parquet as pq
 
+from transforms.codecs import BOM, CountingReader, compression_of, decompress
 from transforms.documents import (
     Document,
     Reject,
@@ -44,37 +40,26 @@ from transforms.documents import (
     parse_parquet,
     parse_text_file,
 )
+from transforms.input_names import shown_name
 from transforms.input_parquet import DamagedInput, read_row_groups
 from transforms.params import ReadSpec
+from transforms.receipts import InputChanged, Receipt, check_unchanged
 
 __all__ = [
-    "BOM",
     "CHUNK_BYTES",
-    "COMPRESSIONS",
     "Chunk",
-    "InputChanged",
     "Opener",
-    "Receipt",
-    "account_inputs",
-    "common_base",
-    "compression_of",
     "count_lines",
-    "decompressed",
     "detect_format",
-    "disambiguated_name",
     "line_starts_in",
     "number_chunks",
     "open_local",
-    "pattern_base",
     "plan_chunks",
     "read_chunk",
-    "relative_name",
-    "shown_name",
 ]
 
 # An uncompressed line-oriented file is read in ranges of this many bytes, in parallel.
 CHUNK_BYTES = 64 << 20
-COMPRESSIONS = {".gz": "gzip", ".bz2": "bzip2", ".zst": "zstd"}
 _EXTENSIONS = {
     ".txt": "text",
     ".text": "text",
@@ -85,7 +70,6 @@ _EXTENSIONS = {
     ".parquet": "parquet",
 }
 _READ_BLOCK = 1 << 20
-BOM = b"\xef\xbb\xbf"
 
 Opener = Callable[[str], BinaryIO]
 
@@ -93,24 +77,6 @@ Opener = Callable[[str], BinaryIO]
 def open_local(path: str) -> BinaryIO:
     """The `Opener` for local files (tests, and scripts that need no Beam)."""
     return open(path, "rb")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Receipt:
-    """What one parsed chunk says about itself.
-
-    ``start``/``end`` are byte offsets, or row-group indices for Parquet, in ``[0, extent)``;
-    ``extent`` is the file's size in bytes, or its number of row groups.
-    """
-
-    path: str
-    size: int
-    extent: int
-    start: int
-    end: int
-    records: int
-    mtime: float | None = None
-    sampled_out: int = 0  # records left out by --sample (`transforms.splits`), of ``records``
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -144,66 +110,6 @@ class Chunk:
         return Receipt(path=self.path, size=self.size, extent=self.extent, start=self.start,
                        end=self.end, records=records, mtime=self.mtime,
                        sampled_out=sampled_out)
-
-
-def pattern_base(pattern: str) -> str:
-    """The directory part of a pattern before its first glob character, with a final '/'.
-
-    >>> pattern_base("gs://b/corpus/*/part-*.jsonl.gz")
-    'gs://b/corpus/'
-    """
-    cut = len(pattern)
-    for ch in "*?[":
-        i = pattern.find(ch)
-        if i != -1:
-            cut = min(cut, i)
-    return pattern[: pattern.rfind("/", 0, cut) + 1]
-
-
-def relative_name(path: str, base: str) -> str:
-    """The path of a matched file relative to its pattern's base (stable across machines).
-
-    A name that is not valid UTF-8 (a local file name Python holds with surrogate escapes)
-    is shown with its undecodable bytes escaped: ``caf\\xe9.jsonl``.
-    """
-    rel = path[len(base) :] if base and path.startswith(base) else path.rsplit("/", 1)[-1]
-    return shown_name(rel)
-
-
-def shown_name(path: str) -> str:
-    """``path`` with bytes that are not UTF-8 (surrogate escapes) shown as ``\\xNN``."""
-    try:
-        path.encode("utf-8")
-        return path
-    except UnicodeEncodeError:
-        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-def common_base(bases: Iterable[str]) -> str:
-    """The longest directory prefix (ending in '/') shared by pattern bases, or ''.
-
-    >>> common_base(["c/en/", "c/zh/"])
-    'c/'
-    """
-    bases = list(bases)
-    prefix = os.path.commonprefix(bases) if bases else ""
-    return prefix[: prefix.rfind("/") + 1]
-
-
-def disambiguated_name(path: str, bases: Iterable[str]) -> str:
-    """The id prefix of a file whose `relative_name` is shared by another file of the job:
-    its path relative to the common base of every pattern (the full path if there is none),
-    so ``en/part-0.jsonl`` and ``zh/part-0.jsonl`` stay apart."""
-    base = common_base(bases)
-    return shown_name(path[len(base) :] if base and path.startswith(base) else path)
-
-
-def compression_of(path: str) -> str | None:
-    """gzip, bzip2 or zstd, as the file name's last extension says; None: not compressed."""
-    for ext, kind in COMPRESSIONS.items():
-        if path.endswith(ext):
-            return kind
-    return None
 
 
 def detect_format(path: str, forced: str | None) -> tuple[str, str | None]:
@@ -334,96 +240,6 @@ def _read_line_range(f: BinaryIO, start: int, end: int) -> tuple[bytes, int]:
     return data, consumed
 
 
-class _CountingReader(io.RawIOBase):
-    """A read-only view of a binary file that counts the bytes read through it (codecs read
-    the compressed file through it, so the receipt knows how much of the file was used)."""
-
-    def __init__(self, f: BinaryIO) -> None:
-        self._f = f
-        self.consumed = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: bytearray) -> int:  # type: ignore[override]
-        data = self._f.read(len(b))
-        b[: len(data)] = data
-        self.consumed += len(data)
-        return len(data)
-
-    def read(self, size: int = -1) -> bytes:
-        data = self._f.read() if size is None or size < 0 else self._f.read(size)
-        self.consumed += len(data)
-        return data
-
-
-class InputChanged(OSError):
-    """An input file is not the file that was matched when the job started."""
-
-
-def _seen(f: BinaryIO) -> tuple[int, float | None]:
-    """(size, mtime) of an open file as it is now; mtime None where the file system gives
-    no descriptor (object stores: their size is still seen)."""
-    position = f.tell()
-    size = f.seek(0, io.SEEK_END)
-    f.seek(position)
-    try:
-        mtime: float | None = os.fstat(f.fileno()).st_mtime
-    except (AttributeError, OSError, io.UnsupportedOperation, ValueError):
-        mtime = None
-    return size, mtime
-
-
-def _check_unchanged(chunk: Chunk, f: BinaryIO, consumed: int | None) -> None:
-    """Fail unless the open file still is the file that was matched (size, mtime) and the
-    read consumed what the chunk planned."""
-    size, mtime = _seen(f)
-    changed = size != chunk.size or (
-        mtime is not None and chunk.mtime is not None and mtime != chunk.mtime)
-    if consumed is not None and consumed != (chunk.end - chunk.start):
-        changed = True
-    if changed:
-        raise InputChanged(
-            f"input file {shown_name(chunk.path)} changed while the job ran: matched with "
-            f"{chunk.size} bytes (mtime {chunk.mtime}), read with {size} bytes (mtime "
-            f"{mtime}); no manifest was written: rerun once the input stops changing"
-        )
-
-
-def decompressed(f: BinaryIO, compression: str | None) -> BinaryIO:
-    """A stream of the decompressed bytes of ``f`` (``f`` itself when not compressed).
-
-    gzip and bzip2 streams that end early raise EOFError; a zstd stream reader does not, so
-    a whole-file read goes through `_decompress`, which checks every zstd frame's end.
-    """
-    if compression is None:
-        return f
-    if compression == "gzip":
-        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
-    if compression == "bzip2":
-        return bz2.BZ2File(f, mode="rb")  # type: ignore[return-value]
-    import zstandard
-
-    reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
-    return io.BufferedReader(reader)  # type: ignore[arg-type]
-
-
-def _decompress(f: BinaryIO, compression: str | None) -> bytes:
-    """The whole decompressed content; a stream that ends early raises EOFError."""
-    if compression != "zstd":
-        return decompressed(f, compression).read()
-    import zstandard
-
-    data, out = f.read(), []
-    while data:
-        frame = zstandard.ZstdDecompressor().decompressobj()
-        out.append(frame.decompress(data))
-        if not frame.eof:
-            raise EOFError("zstd stream ended before the end of its frame")
-        data = frame.unused_data
-    return b"".join(out)
-
-
 def read_chunk(chunk: Chunk, spec: ReadSpec, open_file: Opener) -> Iterator[Document | Reject]:
     """The documents and rejects of one chunk, in record order.
 
@@ -446,15 +262,15 @@ def read_chunk(chunk: Chunk, spec: ReadSpec, open_file: Opener) -> Iterator[Docu
                     table = read_row_groups(f, start=chunk.start, end=chunk.end,
                                             first_row=first, name=shown_name(chunk.path))
                 except DamagedInput:
-                    _check_unchanged(chunk, f, None)  # rewritten under the job: not damaged
+                    check_unchanged(chunk, f, None)  # rewritten under the job: not damaged
                     raise
             elif chunk.compression is not None or chunk.fmt == "text":
-                counted = _CountingReader(f)
-                data = _decompress(counted, chunk.compression)
+                counted = CountingReader(f)
+                data = decompress(counted, chunk.compression)
                 consumed = counted.consumed
             else:
                 data, consumed = _read_line_range(f, chunk.start, chunk.end)
-            _check_unchanged(chunk, f, consumed)
+            check_unchanged(chunk, f, consumed)
     except (InputChanged, DamagedInput):
         raise
     except Exception as e:  # a file that cannot be read fails the job, naming it
@@ -468,76 +284,3 @@ def read_chunk(chunk: Chunk, spec: ReadSpec, open_file: Opener) -> Iterator[Docu
     return parse_lines(data, fmt=chunk.fmt, first_line=first, **where)
 
 
-def account_inputs(
-    receipts: Iterable[Receipt],
-    expected: dict[str, int] | dict[str, tuple[int, float | None]] | None,
-) -> int:
-    """The number of records read, after checking that every input was read exactly once.
-
-    The pieces of each file must tile ``[0, extent)`` with no gap and no overlap, and, when
-    ``expected`` ({path: size} or {path: (size, mtime)} as matched before the job started)
-    is given, every expected file must be there with its size (and mtime, where both are
-    known) and no other. A runner that lost or repeated work, or an input that changed
-    after the launcher matched it, thus fails the job instead of writing a dataset that
-    silently lacks (or doubles) part of its input.
-
-    Raises:
-        RuntimeError: naming the file and what is wrong with it.
-    """
-    by_path: dict[str, list[Receipt]] = {}
-    for r in receipts:
-        by_path.setdefault(r.path, []).append(r)
-    launch: dict[str, tuple[int, float | None]] | None = None
-    if expected is not None:
-        launch = {p: (v, None) if isinstance(v, int) else (v[0], v[1])
-                  for p, v in expected.items()}
-        missing = sorted(set(launch) - set(by_path))
-        if missing:
-            raise RuntimeError(
-                f"{len(missing)} input files were never read (e.g. {shown_name(missing[0])}): "
-                "the runner lost work, or the file disappeared while the job ran; no manifest "
-                "was written, rerun the job"
-            )
-        extra = sorted(set(by_path) - set(launch))
-        if extra:
-            raise RuntimeError(
-                f"{shown_name(extra[0])} was read but did not match when the job started: "
-                "inputs changed while the job ran; no manifest was written"
-            )
-    total = 0
-    for path, pieces in sorted(by_path.items()):
-        pieces.sort(key=lambda r: (r.start, r.end))
-        seen = {(r.size, r.extent, r.mtime) for r in pieces}
-        name = shown_name(path)
-        if len(seen) != 1:
-            raise RuntimeError(
-                f"input file {name} changed while the job ran (its chunks saw (size, extent, "
-                f"mtime) {sorted(seen, key=repr)}); no manifest was written: rerun once the "
-                "input stops changing"
-            )
-        if launch is not None:
-            size, mtime = launch[path]
-            read = pieces[0]
-            if read.size != size or (
-                    mtime is not None and read.mtime is not None and read.mtime != mtime):
-                raise RuntimeError(
-                    f"input file {name} changed while the job ran: {size} bytes (mtime {mtime}) "
-                    f"when the job started, {read.size} bytes (mtime {read.mtime}) when it was "
-                    "read; no manifest was written: rerun once the input stops changing"
-                )
-        position = 0
-        for r in pieces:
-            if r.start != position:
-                what = "was read twice" if r.start < position else "was never read"
-                raise RuntimeError(
-                    f"{name}: the range [{min(r.start, position)}, {max(r.start, position)}) "
-                    f"{what}: the runner lost or repeated work; no manifest was written"
-                )
-            position = r.end
-            total += r.records
-        if position != pieces[0].extent:
-            raise RuntimeError(
-                f"{name}: the range [{position}, {pieces[0].extent}) was never read: the "
-                "runner lost work; no manifest was written"
-            )
-    return total

@@ -30,6 +30,7 @@ try:  # optional: parses JSONL about 3× faster; used only where it agrees with 
 except ImportError:  # pragma: no cover - the json module alone gives the same documents
     _orjson = None
 
+from transforms.json_fields import JsonObject
 from transforms.params import ReadSpec
 
 __all__ = [
@@ -68,7 +69,7 @@ class Reject(typing.NamedTuple):
     record: str
     truncated: bool = False  # ``record`` already holds only the start of the record
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The JSON object written to ``_rejects/<reason>.jsonl``."""
         truncated = self.truncated or len(self.record) > MAX_REJECT_RECORD_CHARS
         return {
@@ -165,7 +166,7 @@ def _document(
     return Document(doc_id=doc_id, text=text, source=source, repaired=repaired)
 
 
-def _record_id(record: dict[str, Any], spec: ReadSpec, source: str, raw: str) -> str | Reject:
+def _record_id(record: JsonObject, spec: ReadSpec, source: str, raw: str) -> str | Reject:
     value = record.get(spec.id_field)  # type: ignore[arg-type]
     if value is None:
         return Reject(reason="missing_id", source=source, detail=f"no {spec.id_field!r} field",

@@ -1,15 +1,15 @@
-"""Documents → tokens → windows → seeded keys → blocks by shard: the heart of the job.
+"""Documents → tokens → windows → seeded keys → parcels by shard: the heart of the job.
 
 `batch_documents` groups a chunk's records into batches of documents (rejects pass through as
 they come); each batch is encoded (``Tokenizer.encode_batch``: z = [BOS, ids…, EOS] per
 document) and handed with its tokens to `pack_documents`, which plans every document's windows
 (`transforms.windows.plan_windows_batch`), keys it (`transforms.keys.doc_keys`) and packs it
-into the block of its shard (`transforms.blocks.pack_blocks`). `encode_documents` is both
+into the parcel of its shard (`transforms.parcels.pack_parcels`). `encode_documents` is both
 steps at once. Each document is encoded, planned and keyed alone, so batch boundaries never
 reach the output.
 
 Example: with the bytes tokenizer, window 4, one shard, the document ("d", "abcde") gives one
-block holding z = [256, 97, 98, 99, 100, 101, 257] and windows (0, 4), (4, 2);
+parcel holding z = [256, 97, 98, 99, 100, 101, 257] and windows (0, 4), (4, 2);
 ``Encoded.tokens == 7`` and ``Encoded.windows == 2``.
 """
 
@@ -21,10 +21,10 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from transforms.blocks import pack_blocks
 from transforms.documents import Document, Reject
 from transforms.keys import ShardPlan, doc_keys
 from transforms.params import WindowSpec
+from transforms.parcels import pack_parcels
 from transforms.splits import SplitSpec
 from transforms.tokenizers import Tokenizer
 from transforms.windows import plan_windows_batch
@@ -50,9 +50,9 @@ BUFFER_TOKENS = 16 << 20
 
 
 class Encoded(NamedTuple):
-    """A batch's blocks, (shard, block) in shard order, and what they hold."""
+    """A batch's parcels, (shard, parcel) in shard order, and what they hold."""
 
-    blocks: list[tuple[int, bytes]]  # (shard, or part, block)
+    parcels: list[tuple[int, bytes]]  # (shard, or part, parcel)
     tokens: int  # Σ M
     windows: int
 
@@ -85,7 +85,7 @@ def pack_documents(
 ) -> Encoded:
     """Plan, key and pack documents whose z (``tokens``, one array each) is known.
 
-    Blocks are packed by shard, or by part of a shard when ``parts_per_shard`` > 1
+    Parcels are packed by shard, or by part of a shard when ``parts_per_shard`` > 1
     (`transforms.keys.part_of`; the part's shard is ``part // parts_per_shard``). ``keys``
     are the documents' `transforms.keys.doc_keys` when the caller has them already;
     ``part``: every document goes to this part (the caller has placed them).
@@ -93,7 +93,7 @@ def pack_documents(
     ids = [d.doc_id for d in docs]
     m = np.fromiter(map(len, tokens), np.int64, len(tokens))
     plans = plan_windows_batch(m - 1, windows, ids)
-    blocks = pack_blocks(
+    parcels = pack_parcels(
         doc_keys=doc_keys(windows.seed, ids) if keys is None else keys,
         doc_ids=ids,
         sources=[d.source for d in docs],
@@ -103,8 +103,8 @@ def pack_documents(
         num_shards=1 if part is not None else num_shards * parts_per_shard,
     )
     if part is not None:
-        blocks = [(part, block) for _, block in blocks]
-    return Encoded(blocks=blocks, tokens=int(m.sum()), windows=len(plans.starts))
+        parcels = [(part, parcel) for _, parcel in parcels]
+    return Encoded(parcels=parcels, tokens=int(m.sum()), windows=len(plans.starts))
 
 
 def encode_documents(
@@ -116,13 +116,13 @@ def encode_documents(
 
 
 class PartBuffer:
-    """Encoded documents held by the part (or shard) they go to, packed one block per part
+    """Encoded documents held by the part (or shard) they go to, packed one parcel per part
     once about ``max_tokens`` tokens are held, or when the caller flushes.
 
-    Packing each batch alone would cut it into one block per part it touches; with many
-    parts (a large corpus) most blocks would hold a document or two, and a shard writer
+    Packing each batch alone would cut it into one parcel per part it touches; with many
+    parts (a large corpus) most parcels would hold a document or two, and a shard writer
     would read and decode hundreds of thousands of them. Held by part, a chunk gives about
-    one block per part and flush. What the blocks hold never reaches the output.
+    one parcel per part and flush. What the parcels hold never reaches the output.
 
     Args:
         windows: the window parameters (and the seed of the keys).
@@ -151,7 +151,7 @@ class PartBuffer:
         self._held = 0
 
     def add(self, docs: Sequence[Document], tokens: Sequence[npt.NDArray[np.int32]]) -> Encoded:
-        """Hold documents (their z in ``tokens``); returns the blocks of a flush, if the
+        """Hold documents (their z in ``tokens``); returns the parcels of a flush, if the
         buffer filled up, else none (``Encoded.tokens``/``windows`` count what was packed)."""
         ids = [d.doc_id for d in docs]
         keys = doc_keys(self._windows.seed, ids).tolist()
@@ -165,19 +165,19 @@ class PartBuffer:
             self._held += len(z)
         if self._held >= self._max_tokens:
             return self.flush()
-        return Encoded(blocks=[], tokens=0, windows=0)
+        return Encoded(parcels=[], tokens=0, windows=0)
 
     def flush(self) -> Encoded:
-        """One block per part held, in part order; the buffer is empty afterwards."""
-        blocks: list[tuple[int, bytes]] = []
+        """One parcel per part held, in part order; the buffer is empty afterwards."""
+        parcels: list[tuple[int, bytes]] = []
         tokens = windows = 0
         for part in sorted(self._docs):
             packed = pack_documents(self._docs.pop(part), self._tokens.pop(part),
                                     windows=self._windows, num_shards=self._plan.num_shards,
                                     parts_per_shard=self._parts_per_shard,
                                     keys=self._keys.pop(part), part=part)
-            blocks += packed.blocks
+            parcels += packed.parcels
             tokens += packed.tokens
             windows += packed.windows
         self._held = 0
-        return Encoded(blocks=blocks, tokens=tokens, windows=windows)
+        return Encoded(parcels=parcels, tokens=tokens, windows=windows)

@@ -32,17 +32,8 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
-from transforms.chunks import (
-    CHUNK_BYTES,
-    Chunk,
-    Opener,
-    disambiguated_name,
-    number_chunks,
-    pattern_base,
-    plan_chunks,
-    relative_name,
-    shown_name,
-)
+from transforms.chunks import CHUNK_BYTES, Chunk, Opener, number_chunks, plan_chunks
+from transforms.input_names import disambiguated_name, pattern_base, relative_name, shown_name
 from transforms.params import ReadSpec
 
 __all__ = ["FOOTER_THREADS", "NamedFile", "balance", "chunk_weight", "name_files",

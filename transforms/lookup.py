@@ -16,7 +16,8 @@ from typing import BinaryIO
 
 import pyarrow.parquet as pq
 
-from transforms.chunks import Opener, decompressed, detect_format
+from transforms.chunks import Opener, detect_format
+from transforms.codecs import decompressed
 from transforms.params import ReadSpec
 
 __all__ = ["read_records"]

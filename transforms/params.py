@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from transforms.json_fields import JsonObject
+
 __all__ = [
     "FORMATS",
     "OFFSETS",
@@ -80,7 +82,7 @@ class WindowSpec:
         if not 0 <= self.seed < _UINT64:
             raise ValueError(f"`seed` must be in [0, 2**64), but got {self.seed}")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The manifest's ``windows`` object."""
         return dataclasses.asdict(self)
 
@@ -117,7 +119,7 @@ class ReadSpec:
             raise ValueError("`id_field` must be a non-empty string or unset, but got ''")
         check_positive_int("max_doc_bytes", self.max_doc_bytes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The manifest's ``reading`` object."""
         return dataclasses.asdict(self)
 

@@ -1,4 +1,4 @@
-"""A shard's blocks → its rows in order, its duplicate-id rejects and its exact counts.
+"""A shard's parcels → its rows in order, its duplicate-id rejects and its exact counts.
 
 What the rows are and how they are ordered: docs/format.md#shuffle-and-shards.
 
@@ -11,7 +11,7 @@ Example: documents ``b`` (key 5, z of "abcd") and ``a`` (key 9, z of "abcde"), w
 stride 2, give rows b/0, b/1, b/2, a/0, a/1, a/2, and a's rows hold the tokens
 [256, 97, 98], [98, 99, 100], [100, 101, 257].
 
-Only the block headers are read per block; the columns are built with a few vectorised
+Only the parcel headers are read per parcel; the columns are built with a few vectorised
 operations, for any range of rows (`ShardRows.table`, `ShardRows.tables`), so a writer takes a
 shard a piece at a time without ever holding all its rows as Arrow data.
 """
@@ -24,8 +24,8 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from transforms.blocks import Block, read_block
 from transforms.documents import Reject, source_order
+from transforms.parcels import Parcel, read_parcel
 from transforms.schema import ARROW_SCHEMA
 
 __all__ = ["ShardCounts", "ShardRows"]
@@ -65,7 +65,7 @@ class ShardRows:
     """A shard's documents in row order, cut into Parquet rows on demand.
 
     Args:
-        blocks: the shard's blocks (`transforms.blocks.pack_blocks`), in any order and
+        parcels: the shard's parcels (`transforms.parcels.pack_parcels`), in any order and
             batching: the rows do not depend on either.
 
     Attributes:
@@ -78,11 +78,11 @@ class ShardRows:
             2 GiB of ids; the message says to raise ``--num-shards``.
     """
 
-    def __init__(self, blocks: Iterable[bytes]) -> None:
-        parts = [read_block(b) for b in blocks]
+    def __init__(self, parcels: Iterable[bytes]) -> None:
+        parts = [read_parcel(b) for b in parcels]
         keys = _cat(parts, "keys", np.uint64)
-        m = _cat(parts, "m", np.int64)
-        n = _cat(parts, "n", np.int64)
+        m = _cat(parts, "doc_tokens", np.int64)
+        n = _cat(parts, "doc_windows", np.int64)
         wide = any(b.tokens.dtype.itemsize == 4 for b in parts)
         self._z = (np.concatenate([b.tokens.astype("<i4") if wide else b.tokens for b in parts])
                    if parts else np.empty(0, np.int32))
@@ -107,9 +107,9 @@ class ShardRows:
         first_row = np.zeros(len(order), np.int64)  # its first row, after sorting
         np.cumsum(n_sorted[:-1], out=first_row[1:])
         window = np.arange(rows) - np.repeat(first_row, n_sorted)
-        w_start = np.cumsum(n) - n  # each document's first window in the blocks
+        w_start = np.cumsum(n) - n  # each document's first window in the parcels
         z_start = np.cumsum(m) - m
-        src_row = w_start[doc_of_row] + window  # where each row's window is in the blocks
+        src_row = w_start[doc_of_row] + window  # where each row's window is in the parcels
         starts, lengths, loss = starts[src_row], lengths[src_row], loss[src_row]
         self._offsets = np.zeros(rows + 1, np.int64)
         np.cumsum(lengths.astype(np.int64) + 1, out=self._offsets[1:])
@@ -180,13 +180,13 @@ class ShardRows:
             yield self.table(lo, min(lo + rows_per_table, self.num_rows))
 
 
-def _cat(parts: list[Block], name: str, dtype: type) -> np.ndarray:
+def _cat(parts: list[Parcel], name: str, dtype: type) -> np.ndarray:
     arrays = [getattr(b, name) for b in parts]
     return np.concatenate(arrays) if arrays else np.empty(0, dtype)
 
 
-def _strings(parts: list[Block], blob: str, ends: str) -> pa.StringArray:
-    """The strings of several blocks' blobs (UTF-8 end to end, with end offsets) as one array."""
+def _strings(parts: list[Parcel], blob: str, ends: str) -> pa.StringArray:
+    """The strings of several parcels' blobs (UTF-8 end to end, with end offsets) as one array."""
     offsets, base = [np.zeros(1, np.int64)], 0
     for part in parts:
         offsets.append(getattr(part, ends) + base)

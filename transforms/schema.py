@@ -1,4 +1,4 @@
-"""The shard format and the dataset's layout: one definition, for the writer and the reader.
+"""The shard format and the dataset's directory: one definition, for the writer and the reader.
 
 The format is specified in docs/format.md: the directory's names in #the-directory, the
 columns, their Arrow types and meaning in #shard-format, the footer's key-value metadata in
@@ -26,7 +26,7 @@ import pyarrow as pa
 __all__ = [
     "ARROW_SCHEMA",
     "CLAIM_NAME",
-    "COLUMNS",
+    "SHARD_COLUMNS",
     "COUNTS_KEY",
     "FINGERPRINT_KEY",
     "FORMAT",
@@ -74,7 +74,7 @@ ARROW_SCHEMA = pa.schema(
     ],
     metadata={b"format": FORMAT.encode(), b"format_version": str(FORMAT_VERSION).encode()},
 )
-COLUMNS = tuple(ARROW_SCHEMA.names)
+SHARD_COLUMNS = tuple(ARROW_SCHEMA.names)
 
 
 def shard_file_name(index: int, num_shards: int) -> str:

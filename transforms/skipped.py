@@ -13,7 +13,9 @@ naming the field that holds the text; no manifest was written")``.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
+
+from transforms.documents import Reject
 
 __all__ = ["FIXES", "check_skipped_share"]
 
@@ -41,7 +43,7 @@ def _keys_of(record: str) -> str | None:
     return ", ".join(map(str, value)) if isinstance(value, dict) else None
 
 
-def check_skipped_share(*, records: int, skipped: dict[str, int], first: dict[str, Any],
+def check_skipped_share(*, records: int, skipped: dict[str, int], first: Mapping[str, Reject],
                         max_share: float) -> None:
     """Fail a job whose records were (almost) all skipped: a wrong flag, not dirty data.
 

@@ -1,13 +1,14 @@
-"""A shuffle through files: blocks spilled by part, read back one part at a time.
+"""A shuffle through files: parcels spilled by part, read back one part at a time.
 
 The user's side of it: docs/running.md#memory-on-one-machine-the-file-shuffle.
 
 On the local runner a GroupByKey keeps its whole input in memory. To keep memory flat, the
 job can instead shuffle the way MapReduce and Spark's sort-based shuffle do: each map task
-(here: the encoding of one input chunk) writes one *spill file* holding its blocks and, at
-its end, an index of where each part's blocks are; only the file's path goes on. The writer
+(here: the encoding of one bundle of input chunks, which the runner hands a worker at
+once) writes one *spill file* holding its parcels and, at its end, an index of where each
+part's parcels are; only the file's path goes on. The writer
 of a shard reads, from every spill file, the index entries of its parts and then their
-blocks, one part after another (`ShardParts`), so it holds one part's documents at a time:
+parcels, one part after another (`ShardParts`), so it holds one part's documents at a time:
 memory is O(one part + the list of spill files), never O(shard) or O(corpus).
 
 Parts: each shard's key range is cut into ``parts_per_shard`` contiguous sub-ranges,
@@ -17,20 +18,20 @@ equal keys (so every duplicate id) share a part, so the rows of a shard's parts,
 are exactly the shard's rows (`transforms.parquet.write_rows` keeps row groups aligned across
 parts, so the bytes are the same too).
 
-File layout (little-endian)::
+File format (little-endian)::
 
-    blocks   as written, in any part order
+    parcels   as written, in any part order
     index    starts int64[P + 1]: part p's ranges are ranges[starts[p] : starts[p + 1]]
-             ranges int64[R, 2]: (offset, length) of each block, by part, in file order
+             ranges int64[R, 2]: (offset, length) of each parcel, by part, in file order
     footer   magic "TWS1", P int64, index offset int64, R int64
 
-Example: a chunk that spills blocks for parts 3 and 7 (of 8), then another for part 3, has
+Example: a chunk that spills parcels for parts 3 and 7 (of 8), then another for part 3, has
 ``starts == [0, 0, 0, 0, 2, 2, 2, 2, 3]`` and ranges (0, a), (a + b, c), (a, b).
 
-Rejects spill too: a chunk's rejects, in input order, are written to a file of its own, one
-run of ``rejects/<reason>.jsonl`` lines per reason (`spill_rejects`), and only a `RejectRun`
-per reason goes on. Chunks are disjoint and ordered, so a reason's file is its runs end to
-end in chunk order.
+Rejects spill too: a chunk's rejects, in input order, are written to its bundle's rejects
+file, one run of ``rejects/<reason>.jsonl`` lines per reason (`spill_rejects`), and only a
+`RejectRun` per chunk and reason goes on. Chunks are disjoint and ordered, so a reason's
+file is its runs end to end in chunk order.
 
 File access is the caller's: `SpillWriter` writes to any binary sink, `ShardParts` reads with
 an `transforms.chunks.Opener`.
@@ -72,7 +73,7 @@ def disk_full_message(directory: str) -> str:
 
 
 class SpillWriter:
-    """Blocks of many parts, written end to end to ``sink`` as they come, then their index.
+    """Parcels of many parts, written end to end to ``sink`` as they come, then their index.
 
     Args:
         sink: a writable binary file (not closed here).
@@ -85,15 +86,15 @@ class SpillWriter:
         self._at = 0
         self._written: list[tuple[int, int, int]] = []  # (part, offset, length)
 
-    def write(self, part: int, block: bytes) -> None:
+    def write(self, part: int, parcel: bytes) -> None:
         if not 0 <= part < self._parts:
             raise ValueError(f"part must be in [0, {self._parts}), but got {part}")
-        self._sink.write(block)
-        self._written.append((part, self._at, len(block)))
-        self._at += len(block)
+        self._sink.write(parcel)
+        self._written.append((part, self._at, len(parcel)))
+        self._at += len(parcel)
 
     def finish(self) -> int:
-        """Write the index and footer; returns the bytes of blocks written."""
+        """Write the index and footer; returns the bytes of parcels written."""
         written = np.array(self._written, dtype=np.int64).reshape(-1, 3)
         order = np.argsort(written[:, 0], kind="stable")  # by part, file order within
         starts = np.zeros(self._parts + 1, np.int64)
@@ -163,15 +164,15 @@ class ShardParts:
             with self._open(path) as f:
                 indexes.append(_index(f, path, lo, hi, self._parts))
         for j in range(self._k):
-            blocks = []
+            parcels = []
             for path, index in zip(self._spills, indexes, strict=True):
                 if len(index[j]):
                     with self._open(path) as f:
-                        blocks += [_read(f, int(o), int(n), path) for o, n in index[j]]
-            if not blocks:
+                        parcels += [_read(f, int(o), int(n), path) for o, n in index[j]]
+            if not parcels:
                 continue
-            rows = ShardRows(blocks)
-            del blocks
+            rows = ShardRows(parcels)
+            del parcels
             self.counts += rows.counts
             self.rejects.extend(rows.rejects)
             yield rows

@@ -34,6 +34,8 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
+from transforms.json_fields import JsonObject
+
 __all__ = [
     "SPLITS_NAME",
     "TRAIN",
@@ -195,7 +197,7 @@ class SplitSpec:
         return [bisect.bisect_right(bounds, u) for u in _points(self.seed, b"tw-split", doc_ids)]
 
     @classmethod
-    def from_json(cls, split: dict[str, Any] | None, sample: dict[str, Any] | None) -> SplitSpec:
+    def from_json(cls, split: JsonObject | None, sample: JsonObject | None) -> SplitSpec:
         """The spec a manifest's ``split`` and ``sample`` objects record (`to_json`).
 
         Raises:
@@ -209,9 +211,9 @@ class SplitSpec:
                    sample=float(sample["fraction"]) if sample else 1.0,
                    sample_seed=int(sample["seed"]) if sample else 0)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The split definition as the manifests record it."""
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         if self.splits:
             out["splits"] = [{"name": n, "fraction": float(f)}
                              for n, f in zip(self.names, self.fractions(), strict=True)]
@@ -249,7 +251,7 @@ def split_fingerprint(job: str, name: str) -> str:
     return hashlib.sha256(f"{job}/split/{name}".encode()).hexdigest()
 
 
-def split_job_message(root: str, record: dict[str, Any]) -> str:
+def split_job_message(root: str, record: JsonObject) -> str:
     """Why ``root`` (a split job's top directory) is not one dataset, and the fix."""
     names = [s.get("name", "?") for s in record.get("splits", []) if isinstance(s, dict)]
     first = names[0] if names else "NAME"

@@ -1,7 +1,7 @@
 """Write a valid dataset without running the job: for tests, benchmarks and examples.
 
 `write_dataset` goes through the very code the job uses after its shuffle (seeded keys,
-window plans, blocks by shard, `transforms.rows.ShardRows`, `transforms.parquet.write_rows`,
+window plans, parcels by shard, `transforms.rows.ShardRows`, `transforms.parquet.write_rows`,
 `transforms.manifest.build_manifest`), so what it writes is what the job would write for the
 same documents and parameters, but for the manifest's ``inputs``, ``reading`` and
 ``versions``. It writes to a local directory with plain file calls (no Beam).
@@ -17,21 +17,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from transforms.blocks import pack_blocks
 from transforms.keys import doc_keys
-from transforms.manifest import (
-    MANIFEST_NAME,
-    WrittenShard,
-    build_manifest,
-    dumps_manifest,
-    shard_metadata,
-)
+from transforms.manifest import MANIFEST_NAME, Manifest, TokenizerInfo, dumps_manifest
+from transforms.manifest_build import WrittenShard, build_manifest, shard_metadata
 from transforms.params import WindowSpec
+from transforms.parcels import pack_parcels
 from transforms.parquet import row_group_rows, write_rows
 from transforms.rows import ShardRows
 from transforms.schema import shard_file_name
@@ -46,18 +40,18 @@ def write_dataset(
     documents: Sequence[tuple[str, Sequence[int] | npt.NDArray[np.integer]]],
     *,
     windows: WindowSpec,
-    tokenizer: dict[str, Any] | None = None,
+    tokenizer: TokenizerInfo | None = None,
     num_shards: int = 1,
     rows_per_group: int | None = None,
     fingerprint: str | None = None,
-) -> dict[str, Any]:
+) -> Manifest:
     """Write ``documents`` as a finished dataset in ``directory``; returns its manifest.
 
     Args:
         directory: a local directory (made if missing).
         documents: (doc_id, z) pairs, z the whole token array with BOS and EOS; ids unique.
         windows: the window parameters and the seed of the keys.
-        tokenizer: the manifest's ``tokenizer`` object (default: the bytes tokenizer's).
+        tokenizer: the manifest's ``tokenizer`` record (default: the bytes tokenizer's).
         num_shards: the number of shards.
         rows_per_group: rows per Parquet row group (default: the job's, from the window);
             small values give many row groups.
@@ -69,7 +63,7 @@ def write_dataset(
     ids = [doc_id for doc_id, _ in documents]
     tokens = [np.asarray(z, dtype=np.int32) for _, z in documents]
     m = np.fromiter(map(len, tokens), np.int64, len(tokens))
-    blocks = dict(pack_blocks(
+    parcels = dict(pack_parcels(
         doc_keys=doc_keys(windows.seed, ids), doc_ids=ids,
         sources=[f"{doc_id}:1" for doc_id in ids], tokens=tokens,
         plans=plan_windows_batch(m - 1, windows, ids), repaired=[False] * len(ids),
@@ -78,7 +72,7 @@ def write_dataset(
     group = rows_per_group or row_group_rows(windows.window)
     shards = []
     for index in range(num_shards):
-        rows = ShardRows([blocks[index]] if index in blocks else [])
+        rows = ShardRows([parcels[index]] if index in parcels else [])
         name = shard_file_name(index, num_shards)
         with open(os.path.join(root, name), "wb") as f:
             metadata = None if fingerprint is None else shard_metadata(
@@ -88,7 +82,7 @@ def write_dataset(
         shards.append(WrittenShard(file=name, index=index, sha256=sha, bytes=size,
                                    counts=rows.counts))
     manifest = build_manifest(
-        tokenizer=tokenizer or ByteTokenizer().info(), windows=windows.to_json(),
+        tokenizer=tokenizer or ByteTokenizer().info(), windows=windows,
         inputs=["(transforms.testing)"], reading={}, shards=shards, skipped={},
         records=len(ids), row_group_rows=group, versions={}, fingerprint=fingerprint,
     )

@@ -24,7 +24,7 @@ import hashlib
 import json
 import logging
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -32,7 +32,15 @@ import numpy as np
 import numpy.typing as npt
 
 from transforms import bpe_engine
-from transforms.bpe_engine import ENGINES, PROBE, TiktokenEngine, convert, first_difference
+from transforms.bpe_engine import (
+    ENGINES,
+    PROBE,
+    BpeTables,
+    TiktokenEngine,
+    convert,
+    first_difference,
+)
+from transforms.manifest import TokenizerInfo
 
 __all__ = [
     "BYTES",
@@ -98,8 +106,8 @@ class Tokenizer(Protocol):
         """``encode`` of each text."""
         ...
 
-    def info(self) -> dict[str, Any]:
-        """The manifest's ``tokenizer`` object."""
+    def info(self) -> TokenizerInfo:
+        """The manifest's ``tokenizer`` record."""
         ...
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -126,7 +134,7 @@ class ByteTokenizer:
     def encode_batch(self, texts: Sequence[str]) -> list[npt.NDArray[np.int32]]:
         return [self.encode(t) for t in texts]
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> TokenizerInfo:
         return _info(self)
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -195,7 +203,7 @@ class SentencePieceTokenizer:
             num_threads=self._num_threads,
         )
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> TokenizerInfo:
         return _info(self)
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -282,7 +290,7 @@ class HFTokenizer:
 
     def encode(self, text: str) -> npt.NDArray[np.int32]:
         if self._fast is not None:
-            return self._wrap(self._fast.encode(text))
+            return self._wrap(self._fast.encode_array(text))
         return self._wrap(self._tok.encode(text, add_special_tokens=False).ids)
 
     def encode_batch(self, texts: Sequence[str]) -> list[npt.NDArray[np.int32]]:
@@ -298,17 +306,17 @@ class HFTokenizer:
                                 range(0, len(texts), step))
         return [z for part in slices for z in part]
 
-    def _wrap(self, ids: Sequence[int]) -> npt.NDArray[np.int32]:
+    def _wrap(self, ids: Sequence[int] | npt.NDArray[np.integer]) -> npt.NDArray[np.int32]:
         z = np.empty(len(ids) + 2, dtype=np.int32)
         z[0], z[-1] = self.bos_id, self.eos_id
         z[1:-1] = ids
         return z
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> TokenizerInfo:
         # The engine that encodes (docs/tokenizers.md#engines): a record of how, never part
         # of what (the ids are the same, and the job's fingerprint leaves it out).
-        return {**_info(self), "bos_token": self.bos_token, "eos_token": self.eos_token,
-                "engine": self.engine}
+        return _info(self, engine=self.engine,
+                     extra={"bos_token": self.bos_token, "eos_token": self.eos_token})
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=False)
@@ -317,7 +325,7 @@ class HFTokenizer:
 # `convert`'s verdict by the file's SHA-256: a pure function of the file (and the installed
 # tokenizers), asked for up to three times per job in one process (the launcher's checks,
 # the workers, the manifest) and slow for a large vocabulary. A few files at most.
-_CONVERTED: dict[str, Any] = {}
+_CONVERTED: dict[str, BpeTables | str] = {}
 
 
 def _fast_engine(data: bytes, tok: Any, *, where: str, pinned: bool) -> Any:
@@ -368,19 +376,14 @@ def _fast_engine(data: bytes, tok: Any, *, where: str, pinned: bool) -> Any:
     return None
 
 
-def _info(tok: Tokenizer) -> dict[str, Any]:
-    info = {
-        "kind": tok.kind,
-        "vocab_size": tok.vocab_size,
-        "bos_id": tok.bos_id,
-        "eos_id": tok.eos_id,
-        "sha256": tok.sha256,
-    }
+def _info(tok: Tokenizer, *, engine: str | None = None,
+          extra: Mapping[str, object] | None = None) -> TokenizerInfo:
     path = getattr(tok, "path", None)
-    if path is not None:
-        # Which file it was, so that inspect --decode can find it again (and check it).
-        info.update(file=posixpath.basename(path), path=path)
-    return info
+    # Which file it was, so that inspect --decode can find it again (and check it).
+    where = {} if path is None else {"file": posixpath.basename(path), "path": path}
+    return TokenizerInfo(kind=tok.kind, vocab_size=tok.vocab_size, bos_id=tok.bos_id,
+                         eos_id=tok.eos_id, sha256=tok.sha256, engine=engine,
+                         extra={**where, **(extra or {})})
 
 
 def hf_special_tokens(config: bytes | None, *, where: str) -> dict[str, str | None]:

@@ -1,8 +1,8 @@
-"""`transforms.blocks`: the wire format documents cross the shuffle in
+"""`transforms.parcels`: the wire format documents cross the shuffle in
 (docs/architecture.md#glossary).
 
-A block must round-trip every document exactly (narrow uint16 and wide int32 tokens), be
-deterministic, refuse bytes that are not a block, and split a batch by shard without losing,
+A parcel must round-trip every document exactly (narrow uint16 and wide int32 tokens), be
+deterministic, refuse bytes that are not a parcel, and split a batch by shard without losing,
 moving or reordering a document. The decoder used as the oracle (`tests.conftest.
 block_documents`) slices the columns by the layout in the module's docstring.
 """
@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import block_documents
-from transforms.blocks import pack_blocks, read_block
 from transforms.keys import doc_key, shard_of
 from transforms.params import WindowSpec
+from transforms.parcels import pack_parcels, read_parcel
 from transforms.tokenizers import ByteTokenizer
 from transforms.windows import WindowPlans, plan_windows
 
@@ -27,7 +27,7 @@ TEXTS = ["abcde", "", "道可道，非常道。", "x" * 40, "The fox.", "ab"]
 
 
 def docs_of(texts, *, spec=SPEC, seed=0, wide_at=None):
-    """Documents as plain values: what `pack_blocks` is given and `block_documents` gives."""
+    """Documents as plain values: what `pack_parcels` is given and `block_documents` gives."""
     docs = []
     for i, text in enumerate(texts):
         doc_id = f"d{i}"
@@ -45,7 +45,7 @@ def docs_of(texts, *, spec=SPEC, seed=0, wide_at=None):
 
 
 def pack(docs, num_shards=1):
-    """`pack_blocks` of plain documents (their plans end to end)."""
+    """`pack_parcels` of plain documents (their plans end to end)."""
     plans = WindowPlans(
         counts=np.array([len(d["starts"]) for d in docs], np.int64),
         covered=np.array([d["covered"] for d in docs], np.int64),
@@ -53,7 +53,7 @@ def pack(docs, num_shards=1):
         lengths=np.array([x for d in docs for x in d["lengths"]], np.int32),
         loss_starts=np.array([x for d in docs for x in d["loss_starts"]], np.int32),
     )
-    return pack_blocks(
+    return pack_parcels(
         doc_keys=[d["doc_key"] for d in docs], doc_ids=[d["doc_id"] for d in docs],
         sources=[d["source"] for d in docs],
         tokens=[np.array(d["tokens"], np.int32) for d in docs], plans=plans,
@@ -61,76 +61,76 @@ def pack(docs, num_shards=1):
     )
 
 
-def block_of(docs):
+def parcel_of(docs):
     ((shard, data),) = pack(docs)
     assert shard == 0
     return data
 
 
 @pytest.mark.parametrize(("wide_at", "dtype"), [(None, "<u2"), (2, "<i4")])
-def test_block_round_trips_narrow_and_wide_tokens(wide_at, dtype):
+def test_parcel_round_trips_narrow_and_wide_tokens(wide_at, dtype):
     docs = docs_of(TEXTS, wide_at=wide_at)
-    data = block_of(docs)
+    data = parcel_of(docs)
     assert block_documents(data) == docs
-    block = read_block(data)
-    assert block.tokens.dtype == np.dtype(dtype)
-    assert block.keys.tolist() == [d["doc_key"] for d in docs]
-    assert block.m.tolist() == [len(d["tokens"]) for d in docs]
-    assert block.n.tolist() == [len(d["starts"]) for d in docs]
+    parcel = read_parcel(data)
+    assert parcel.tokens.dtype == np.dtype(dtype)
+    assert parcel.keys.tolist() == [d["doc_key"] for d in docs]
+    assert parcel.doc_tokens.tolist() == [len(d["tokens"]) for d in docs]
+    assert parcel.doc_windows.tolist() == [len(d["starts"]) for d in docs]
 
 
 def test_wide_tokens_take_more_bytes_than_narrow():
-    narrow, wide = block_of(docs_of(TEXTS)), block_of(docs_of(TEXTS, wide_at=2))
+    narrow, wide = parcel_of(docs_of(TEXTS)), parcel_of(docs_of(TEXTS, wide_at=2))
     tokens = sum(len(d["tokens"]) for d in docs_of(TEXTS))
     assert len(wide) - len(narrow) in range(2 * tokens - 8, 2 * tokens + 9)
 
 
 def test_the_docstring_example():
     spec = WindowSpec(window=2, stride=2)
-    block = read_block(block_of(docs_of(["ab", "c"], spec=spec)))
-    assert block.m.tolist() == [4, 3]
-    assert block.n.tolist() == [2, 1]
-    assert block.tokens.tolist() == [256, 97, 98, 257, 256, 99, 257]
-    assert block.starts.tolist() == [0, 2, 0]
-    assert block.lengths.tolist() == [2, 1, 2]
-    assert (block.ids, block.sources) == (b"d0d1", b"f.jsonl:1f.jsonl:2")
-    assert block.id_ends.tolist() == [2, 4]
+    parcel = read_parcel(parcel_of(docs_of(["ab", "c"], spec=spec)))
+    assert parcel.doc_tokens.tolist() == [4, 3]
+    assert parcel.doc_windows.tolist() == [2, 1]
+    assert parcel.tokens.tolist() == [256, 97, 98, 257, 256, 99, 257]
+    assert parcel.starts.tolist() == [0, 2, 0]
+    assert parcel.lengths.tolist() == [2, 1, 2]
+    assert (parcel.ids, parcel.sources) == (b"d0d1", b"f.jsonl:1f.jsonl:2")
+    assert parcel.id_ends.tolist() == [2, 4]
 
 
 def test_block_is_deterministic():
-    assert block_of(docs_of(TEXTS)) == block_of(docs_of(TEXTS))
+    assert parcel_of(docs_of(TEXTS)) == parcel_of(docs_of(TEXTS))
 
 
 @pytest.mark.parametrize("data", [b"\0" * 64, b"", b"TWB1", b"TWB2" + b"\0" * 60])
-def test_read_block_refuses_other_bytes(data):
-    with pytest.raises(ValueError, match="not a block"):
-        read_block(data)
+def test_read_parcel_refuses_other_bytes(data):
+    with pytest.raises(ValueError, match="not a parcel"):
+        read_parcel(data)
 
 
-def test_read_block_refuses_a_cut_block():
-    data = block_of(docs_of(TEXTS))
+def test_read_parcel_refuses_a_cut_parcel():
+    data = parcel_of(docs_of(TEXTS))
     for cut in range(48, len(data) - 7, 8):  # every column boundary but the padded end
         with pytest.raises(ValueError, match="buffer"):
-            read_block(data[:cut])
+            read_parcel(data[:cut])
 
 
 @pytest.mark.parametrize("num_shards", [1, 2, 5, 64])
 @pytest.mark.parametrize("wide_at", [None, 3])
-def test_pack_blocks_moves_each_document_to_its_key_range(num_shards, wide_at):
+def test_pack_parcels_moves_each_document_to_its_key_range(num_shards, wide_at):
     docs = docs_of([f"text {i} " * (i % 7) for i in range(60)], seed=7, wide_at=wide_at)
-    blocks = pack(docs, num_shards)
-    shards = [s for s, _ in blocks]
+    parcels = pack(docs, num_shards)
+    shards = [s for s, _ in parcels]
     assert shards == sorted(set(shards))
     assert set(shards) == {shard_of(d["doc_key"], num_shards) for d in docs}
-    got = {s: block_documents(data) for s, data in blocks}
+    got = {s: block_documents(data) for s, data in parcels}
     # Each shard holds exactly its key range's documents, in their order, packed as alone.
     for shard in shards:
         mine = [d for d in docs if shard_of(d["doc_key"], num_shards) == shard]
         assert got[shard] == mine
-        assert got[shard] == [block_documents(block_of([d]))[0] for d in mine]
+        assert got[shard] == [block_documents(parcel_of([d]))[0] for d in mine]
 
 
-def test_pack_blocks_of_no_documents_is_no_block():
+def test_pack_parcels_of_no_documents_is_no_parcel():
     assert pack([], num_shards=3) == []
     assert pack([], num_shards=1) == []
 
@@ -149,7 +149,7 @@ tokens = st.lists(st.integers(0, (1 << 31) - 1) | st.integers(0, 300), min_size=
                    score=st.sampled_from(["all", "new"]), offset=st.sampled_from(["zero",
                                                                                    "random"])),
 )
-def test_blocks_round_trip_any_documents(docs, num_shards, seed, spec):
+def test_parcels_round_trip_any_documents(docs, num_shards, seed, spec):
     plain = []
     for doc_id, source, z, repaired in docs:
         plan = plan_windows(len(z) - 1, spec, doc_id)
@@ -159,10 +159,10 @@ def test_blocks_round_trip_any_documents(docs, num_shards, seed, spec):
             "loss_starts": plan.loss_starts.tolist(), "covered": plan.covered,
             "repaired": repaired,
         })
-    blocks = pack(plain, num_shards)
-    got = [(shard, d) for shard, data in blocks for d in block_documents(data)]
+    parcels = pack(plain, num_shards)
+    got = [(shard, d) for shard, data in parcels for d in block_documents(data)]
     want = sorted(((shard_of(d["doc_key"], num_shards), d) for d in plain), key=lambda sd: sd[0])
     assert got == want  # stable: documents keep their order inside each shard
-    for _, data in blocks:
+    for _, data in parcels:
         wide = max(t for d in block_documents(data) for t in d["tokens"]) >= 1 << 16
-        assert read_block(data).tokens.dtype == np.dtype("<i4" if wide else "<u2")
+        assert read_parcel(data).tokens.dtype == np.dtype("<i4" if wide else "<u2")

@@ -1,28 +1,28 @@
-"""Blocks: how documents cross the shuffle.
+"""Parcels: how documents cross the shuffle.
 
-Blocks are internal to the job (docs/architecture.md#glossary); what the shuffle must keep is
+Parcels are internal to the job (docs/architecture.md#glossary); what the shuffle must keep is
 docs/format.md#shuffle-and-shards.
 
-A block is many documents of one shard in columns, as one deterministic byte string: their
+A parcel is many documents of one shard in columns, as one deterministic byte string: their
 seeded keys, token counts M, window counts, covered pairs, repaired flags, ids and sources,
 then every ``z`` end to end and every window (start, length, loss_start) end to end. Splitting
-a batch by shard (`pack_blocks`) and ordering a shard (`transforms.rows.ShardRows`) are then a
+a batch by shard (`pack_parcels`) and ordering a shard (`transforms.rows.ShardRows`) are then a
 few array operations, not a Python step per document.
 
-Layout (little-endian, every part padded to 8 bytes)::
+Bytes (little-endian, every part padded to 8 bytes)::
 
     header   magic "TWB1", flags, documents, tokens (Σ M), windows (Σ n), id bytes, source bytes
     per document   keys u64 · M i64 · n i64 · covered i64 · id ends i64 · source ends i64 ·
                    repaired u8
     blobs    doc_ids (UTF-8, end to end) · sources (UTF-8, end to end)
-    tokens   every z, uint16 when every id of the block is < 2**16, else int32 (flag 1)
+    tokens   every z, uint16 when every id of the parcel is < 2**16, else int32 (flag 1)
     windows  starts i64 · lengths i32 · loss_starts i32
 
-Example: documents "ab" and "c" (bytes tokenizer, window 2) packed for one shard give a block
-whose `read_block` has ``m == [4, 3]``, ``n == [2, 1]`` and ``tokens ==
+Example: documents "ab" and "c" (bytes tokenizer, window 2) packed for one shard give a parcel
+whose `read_parcel` has ``doc_tokens == [4, 3]``, ``doc_windows == [2, 1]`` and ``tokens ==
 [256, 97, 98, 257, 256, 99, 257]``.
 
-What a block holds depends on batching; what a shard holds does not, and the shard's rows are
+What a parcel holds depends on batching; what a shard holds does not, and the shard's rows are
 ordered by key after the shuffle, so batching never reaches the output.
 """
 
@@ -38,7 +38,7 @@ import numpy.typing as npt
 from transforms.keys import shard_of
 from transforms.windows import WindowPlans
 
-__all__ = ["Block", "pack_blocks", "read_block"]
+__all__ = ["Parcel", "pack_parcels", "read_parcel"]
 
 _HEADER = struct.Struct("<4sIqqqqq")
 _MAGIC = b"TWB1"
@@ -46,12 +46,12 @@ _WIDE = 1  # flag: tokens are int32 (else uint16)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Block:
-    """The columns of a block, as read-only views of its bytes (see the module's layout)."""
+class Parcel:
+    """The columns of a parcel, as read-only views of its bytes (see the module's bytes)."""
 
     keys: npt.NDArray[np.uint64]
-    m: npt.NDArray[np.int64]  # M of each document
-    n: npt.NDArray[np.int64]  # windows of each document
+    doc_tokens: npt.NDArray[np.int64]  # M (the length of z) of each document
+    doc_windows: npt.NDArray[np.int64]  # windows of each document
     covered: npt.NDArray[np.int64]
     repaired: npt.NDArray[np.uint8]
     id_ends: npt.NDArray[np.int64]  # end of each doc_id in ``ids``
@@ -64,7 +64,7 @@ class Block:
     loss_starts: npt.NDArray[np.int32]
 
 
-def pack_blocks(
+def pack_parcels(
     *,
     doc_keys: Sequence[int] | npt.NDArray[np.uint64],
     doc_ids: Sequence[str],
@@ -83,7 +83,7 @@ def pack_blocks(
         num_shards: the job's shard count.
 
     Returns:
-        (shard, block of its documents in their order) for each shard that has documents, in
+        (shard, parcel of its documents in their order) for each shard that has documents, in
         shard order.
     """
     batch = _Batch.of(doc_keys, doc_ids, sources, tokens, plans, repaired)
@@ -104,7 +104,7 @@ class _Batch:
     """Documents to pack, as columns."""
 
     keys: npt.NDArray[np.uint64]
-    m: npt.NDArray[np.int64]
+    doc_tokens: npt.NDArray[np.int64]
     ids: list[bytes]
     sources: list[bytes]
     z: npt.NDArray[np.int32]  # every z end to end
@@ -132,8 +132,8 @@ class _Batch:
         which = np.flatnonzero(mask).tolist()
         p = self.plans
         return _Batch(
-            self.keys[mask], self.m[mask], [self.ids[i] for i in which],
-            [self.sources[i] for i in which], self.z[np.repeat(mask, self.m)],
+            self.keys[mask], self.doc_tokens[mask], [self.ids[i] for i in which],
+            [self.sources[i] for i in which], self.z[np.repeat(mask, self.doc_tokens)],
             WindowPlans(counts=p.counts[mask], covered=p.covered[mask], starts=p.starts[windows],
                         lengths=p.lengths[windows], loss_starts=p.loss_starts[windows]),
             self.repaired[mask],
@@ -156,7 +156,7 @@ def _pack(batch: _Batch) -> bytes:
         parts.extend((data, b"\0" * (-len(data) % 8)))
 
     for array, dtype in (
-        (batch.keys, "<u8"), (batch.m, "<i8"), (batch.plans.counts, "<i8"),
+        (batch.keys, "<u8"), (batch.doc_tokens, "<i8"), (batch.plans.counts, "<i8"),
         (batch.plans.covered, "<i8"), (_ends(batch.ids), "<i8"), (_ends(batch.sources), "<i8"),
         (batch.repaired, "u1"),
     ):
@@ -171,17 +171,18 @@ def _pack(batch: _Batch) -> bytes:
     return b"".join(parts)
 
 
-def read_block(data: bytes) -> Block:
-    """The columns of a block written by `pack_blocks`.
+def read_parcel(data: bytes) -> Parcel:
+    """The columns of a parcel written by `pack_parcels`.
 
     Raises:
-        ValueError: ``data`` is not a block.
+        ValueError: ``data`` is not a parcel.
     """
     if len(data) < _HEADER.size:
-        raise ValueError(f"not a block of packed documents ({len(data)} bytes, less than a header)")
+        raise ValueError(f"not a parcel of packed documents ({len(data)} bytes, less than a "
+                         "header)")
     magic, flags, count, tokens, windows, id_bytes, src_bytes = _HEADER.unpack_from(data)
     if magic != _MAGIC:
-        raise ValueError(f"not a block of packed documents (magic {magic!r})")
+        raise ValueError(f"not a parcel of packed documents (magic {magic!r})")
     pos = _HEADER.size
 
     def take(dtype: str, size: int) -> np.ndarray:
@@ -196,8 +197,8 @@ def read_block(data: bytes) -> Block:
         pos += size + (-size % 8)
         return out
 
-    return Block(
-        keys=take("<u8", count), m=take("<i8", count), n=take("<i8", count),
+    return Parcel(
+        keys=take("<u8", count), doc_tokens=take("<i8", count), doc_windows=take("<i8", count),
         covered=take("<i8", count), id_ends=take("<i8", count), src_ends=take("<i8", count),
         repaired=take("u1", count), ids=blob(id_bytes), sources=blob(src_bytes),
         tokens=take("<i4" if flags & _WIDE else "<u2", tokens), starts=take("<i8", windows),

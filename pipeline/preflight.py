@@ -1,0 +1,118 @@
+"""The launcher's checks before any work, and the job's context they settle.
+
+Everything that can be checked is checked before the pipeline is built: that every input
+pattern matches a file (none a broken link, none inside the output, every name UTF-8), that
+the tokenizer loads and has BOS and EOS, what Dataflow needs, and that the output directory
+is empty (or ``--overwrite``), which is then claimed for this job. A failed check raises a
+`ValueError` naming the option and the fix (the command line exits with status 2).
+
+``--dry_run`` touches no file system: the patterns, tokenizer and output are not checked
+(the workers check them when the job really runs) and nothing is claimed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import NamedTuple
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipeline import fs, launch
+from pipeline.context import JobContext, Tuning, job_context
+from pipeline.encode import load_tokenizer
+from pipeline.options import JobConfig
+from pipeline.output import absolute, check_outside_inputs, claim_output
+from pipeline.read import PatternMatch
+from pipeline.runners import check_dataflow, check_running_mode, is_dataflow, is_dry_run
+from transforms.chunks import Chunk
+from transforms.input_names import pattern_base, relative_name, shown_name
+from transforms.manifest_build import job_fingerprint
+from transforms.schema import TMP_DIR
+
+__all__ = ["Launch", "preflight"]
+
+
+class Launch(NamedTuple):
+    """What the launcher settled before the job starts (`preflight`)."""
+
+    context: JobContext
+    files: dict[str, tuple[int, float | None]] | None  # {path: (size, mtime)}; None: dry run
+    # (pattern index, path, size, mtime) of every match, a file once per pattern; None: dry run
+    matched: list[PatternMatch] | None = None
+    # The input chunks as the launcher planned them (`pipeline.launch`: Dask only), else None
+    chunks: list[Chunk] | None = None
+
+
+def preflight(config: JobConfig, options: PipelineOptions, *,
+              tuning: Tuning | None = None) -> Launch:
+    """The checks that need no pipeline; raises ValueError naming the option and the fix.
+
+    On success the output is claimed for this job (the context's ``attempt``) and empty,
+    and the job's context is built: its shard plan, its tokenizer's record, its fingerprint.
+    """
+    tuning = tuning or Tuning()
+    # Before the first path is touched: FileSystems builds its S3 (and GCS) clients from
+    # the job's options (--s3_endpoint_url, keys, region …); beam.Pipeline() would set
+    # them only later, and S3 refuses a client without them ("Must provide one of client
+    # or options").
+    fs.set_options(options)
+    check_running_mode(options)
+    if is_dataflow(options):
+        check_dataflow(config, options)
+    check_outside_inputs(config)
+    if is_dry_run(options):
+        return Launch(job_context(config, None, fingerprint="", tokenizer=None,
+                                  tmp_dir=fs.join(config.output, TMP_DIR, "dry-run"),
+                                  tuning=tuning), None)
+    files, names, matched = _match_inputs(config)
+    chunks = (launch.plan_at_launch(config, matched, chunk_bytes=tuning.chunk_bytes)
+              if launch.plans_chunks(options) else None)
+    info = load_tokenizer(config.tokenizer_spec).info()
+    fingerprint = job_fingerprint(tokenizer=info, windows=config.windows.to_json(),
+                                  reading=config.read.to_json(), num_shards=config.num_shards,
+                                  files=names, splits=config.splits.to_json() or None)
+    attempt = uuid.uuid4().hex[:16]  # temporary names only: it never reaches the output
+    claim_output(config, attempt, fingerprint)
+    context = job_context(config, files, fingerprint=fingerprint, tokenizer=info,
+                          tmp_dir=fs.join(config.output, TMP_DIR, attempt), attempt=attempt,
+                          tuning=tuning)
+    return Launch(context, files, matched, chunks)
+
+
+def _match_inputs(config: JobConfig) -> tuple[dict[str, tuple[int, float | None]],
+                                              list[tuple[int, str, int]], list[PatternMatch]]:
+    """({path: (size, mtime)}, (pattern index, relative name, size) of each file once, every
+    match)."""
+    files: dict[str, tuple[int, float | None]] = {}
+    names: list[tuple[int, str, int]] = []
+    matched: list[PatternMatch] = []
+    out = absolute(config.output).rstrip("/") + "/"
+    for index, pattern in enumerate(config.inputs):
+        found = fs.match_files(pattern)
+        broken = fs.broken_links(pattern)
+        if broken:
+            raise ValueError(
+                f"--input {pattern} matches {len(broken)} broken symbolic links (e.g. "
+                f"{shown_name(broken[0])}: dangling, or a loop), which would be skipped "
+                "silently; remove them or narrow the pattern"
+            )
+        if not found:
+            raise ValueError(f"--input {pattern} matches no file; check the path and quoting")
+        base = pattern_base(pattern)
+        for path, size, mtime in found:
+            if shown_name(path) != path:
+                raise ValueError(
+                    f"--input {pattern} matches {shown_name(path)}, whose name is not UTF-8: "
+                    "Beam cannot carry it between steps; rename the file (e.g. with convmv)"
+                )
+            if absolute(path).startswith(out):
+                raise ValueError(
+                    f"--input {pattern} matches {shown_name(path)} inside --output "
+                    f"{config.output}: the job would read its own output; choose an output "
+                    "outside the input pattern"
+                )
+            matched.append((index, path, size, mtime))
+            if path not in files:
+                names.append((index, relative_name(path, base), size))
+            files.setdefault(path, (size, mtime))
+    return files, names, matched
