@@ -100,6 +100,7 @@ def test_the_block_finder() -> None:
     ]
 
 
+@pytest.mark.slow  # `scratch` runs the sample job as a subprocess; blocks run jobs and train
 @pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(REPO)))
 def test_every_python_block_runs(page: Path, scratch: Path,
                                  monkeypatch: pytest.MonkeyPatch) -> None:

@@ -117,6 +117,7 @@ def test_dataloader_resume_continues_identically(small: tuple[Path, list], worke
 # -- end to end: the example trains, checkpoints mid-epoch, and resumes --------------------
 
 
+@pytest.mark.slow  # two whole training runs of the example, with DataLoader worker processes
 @pytest.mark.parametrize(("order", "pack"), [("global", False), ("blocks", False),
                                             ("global", True)])
 def test_train_tiny_resume_matches_an_uninterrupted_run(tmp_path: Path,

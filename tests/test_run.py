@@ -99,6 +99,7 @@ def test_existing_output_is_refused_then_overwritten_without_stale_shards(capsys
     assert "that no manifest (nor a killed job's claim) accounts for, e.g. notes.txt" in err
 
 
+@pytest.mark.slow  # runs `python -m pipeline` as subprocesses
 def test_the_real_entry_point_helps_and_refuses(corpus, tmp_path):
     """``python -m pipeline`` as a user runs it: --help lists every option; an error is one
     line (after whatever Beam logs on import), status 2, no traceback."""
