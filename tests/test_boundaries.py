@@ -25,6 +25,7 @@ def test_transforms_imports_neither_beam_nor_torch():
     assert "apache_beam" not in mods and "torch" not in mods
 
 
+@pytest.mark.slow  # a fresh interpreter per package
 def test_reader_does_not_import_beam():
     modules = sorted(p.stem for p in (ROOT / "reader").glob("*.py") if p.stem != "__init__")
     assert {"dataset", "inspect", "integrity", "layout", "sampler"} <= set(modules)

@@ -50,6 +50,7 @@ def test_without_beam_the_python_api_says_what_to_install() -> None:
     assert "needs Apache Beam" in done.stdout and "'.[job]'" in done.stdout
 
 
+@pytest.mark.slow  # subprocesses in an environment without Beam
 def test_the_reader_runs_without_beam(tmp_path: Path) -> None:
     code = (
         "from tests.reader_data import random_docs, write_docs\n"

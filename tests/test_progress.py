@@ -131,6 +131,7 @@ def test_totals_sum_the_processes_and_a_chunk_counts_its_exact_share():
     assert not os.path.exists(p.directory)
 
 
+@pytest.mark.slow  # two worker processes
 def test_two_processes_report_through_the_context(capsys, big, tmp_path):
     """multi_processing workers are other processes: the context carries them the
     directory, and the last line counts every document both encoded."""
