@@ -4,7 +4,7 @@ A job's process holds a few million long-lived objects before it reads a record:
 modules of Beam, pyarrow, the tokenizer and whatever Beam imports with them, and the
 pipeline graph. CPython's cyclic collector walks every one of them on each full
 collection, and a job allocates enough (records, batches, Beam's own messages) to run
-dozens of full collections: about a tenth of the job's CPU time on a 100 MB corpus.
+dozens of full collections: 6 % of the job's CPU time in a profile of a 289 MB job.
 `leave_loaded_out` moves what is alive at that moment into the collector's permanent
 generation (``gc.freeze``), so later collections walk only what the work allocates.
 
