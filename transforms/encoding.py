@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from transforms.documents import Document, Reject
-from transforms.keys import ShardPlan, doc_keys
+from transforms.keys import ShardPlan, doc_keys, parts_of
 from transforms.params import WindowSpec
 from transforms.parcels import pack_parcels
 from transforms.splits import SplitSpec
@@ -90,16 +90,28 @@ def pack_documents(
     are the documents' `transforms.keys.doc_keys` when the caller has them already;
     ``part``: every document goes to this part (the caller has placed them).
     """
-    ids = [d.doc_id for d in docs]
+    return _pack_columns([d.doc_id for d in docs], [d.source for d in docs],
+                         [d.repaired for d in docs], tokens, windows=windows,
+                         num_shards=num_shards, parts_per_shard=parts_per_shard, keys=keys,
+                         part=part)
+
+
+def _pack_columns(
+    ids: Sequence[str], sources: Sequence[str], repaired: Sequence[bool],
+    tokens: Sequence[npt.NDArray[np.int32]], *, windows: WindowSpec, num_shards: int,
+    parts_per_shard: int = 1, keys: Sequence[int] | npt.NDArray[np.uint64] | None = None,
+    part: int | None = None,
+) -> Encoded:
+    """`pack_documents` of documents given as columns."""
     m = np.fromiter(map(len, tokens), np.int64, len(tokens))
     plans = plan_windows_batch(m - 1, windows, ids)
     parcels = pack_parcels(
         doc_keys=doc_keys(windows.seed, ids) if keys is None else keys,
         doc_ids=ids,
-        sources=[d.source for d in docs],
+        sources=sources,
         tokens=tokens,
         plans=plans,
-        repaired=[d.repaired for d in docs],
+        repaired=repaired,
         num_shards=1 if part is not None else num_shards * parts_per_shard,
     )
     if part is not None:
@@ -145,39 +157,80 @@ class PartBuffer:
         self._parts_per_shard = parts_per_shard
         self._splits = splits if plan.splits else None
         self._max_tokens = max_tokens
-        self._docs: dict[int, list[Document]] = {}
-        self._tokens: dict[int, list[npt.NDArray[np.int32]]] = {}
-        self._keys: dict[int, list[int]] = {}
+        # Held by part, as columns: the text is encoded already, so only the id, source,
+        # flag, z and key of each document are kept (no object per document).
+        self._held_parts: dict[int, _Held] = {}
         self._held = 0
 
     def add(self, docs: Sequence[Document], tokens: Sequence[npt.NDArray[np.int32]]) -> Encoded:
         """Hold documents (their z in ``tokens``); returns the parcels of a flush, if the
         buffer filled up, else none (``Encoded.tokens``/``windows`` count what was packed)."""
         ids = [d.doc_id for d in docs]
-        keys = doc_keys(self._windows.seed, ids).tolist()
-        split = [0] * len(ids) if self._splits is None else self._splits.split_of(ids)
-        for doc, z, key, s in zip(docs, tokens, keys, split, strict=True):
-            part = self._plan.part_of(key, s, self._parts_per_shard)
-            # The text is encoded already: only the id, source and flag are held.
-            self._docs.setdefault(part, []).append(doc._replace(text=""))
-            self._tokens.setdefault(part, []).append(z)
-            self._keys.setdefault(part, []).append(key)
-            self._held += len(z)
+        keys = doc_keys(self._windows.seed, ids)
+        parts = self._parts_of(keys, ids)
+        if len(parts) and parts[0] == parts[-1] and (parts == parts[0]).all():
+            groups = [(int(parts[0]), None)]
+        else:
+            order = np.argsort(parts, kind="stable")
+            present, first = np.unique(parts[order], return_index=True)
+            bounds = [*first.tolist(), len(order)]
+            groups = [(int(p), order[bounds[i] : bounds[i + 1]].tolist())
+                      for i, p in enumerate(present.tolist())]
+        for part, which in groups:
+            held = self._held_parts.get(part)
+            if held is None:
+                held = self._held_parts[part] = _Held()
+            if which is None:
+                held.ids += ids
+                held.sources += [d.source for d in docs]
+                held.repaired += [d.repaired for d in docs]
+                held.tokens += tokens
+                held.keys.append(keys)
+            else:
+                held.ids += [ids[i] for i in which]
+                held.sources += [docs[i].source for i in which]
+                held.repaired += [docs[i].repaired for i in which]
+                held.tokens += [tokens[i] for i in which]
+                held.keys.append(keys[which])
+        self._held += sum(map(len, tokens))
         if self._held >= self._max_tokens:
             return self.flush()
         return Encoded(parcels=[], tokens=0, windows=0)
+
+    def _parts_of(self, keys: npt.NDArray[np.uint64], ids: list[str]) -> npt.NDArray[np.int64]:
+        """The part of each document (`transforms.keys.ShardPlan.part_of`)."""
+        if not self._plan.splits:
+            return parts_of(keys, self._plan.num_shards * self._parts_per_shard)
+        split = self._splits.split_of(ids)  # type: ignore[union-attr]
+        return np.fromiter((self._plan.part_of(k, s, self._parts_per_shard)
+                            for k, s in zip(keys.tolist(), split, strict=True)),
+                           np.int64, len(ids))
 
     def flush(self) -> Encoded:
         """One parcel per part held, in part order; the buffer is empty afterwards."""
         parcels: list[tuple[int, bytes]] = []
         tokens = windows = 0
-        for part in sorted(self._docs):
-            packed = pack_documents(self._docs.pop(part), self._tokens.pop(part),
-                                    windows=self._windows, num_shards=self._plan.num_shards,
-                                    parts_per_shard=self._parts_per_shard,
-                                    keys=self._keys.pop(part), part=part)
+        for part in sorted(self._held_parts):
+            held = self._held_parts.pop(part)
+            packed = _pack_columns(held.ids, held.sources, held.repaired, held.tokens,
+                                   windows=self._windows, num_shards=self._plan.num_shards,
+                                   parts_per_shard=self._parts_per_shard,
+                                   keys=np.concatenate(held.keys), part=part)
             parcels += packed.parcels
             tokens += packed.tokens
             windows += packed.windows
         self._held = 0
         return Encoded(parcels=parcels, tokens=tokens, windows=windows)
+
+
+class _Held:
+    """One part's documents held by a `PartBuffer`, as columns."""
+
+    __slots__ = ("ids", "keys", "repaired", "sources", "tokens")
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.sources: list[str] = []
+        self.repaired: list[bool] = []
+        self.tokens: list[npt.NDArray[np.int32]] = []
+        self.keys: list[npt.NDArray[np.uint64]] = []

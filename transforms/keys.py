@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from transforms.splits import SplitSpec, apportion_shards
 
-__all__ = ["ShardPlan", "doc_key", "doc_keys", "part_of", "plan_shards", "shard_of"]
+__all__ = ["ShardPlan", "doc_key", "doc_keys", "part_of", "parts_of", "plan_shards", "shard_of"]
 
 
 def _hasher(seed: int) -> hashlib.blake2b:
@@ -58,6 +58,17 @@ def doc_keys(seed: int, doc_ids: Sequence[str]) -> npt.NDArray[np.uint64]:
 def shard_of(key: int, num_shards: int) -> int:
     """The shard (0 … num_shards − 1) that holds the documents with this key."""
     return (key * num_shards) >> 64
+
+
+def parts_of(keys: npt.NDArray[np.uint64], num_shards: int) -> npt.NDArray[np.int64]:
+    """`shard_of` of each key, vectorised: ``(key × num_shards) >> 64`` computed exactly in
+    64-bit halves (``num_shards`` < 2**31)."""
+    if not 0 < num_shards < 1 << 31:
+        raise ValueError(f"num_shards must be in [1, 2**31), but got {num_shards}")
+    keys = np.asarray(keys, dtype=np.uint64)
+    n = np.uint64(num_shards)
+    high, low = keys >> np.uint64(32), keys & np.uint64(0xFFFFFFFF)
+    return ((high * n + ((low * n) >> np.uint64(32))) >> np.uint64(32)).astype(np.int64)
 
 
 def part_of(key: int, num_shards: int, parts_per_shard: int) -> int:

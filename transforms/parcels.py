@@ -105,8 +105,8 @@ class _Batch:
 
     keys: npt.NDArray[np.uint64]
     doc_tokens: npt.NDArray[np.int64]
-    ids: list[bytes]
-    sources: list[bytes]
+    ids: list[str]
+    sources: list[str]
     z: npt.NDArray[np.int32]  # every z end to end
     plans: WindowPlans
     repaired: npt.NDArray[np.uint8]
@@ -119,8 +119,8 @@ class _Batch:
         return cls(
             np.array(doc_keys, dtype=np.uint64).reshape(-1),
             np.fromiter(map(len, tokens), np.int64, count),
-            [d.encode("utf-8") for d in doc_ids],
-            [s.encode("utf-8") for s in sources],
+            list(doc_ids),
+            list(sources),
             np.concatenate(tokens) if count else np.empty(0, np.int32),
             plans,
             np.fromiter(repaired, np.uint8, count),
@@ -140,13 +140,21 @@ class _Batch:
         )
 
 
-def _ends(parts: list[bytes]) -> npt.NDArray[np.int64]:
-    return np.cumsum(np.fromiter(map(len, parts), np.int64, len(parts)))
+def _blob(strings: list[str]) -> tuple[bytes, npt.NDArray[np.int64]]:
+    """The strings as UTF-8 end to end, and the end of each."""
+    joined = "".join(strings)
+    if joined.isascii():  # one byte a character: no string encoded alone
+        parts: list[str] | list[bytes] = strings
+        data = joined.encode("ascii")
+    else:
+        parts = [x.encode("utf-8") for x in strings]
+        data = b"".join(parts)
+    return data, np.cumsum(np.fromiter(map(len, parts), np.int64, len(parts)))
 
 
 def _pack(batch: _Batch) -> bytes:
     wide = len(batch.z) > 0 and int(batch.z.max()) >= 1 << 16
-    ids, sources = b"".join(batch.ids), b"".join(batch.sources)
+    (ids, id_ends), (sources, src_ends) = _blob(batch.ids), _blob(batch.sources)
     parts: list[bytes] = [
         _HEADER.pack(_MAGIC, _WIDE if wide else 0, len(batch.keys), len(batch.z),
                      len(batch.plans.starts), len(ids), len(sources))
@@ -157,7 +165,7 @@ def _pack(batch: _Batch) -> bytes:
 
     for array, dtype in (
         (batch.keys, "<u8"), (batch.doc_tokens, "<i8"), (batch.plans.counts, "<i8"),
-        (batch.plans.covered, "<i8"), (_ends(batch.ids), "<i8"), (_ends(batch.sources), "<i8"),
+        (batch.plans.covered, "<i8"), (id_ends, "<i8"), (src_ends, "<i8"),
         (batch.repaired, "u1"),
     ):
         add(np.ascontiguousarray(array, dtype=dtype).tobytes())
