@@ -147,7 +147,9 @@ class _EncodeChunkFn(beam.DoFn):
     def process(self, chunk: Chunk) -> Iterator[Any]:
         plan = self._plan
         if self._spill_dir is None:
-            yield from self._encode(chunk, plan, None)
+            # Parcels go on through the runner's shuffle, from `process`: each chunk's are
+            # emitted before its receipt.
+            yield from self._encode(chunk, self._stream(plan, None), last=True)
             return
         if self._bundle is None:
             # One spill file per bundle, not per chunk: 20,000 small files made 20,000 spill
@@ -158,11 +160,14 @@ class _EncodeChunkFn(beam.DoFn):
             # finished, and a failed bundle's outputs, this path among them, are discarded.
             self._bundle = _BundleSpill(self._spill_dir, root=self._output or self._spill_dir,
                                         first=chunk, num_parts=plan.num_parts)
+            self._bundle.stream = self._stream(plan, self._bundle.writer)
             yield BLOCKS, self._bundle.path
         bundle = self._bundle
         rejects: list[Reject] = []
         with _naming_a_full_disk(self._spill_dir):
-            for tag, value in self._encode(chunk, plan, bundle.writer):
+            # The bundle's batches stay in flight from one chunk to the next (the last are
+            # spilled in `finish_bundle`): the cores never wait at a chunk's end.
+            for tag, value in self._encode(chunk, bundle.stream, last=False):
                 if tag == REJECTS:
                     rejects.append(value)  # spilled below, not held by the runner
                 else:
@@ -175,22 +180,34 @@ class _EncodeChunkFn(beam.DoFn):
 
     def finish_bundle(self) -> None:
         # Nothing is emitted here (Beam's DaskRunner drops it): the spill file's path went
-        # on with the bundle's first chunk; its index and footer are written now.
-        self._progress.bundle_done()
+        # on with the bundle's first chunk; the batches still in flight are spilled, then
+        # the index and footer written.
         bundle, self._bundle = getattr(self, "_bundle", None), None
         if bundle is not None:
+            try:
+                with _naming_a_full_disk(self._spill_dir):
+                    self._drain(bundle.stream)
+            except BaseException:
+                bundle.abandon()
+                raise
+            self._progress.bundle_done()
             self._spilled.inc(bundle.close())
+        else:
+            self._progress.bundle_done()
 
     def _abandon(self) -> None:
         bundle, self._bundle = getattr(self, "_bundle", None), None
         if bundle is not None:
             bundle.abandon()
 
-    def _encode(self, chunk: Chunk, plan: ShardPlan, spill: SpillWriter | None) -> Iterator[Any]:
-        pending: collections.deque[tuple[list[Document], Future]] = collections.deque()
-        held = PartBuffer(windows=self._windows, plan=plan,
-                          parts_per_shard=1 if spill is None else plan.parts_per_shard,
-                          splits=self._splits)
+    def _stream(self, plan: ShardPlan, spill: SpillWriter | None) -> _Stream:
+        return _Stream(PartBuffer(windows=self._windows, plan=plan,
+                                  parts_per_shard=1 if spill is None else plan.parts_per_shard,
+                                  splits=self._splits), spill)
+
+    def _encode(self, chunk: Chunk, stream: _Stream, *, last: bool) -> Iterator[Any]:
+        """Parse the chunk's batches and start encoding them, taking in the batches encoded
+        meanwhile; ``last``: then every batch of the stream, and flush it."""
         records = sampled_out = 0
         items = read_chunk(chunk, self._spec, fs.open_raw)
         for batch in batch_documents(items, max_chars=self._batch_chars):
@@ -207,25 +224,39 @@ class _EncodeChunkFn(beam.DoFn):
                 if not batch:
                     continue
             texts = [d.text for d in batch]
-            pending.append((batch, self._pool.submit(self._tokenizer.encode_batch, texts)))
-            if len(pending) > self._ahead:
-                docs, encoding = pending.popleft()
-                yield from self._add(held, docs, encoding.result(), spill, chunk)
-        while pending:
-            docs, encoding = pending.popleft()
-            yield from self._add(held, docs, encoding.result(), spill, chunk)
-        yield from self._emit(held.flush(), spill)
-        self._progress.chunk_done(chunk)
+            stream.pending.append(
+                (chunk, batch, self._pool.submit(self._tokenizer.encode_batch, texts)))
+            stream.in_flight += 1
+            while stream.in_flight > self._ahead:
+                yield from self._next(stream)
+        stream.pending.append((chunk, None, None))  # the chunk's end, for progress
+        if last:
+            yield from self._drain(stream)
         # One line per chunk encoded (at DEBUG: a big job has thousands), which tells how
         # often a runner ran the step (tests/test_runners.py counts them on Dask workers).
         _LOG.debug("encoded chunk %s@%d: %d records", chunk.path, chunk.start, records)
         self._records.inc(records)
         yield RECEIPTS, chunk.receipt(records, sampled_out)
 
-    def _add(self, held: PartBuffer, docs: list[Document], tokens: list[Any],
-             spill: SpillWriter | None, chunk: Chunk) -> list[tuple[str, tuple[int, bytes]]]:
-        self._progress.encoded(chunk, docs, sum(map(len, tokens)))
-        return self._emit(held.add(docs, tokens), spill)
+    def _next(self, stream: _Stream) -> list[tuple[str, tuple[int, bytes]]]:
+        """Take in the oldest batch in flight (waiting for it), and the chunk ends before it."""
+        while stream.pending:
+            chunk, docs, encoding = stream.pending.popleft()
+            if docs is None:
+                self._progress.chunk_done(chunk)
+                continue
+            stream.in_flight -= 1
+            tokens = encoding.result()
+            self._progress.encoded(chunk, docs, sum(map(len, tokens)))
+            return self._emit(stream.held.add(docs, tokens), stream.spill)
+        return []
+
+    def _drain(self, stream: _Stream) -> list[tuple[str, tuple[int, bytes]]]:
+        """Every batch in flight taken in, then what the stream holds packed."""
+        out = []
+        while stream.pending:
+            out += self._next(stream)
+        return out + self._emit(stream.held.flush(), stream.spill)
 
     def _emit(self, encoded: Encoded,
               spill: SpillWriter | None) -> list[tuple[str, tuple[int, bytes]]]:
@@ -238,6 +269,19 @@ class _EncodeChunkFn(beam.DoFn):
         for part, block in encoded.parcels:
             spill.write(part, block)
         return []
+
+
+@dataclasses.dataclass
+class _Stream:
+    """Batches being encoded, in order (with a (chunk, None, None) entry at each chunk's
+    end), and the documents encoded but not yet packed; the spill file they go to, or None
+    (emitted)."""
+
+    held: PartBuffer
+    spill: SpillWriter | None
+    pending: collections.deque[tuple[Chunk, list[Document] | None, Future | None]] = (
+        dataclasses.field(default_factory=collections.deque))
+    in_flight: int = 0
 
 
 @contextlib.contextmanager
@@ -277,6 +321,7 @@ class _BundleSpill:
         with _naming_a_full_disk(directory):
             self._file: BinaryIO | None = fs.create(self.path, root=root)
         self.writer = SpillWriter(self._file, num_parts=num_parts)
+        self.stream: _Stream | None = None  # the bundle's batches in flight, set by the DoFn
 
     def add_rejects(self, rejects: list[Reject], *, order: tuple[str, int]) -> list[RejectRun]:
         """Append one chunk's rejects (in input order); their runs, at their offsets in the
