@@ -17,6 +17,10 @@ Prints medians and the ratios that matter, each from the same rounds::
 
     python bench/bench_tokenizers.py                 # 25 MB, 3 rounds
     python bench/bench_tokenizers.py --mb 100 --repeats 2
+    python bench/bench_tokenizers.py --mb 100 --repeats 2 --before /tmp/before
+
+``--before DIR`` adds, in the same rounds, the job with tiktoken run from the code in DIR (a
+``git archive`` of an earlier commit): "job before auto", whose rows must be the same too.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import corpus as bench_corpus  # noqa: E402
 VOCAB = 32000
 TRAIN_BYTES = 12 << 20
 BATCH = 4096
-RUNS = ("job auto", "job tokenizers", "tokenizers alone", "tiktoken alone")
+RUNS = ("job auto", "job tokenizers", "tokenizers alone", "tiktoken alone", "job before auto")
 # CPU seconds (every thread; the job's whole process) of each run, beside the wall times: on
 # a shared machine they say what the work costs whatever the other load took.
 CPU: dict[str, list[float]] = {k: [] for k in RUNS}
@@ -80,16 +84,16 @@ def _texts(corpus: pathlib.Path) -> list[str]:
 
 
 def run_job(corpus: pathlib.Path, tokenizer: pathlib.Path, engine: str,
-            out: pathlib.Path) -> tuple[float, dict]:
+            out: pathlib.Path, code: pathlib.Path = ROOT, name: str = "job") -> tuple[float, dict]:
     cmd = [sys.executable, "-m", "pipeline", "--input", str(corpus / "*.jsonl"), "--id-field",
            "id", "--tokenizer", str(tokenizer), "--window", "512", "--stride", "256",
            "--tokenizer-engine", engine, "--output", str(out), "--overwrite"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(code)}
     before = _children_cpu()
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, cwd=ROOT, env=env, capture_output=True, timeout=7200)
+    subprocess.run(cmd, check=True, cwd=code, env=env, capture_output=True, timeout=7200)
     wall = time.perf_counter() - t0
-    CPU[f"job {engine}"].append(_children_cpu() - before)
+    CPU[f"{name} {engine}"].append(_children_cpu() - before)
     return wall, json.loads((out / "_manifest.json").read_text())
 
 
@@ -143,26 +147,36 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=float, default=25, help="corpus size in MB. Default: 25.")
     ap.add_argument("--repeats", type=int, default=3, help="rounds. Default: 3.")
+    ap.add_argument("--before", type=pathlib.Path, default=None, metavar="DIR",
+                    help="also run the job with tiktoken from the code in DIR (an earlier "
+                    "commit's tree), in the same rounds")
     args = ap.parse_args()
+    before = args.before.resolve() if args.before is not None else None
     corpus = bench_corpus.build_corpus(args.mb)
     bpe = build_bpe(bench_corpus.build_corpus(bench_corpus.MODEL_CORPUS_MB))
     texts = _texts(corpus)
     mb = sum(len(t.encode()) for t in texts) / 1e6
     work = bench_corpus.WORK / "tokenizers"
-    times: dict[str, list[float]] = {k: [] for k in RUNS}
+    runs = [k for k in RUNS if before is not None or k != "job before auto"]
+    times: dict[str, list[float]] = {k: [] for k in runs}
     for r in range(args.repeats):
         hashes, fingerprints = {}, {}
-        for engine in ("auto", "tokenizers") if r % 2 == 0 else ("tokenizers", "auto"):
-            out = work / f"out-{engine}"
-            wall, manifest = run_job(corpus, bpe, engine, out)
-            want = "tiktoken" if engine == "auto" else "tokenizers"
+        jobs = ["auto", "tokenizers"] + (["before auto"] if before is not None else [])
+        for engine in jobs if r % 2 == 0 else jobs[::-1]:
+            out = work / f"out-{engine.replace(' ', '-')}"
+            if engine == "before auto":
+                wall, manifest = run_job(corpus, bpe, "auto", out, before, "job before")
+            else:
+                wall, manifest = run_job(corpus, bpe, engine, out)
+            want = "tokenizers" if engine == "tokenizers" else "tiktoken"
             if manifest["tokenizer"].get("engine") != want:
                 raise SystemExit(f"the job with --tokenizer-engine {engine} ran "
                                  f"{manifest['tokenizer'].get('engine')}, not {want}")
             times[f"job {engine}"].append(wall)
             hashes[engine] = row_hashes(out, manifest)
             fingerprints[engine] = manifest["fingerprint"]
-        if hashes["auto"] != hashes["tokenizers"] or len(set(fingerprints.values())) != 1:
+        if (len({(rows, tuple(shards)) for rows, shards in hashes.values()}) != 1
+                or len(set(fingerprints.values())) != 1):
             raise SystemExit("the engines' jobs differ: rows, shards or fingerprint")
         ids = {}
         for engine in ("tokenizers", "tiktoken") if r % 2 == 0 else ("tiktoken", "tokenizers"):
@@ -173,7 +187,7 @@ def main() -> None:
         print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items())
               + f"; rows identical ({hashes['auto'][0][:12]})", file=sys.stderr)
     med = {k: statistics.median(v) for k, v in times.items()}
-    cpu = {k: statistics.median(v) for k, v in CPU.items()}
+    cpu = {k: statistics.median(v) for k, v in CPU.items() if v}
     print(f"corpus: {mb:.1f} MB of text, {len(texts)} documents ({corpus.name}); {bpe.parent.name}"
           f"; window 512, stride 256; {os.cpu_count()} cores; medians of {args.repeats} rounds")
     print("| run | wall s | MB/s | CPU s |")
@@ -188,6 +202,12 @@ def main() -> None:
     print(f"job tokenizers / job tiktoken: {med['job tokenizers'] / med['job auto']:.2f}; "
           f"tokenizers alone / tiktoken alone: "
           f"{med['tokenizers alone'] / med['tiktoken alone']:.2f}")
+    if before is not None:
+        per_round = [b / a for a, b in zip(times["job before auto"], times["tokenizers alone"],
+                                           strict=True)]
+        print(f"the same for the job before: {med['tokenizers alone'] / med['job before auto']:.2f}"
+              f" (rounds: {', '.join(f'{x:.2f}' for x in per_round)}); job before / job: "
+              f"{med['job before auto'] / med['job auto']:.2f}")
     print("rows, shard bytes and fingerprints identical across engines in every round")
 
 
