@@ -179,3 +179,9 @@ def test_a_split_shows_its_split_and_check_recomputes_it(tmp_path, capsys):
     code, text = _run(capsys, str(out / "val"), "--check")
     assert code == 1 and re.search(r"split: doc_id 'c\.jsonl:\d+' belongs to split 'val', "
                                    r"not to 'train'", text), text
+
+
+def test_inspect_usage(capsys):
+    with pytest.raises(SystemExit):
+        inspect.run(["--help"])
+    assert capsys.readouterr().out.startswith("usage: python -m reader.inspect [-h]")
