@@ -1,4 +1,4 @@
-"""Tests of reader.blend, reader.mixed and reader.mixture: exact shares at every prefix, each
+"""Tests of reader.mixed and reader.mixture (the rule they draw by: tests/test_blend.py): each
 source's epochs, elastic and re-weighted resume, packing, refusals (docs/mixtures.md)."""
 
 from __future__ import annotations
@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import json
 import tracemalloc
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +27,10 @@ from reader import (
     evaluate,
     pack_rows,
 )
-from reader.blend import Blend, normalise_weights
+from reader.blend import normalise_weights
 from reader.mixture import source_seed
 from tests.reader_data import edit_manifest, isolated_cache, random_docs, write_docs
+from tests.test_blend import exact_bound, weights_st
 
 __all__ = ["isolated_cache"]  # fixture
 
@@ -74,103 +74,6 @@ def flat(batches: list[list[Any]]) -> list[Any]:
     return [i for b in batches for i in b]
 
 
-def exact_bound(counts: list[int], weights: list[Fraction], unit: int) -> None:
-    total = sum(counts)
-    for c, w in zip(counts, weights, strict=True):
-        assert abs(c - w * total) < unit, (counts, weights)
-
-
-weights_st = st.lists(st.integers(0, 50), min_size=1, max_size=9).filter(lambda v: sum(v) > 0)
-
-
-# -- the rule ------------------------------------------------------------------------------
-
-
-@settings(max_examples=150, deadline=None)
-@given(weights_st, st.integers(1, 12), st.integers(0, 2**32))
-def test_every_prefix_is_within_one_unit_of_its_share(raw: list[int], unit: int,
-                                                      seed: int) -> None:
-    weights = [Fraction(v, sum(raw)) for v in raw]
-    blend = Blend(weights, unit=unit, counts=[0] * len(raw))
-    rng = np.random.default_rng(seed)
-    sizes = rng.integers(1, unit + 1, size=(400, len(raw)))
-    for t in range(400):
-        d, x = blend.pick(lambda d, t=t: int(sizes[t, d]))
-        assert raw[d] > 0 and x == sizes[t, d]  # weight 0 is never drawn
-        exact_bound(blend.counts, weights, unit)
-
-
-@settings(max_examples=120, deadline=None)
-@given(weights_st, st.integers(1, 12), st.lists(st.integers(1, 300), min_size=1, max_size=8),
-       st.integers(0, 2**32), st.integers(0, 3))
-def test_draws_at_once_are_the_draws_one_by_one(raw: list[int], unit: int, chunks: list[int],
-                                                seed: int, zero_every: int) -> None:
-    # Blend.run (the merge of deadlines, or the period counting windows) against pick, from
-    # any counts, with sizes of 0 (a window with no scored target) among the others.
-    weights = [Fraction(v, sum(raw)) for v in raw]
-    rng = np.random.default_rng(seed)
-    sizes = rng.integers(1, unit + 1, size=(len(raw), 4000))
-    if zero_every:
-        sizes[:, ::zero_every + 3] = 0
-    windows = unit == 1 and not zero_every  # every size 1: sizes=None (the period, if any)
-    warm = [int(v) for v in rng.integers(0, 40, size=2)]  # picks before: counts from elsewhere
-    one = Blend(weights, unit=unit, counts=[0] * len(raw))
-    seen = [0] * len(raw)
-    expected = []
-    for _ in range(sum(chunks) + warm[0]):
-        d = one.pick(lambda d: int(sizes[d, seen[d]]))[0]
-        expected.append(d)
-        seen[d] += 1
-    many = Blend(weights, unit=unit, counts=[0] * len(raw))
-    pos = [0] * len(raw)
-    got: list[int] = []
-    for _ in range(warm[0]):  # the same first draws, one by one
-        d = many.pick(lambda d: int(sizes[d, pos[d]]))[0]
-        got.append(d)
-        pos[d] += 1
-    restored = Blend(weights, unit=unit, counts=many.counts)  # a rule restored from counts
-    for m in chunks:
-        left = m
-        while left:
-            drawn = restored.run(
-                None if windows else [sizes[d, pos[d]:] for d in range(len(raw))], left,
-                ([np.arange(pos[d], 4000) for d in range(len(raw))],))
-            if drawn is None or not len(drawn[0]):
-                d = restored.pick(lambda d: int(sizes[d, pos[d]]))[0]
-                got.append(d)
-                pos[d] += 1
-                left -= 1
-                continue
-            src, taken, (where,) = drawn
-            assert len(src) <= left
-            for d, i in zip(src.tolist(), where.tolist(), strict=True):
-                assert i == pos[d]  # each source's windows in order
-                pos[d] += 1
-            got += src.tolist()
-            left -= len(src)
-        assert restored.counts == [int(sizes[d, : pos[d]].sum()) for d in range(len(raw))]
-    assert got == expected
-
-
-def test_the_worked_example_and_megatrons_greedy_rule() -> None:
-    blend = Blend([Fraction(1, 2), Fraction(1, 3), Fraction(1, 6)], unit=1, counts=[0, 0, 0])
-    assert [blend.pick(lambda d: 1)[0] for _ in range(12)] == [0, 1, 0, 1, 0, 2] * 2
-    # Megatron's BlendedDataset rule (argmax of w·(t+1) − count) leaves these weights more
-    # than one window from their share; the rule here never does.
-    raw = [0.1407048431462988, 0.027533140256639395, 0.0014658326982916335, 0.4423821936402145,
-           0.13250095757022903, 0.24942794939718108, 0.0059850832911455595]
-    w = list(normalise_weights({str(k): v for k, v in enumerate(raw)},
-                               [str(k) for k in range(7)]).values())
-    counts, worst = [0] * 7, Fraction(0)
-    for t in range(300):
-        d = max(range(7), key=lambda d: (w[d] * (t + 1) - counts[d], -d))
-        counts[d] += 1
-        worst = max(worst, *(abs(c - wd * (t + 1)) for c, wd in zip(counts, w, strict=True)))
-    assert worst > 1
-    blend = Blend(w, unit=1, counts=[0] * 7)
-    for _ in range(300):
-        blend.pick(lambda d: 1)
-        exact_bound(blend.counts, w, 1)
 
 
 # -- the stream ----------------------------------------------------------------------------
