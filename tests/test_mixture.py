@@ -21,7 +21,6 @@ from reader import (
     MixedDataset,
     MixtureSampler,
     PackedSampler,
-    WindowDataset,
     collate,
     collate_packed,
     evaluate,
@@ -29,10 +28,10 @@ from reader import (
 )
 from reader.blend import normalise_weights
 from reader.mixture import source_seed
-from tests.reader_data import edit_manifest, isolated_cache, random_docs, write_docs
+from tests.reader_data import edit_manifest, isolated_cache, three
 from tests.test_blend import exact_bound, weights_st
 
-__all__ = ["isolated_cache"]  # fixture
+__all__ = ["isolated_cache", "three"]  # fixtures
 
 W = 8
 
@@ -284,51 +283,6 @@ def test_packed_resume_at_every_cut_at_another_world_size() -> None:
 
 
 # -- the datasets: items, batches, loaders, evaluation -------------------------------------
-
-
-@pytest.fixture
-def three(tmp_path: Path) -> MixedDataset:
-    sources = {}
-    for k, name in enumerate(("web", "code", "books")):
-        write_docs(tmp_path / name, random_docs(12 + 5 * k, seed=k, max_len=40), window=W,
-                   stride=6, score_new=True, num_shards=2)
-        sources[name] = WindowDataset(tmp_path / name)
-    return MixedDataset(sources)
-
-
-def test_mixed_dataset_index_space_items_and_batches(three: MixedDataset) -> None:
-    sizes = [len(three.sources[n]) for n in three.names]
-    assert len(three) == sum(sizes)
-    assert three.offsets == {"web": 0, "code": sizes[0], "books": sizes[0] + sizes[1]}
-    assert three.source_of(sizes[0]) == ("code", 0)
-    assert three.source_of(-1) == ("books", sizes[2] - 1)
-    w = three[sizes[0] + 2]
-    local = three.sources["code"][2]
-    assert w["source"] == "code" and w["index"] == sizes[0] + 2 and w["source_index"] == 2
-    assert w["tokens"].tolist() == local["tokens"].tolist() and w["doc_id"] == local["doc_id"]
-    indices = [len(three) - 1, 0, sizes[0] + 1, 3, sizes[0]]
-    batch = three.__getitems__(indices)
-    assert [x["source"] for x in batch] == ["books", "web", "code", "web", "code"]
-    for x, i in zip(batch, indices, strict=True):
-        assert x["tokens"].tolist() == three[i]["tokens"].tolist()
-    one = collate(batch, pad_id=three.eos_id)
-    ref = collate([three[i] for i in indices], pad_id=three.eos_id)
-    for key in ("input_ids", "shift_labels", "position_ids", "attention_mask"):
-        assert torch.equal(one[key], ref[key]), key
-    assert one["sources"] == ("web", "code", "books")
-    assert one["source_ids"].tolist() == [2, 0, 1, 0, 1]
-    assert three.lengths.tolist() == [x["length"] for x in map(three.__getitem__,
-                                                                range(len(three)))]
-    rows = [[0, sizes[0]], [len(three) - 1]]
-    packed = collate_packed(three.__getitems__(rows), seq_len=2 * W, pad_id=three.eos_id)
-    assert packed["source_ids"].tolist() == [0, 1, 2] and packed["num_windows"] == 3
-
-
-def test_mixed_dataset_refuses_another_tokenizer(three: MixedDataset, tmp_path: Path) -> None:
-    edit_manifest(tmp_path / "books", lambda m: m["tokenizer"].update(eos_id=256))
-    with pytest.raises(ValueError, match="'web' and 'other' differ in their tokenizer eos_id: "
-                                         "257 vs 256"):
-        MixedDataset({"web": three.sources["web"], "other": WindowDataset(tmp_path / "books")})
 
 
 @pytest.mark.parametrize("workers", [0, 2])
