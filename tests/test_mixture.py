@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import json
 import tracemalloc
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,7 +27,7 @@ from reader import (
 )
 from reader.blend import normalise_weights
 from reader.mixture import source_seed
-from tests.reader_data import edit_manifest, isolated_cache, three
+from tests.reader_data import isolated_cache, three
 from tests.test_blend import exact_bound, weights_st
 
 __all__ = ["isolated_cache", "three"]  # fixtures
@@ -337,44 +336,3 @@ def test_evaluate_by_source_equals_each_source_alone(three: MixedDataset) -> Non
     with pytest.raises(ValueError, match="by_source needs batches of a MixedDataset"):
         evaluate(forward, DataLoader(three.sources["web"], batch_size=5, collate_fn=pad),
                  by_source=True, distributed=False)
-
-
-# -- inspect --mix -------------------------------------------------------------------------
-
-
-def test_mixture_report_worked_example() -> None:
-    from reader.mixreport import mixture_report
-
-    report = mixture_report({"a": (10, 40), "b": (10, 10)}, {"a": 1, "b": 1}, tokens=50)
-    assert report["sources"]["a"] == {"weight": 0.5, "windows": 10, "targets": 40,
-                                      "windows_drawn": 10.0, "targets_drawn": 40.0,
-                                      "epochs": 1.0}
-    assert report["sources"]["b"]["epochs"] == 1.0
-    by_targets = mixture_report({"a": (10, 40), "b": (10, 10)}, {"a": 1, "b": 1}, tokens=50,
-                                unit="targets")
-    assert by_targets["sources"]["a"]["epochs"] == 0.625  # 25 of its 40 targets
-    assert by_targets["sources"]["b"]["epochs"] == 2.5
-
-
-def test_inspect_mix_prints_each_sources_epochs(three: MixedDataset, tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
-    from reader.inspect import run
-
-    paths = [f"{n}={tmp_path / n}" for n in three.names]
-    assert run([*paths, "--mix", "web=2,code=1,books=1", "--tokens", "1000", "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
-    counts = {n: (len(three.sources[n]), three.sources[n].scored_targets) for n in three.names}
-    per_window = sum(w * counts[n][1] / counts[n][0]
-                     for n, w in zip(three.names, (0.5, 0.25, 0.25), strict=True))
-    web = report["sources"]["web"]
-    assert web["windows_drawn"] == round(0.5 * 1000 / per_window, 1)
-    assert web["epochs"] == round(0.5 * 1000 / per_window / counts["web"][0], 4)
-    assert run([*paths, "--mix", "web=1"]) == 0 and "epochs" in capsys.readouterr().out
-    assert run([*paths, "--mix", "web"]) == 2
-    assert "NAME=WEIGHT" in capsys.readouterr().err
-    assert run([*paths]) == 2 and "need --mix" in capsys.readouterr().err
-    assert run([*paths, "--mix", "news=1"]) == 2
-    assert "'news', which is not a source" in capsys.readouterr().err
-    edit_manifest(tmp_path / "books", lambda m: m["windows"].update(window=16))
-    assert run([*paths, "--mix", "web=1"]) == 2
-    assert "'web' and 'books' differ in their window: 8 vs 16" in capsys.readouterr().err
