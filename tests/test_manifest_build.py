@@ -144,5 +144,9 @@ def test_the_fingerprint_names_the_split_definition_only_when_there_is_one():
     job = {"tokenizer": TOK.info(), "windows": SPEC.to_json(), "reading": {},
            "num_shards": None, "files": [(0, "a.jsonl", 3)]}
     assert job_fingerprint(**job) == job_fingerprint(**job, splits=None)
+    # Pinned: a fingerprint in a manifest written today must name the same job tomorrow.
+    assert job_fingerprint(**job) == (
+        "de4ece1edd38fcf053a6899a0661aee4ff14694306765a51dbcb64a4bb2a7cab")
+    assert job_fingerprint(**{**job, "files": [(0, "a.jsonl", 4)]}) != job_fingerprint(**job)
     assert job_fingerprint(**job, splits={"sample": {"fraction": 0.5, "seed": 0}}) != (
         job_fingerprint(**job))
