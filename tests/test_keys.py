@@ -1,9 +1,18 @@
 """Seeded document keys and shard ranges (docs/format.md#shuffle-and-shards)."""
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transforms.keys import ShardPlan, doc_key, doc_keys, part_of, plan_shards, shard_of
+from transforms.keys import (
+    ShardPlan,
+    doc_key,
+    doc_keys,
+    part_of,
+    parts_of,
+    plan_shards,
+    shard_of,
+)
 
 
 def test_known_values_are_stable():
@@ -68,3 +77,11 @@ def test_plan_shards():
     plan = plan_shards(10_000 * mib, num_shards=1, shard_bytes=64 * mib,
                        text_bytes=40_000 * mib, part_bytes=16 * mib)
     assert (plan.num_shards, plan.parts_per_shard, plan.num_parts) == (1, 2500, 2500)
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=50)
+       | st.just([0, 1, 2**32 - 1, 2**32, 2**63, 2**64 - 1]),
+       st.integers(1, 2**31 - 1))
+def test_parts_of_is_shard_of_of_each_key(keys, num_shards):
+    got = parts_of(np.array(keys, dtype=np.uint64), num_shards)
+    assert got.tolist() == [shard_of(k, num_shards) for k in keys]

@@ -166,3 +166,20 @@ def test_parcels_round_trip_any_documents(docs, num_shards, seed, spec):
     for _, data in parcels:
         wide = max(t for d in block_documents(data) for t in d["tokens"]) >= 1 << 16
         assert read_parcel(data).tokens.dtype == np.dtype("<i4" if wide else "<u2")
+
+
+@pytest.mark.parametrize("ids", [["a", "bb"], ["é", "漢字", "a"], ["", "x"]])
+def test_parcel_ids_and_sources_round_trip_ascii_or_not(ids):
+    tok = ByteTokenizer()
+    tokens = [tok.encode(i) for i in ids]
+    spec = WindowSpec(window=4, stride=4)
+    plans = WindowPlans.of([plan_windows(len(z) - 1, spec) for z in tokens])
+    sources = [f"f{i}.jsonl:{n}" if n else f"ü/{i}:1" for n, i in enumerate(ids)]
+    [(_, data)] = pack_parcels(doc_keys=[doc_key(0, i) for i in ids], doc_ids=ids,
+                               sources=sources, tokens=tokens, plans=plans,
+                               repaired=[False] * len(ids), num_shards=1)
+    p = read_parcel(data)
+    cut = np.concatenate(([0], p.id_ends)).tolist()
+    assert [p.ids[a:b].decode() for a, b in zip(cut, cut[1:], strict=False)] == ids
+    cut = np.concatenate(([0], p.src_ends)).tolist()
+    assert [p.sources[a:b].decode() for a, b in zip(cut, cut[1:], strict=False)] == sources
