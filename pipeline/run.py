@@ -23,7 +23,7 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -46,7 +46,8 @@ from pipeline.runners import (
 )
 from pipeline.summary import print_summary
 from pipeline.views import JobOptions
-from transforms.manifest import MANIFEST_NAME, parse_manifest, parse_splits_record
+from transforms.json_fields import JsonObject
+from transforms.manifest import MANIFEST_NAME, parse_splits_record, read_manifest
 from transforms.splits import SPLITS_NAME
 
 __all__ = ["Submitted", "cli", "finish", "main", "one_line", "run", "submit"]
@@ -155,7 +156,7 @@ def submit(argv: Sequence[str] | None = None, *, tuning: Tuning | None = None) -
 
 
 def run(argv: Sequence[str] | None = None, *,
-        tuning: Tuning | None = None) -> dict[str, Any] | None:
+        tuning: Tuning | None = None) -> JsonObject | None:
     """Run the job to its end; returns its manifest (None for a dry run).
 
     Raises:
@@ -166,7 +167,7 @@ def run(argv: Sequence[str] | None = None, *,
     return finish(submit(argv, tuning=tuning))
 
 
-def finish(job: Submitted) -> dict[str, Any] | None:
+def finish(job: Submitted) -> JsonObject | None:
     """Wait for a `submit`ted job, print its summary and return its manifest (a split job:
     its ``_splits.json``); None for a dry run. A job that fails releases its claim."""
     if job.result is None or job.dry_run:
@@ -188,10 +189,11 @@ def finish(job: Submitted) -> dict[str, Any] | None:
     if job.config.splits.names:
         path = fs.join(output, SPLITS_NAME)
         record = parse_splits_record(fs.read_bytes(path), where=path)
-    else:
-        record = parse_manifest(fs.read_bytes(fs.join(output, MANIFEST_NAME)), where=output)
-    print_summary(record, output, time.monotonic() - job.started)
-    return record
+        print_summary(record, output, time.monotonic() - job.started)
+        return record
+    manifest = read_manifest(fs.read_bytes(fs.join(output, MANIFEST_NAME)), where=output)
+    print_summary(manifest, output, time.monotonic() - job.started)
+    return manifest.json
 
 
 def cli() -> None:
