@@ -1,4 +1,4 @@
-"""Chunks → blocks of encoded, planned, keyed documents by shard; rejects; input receipts.
+"""Chunks → parcels of encoded, planned, keyed documents by shard; rejects; input receipts.
 
 `EncodeChunks` is one DoFn around `transforms.chunks.read_chunk`,
 `transforms.encoding.batch_documents` and `transforms.encoding.pack_documents`: a document is
@@ -42,7 +42,7 @@ from apache_beam.utils import shared
 
 from pipeline import fs, progress
 from pipeline.heap import leave_loaded_out
-from pipeline.tagged import BLOCKS, RECEIPTS, REJECTS, Outputs, SplitTags
+from pipeline.tagged import PARCELS, RECEIPTS, REJECTS, Outputs, SplitTags
 from transforms.chunks import Chunk, read_chunk
 from transforms.documents import Document, Reject
 from transforms.encoding import Encoded, PartBuffer, batch_documents
@@ -57,7 +57,7 @@ __all__ = ["SHUFFLES", "EncodeChunks", "load_tokenizer"]
 
 _LOG = logging.getLogger("token_windows")
 
-# How blocks reach the shard writers: through the runner's shuffle, or spilled to files
+# How parcels reach the shard writers: through the runner's shuffle, or spilled to files
 # under the output's temporary directory with only references through the shuffle
 # (`transforms.spill`; the local runner's default, whose GroupByKey lives in memory).
 SHUFFLES = ("runner", "files")
@@ -96,8 +96,8 @@ def load_tokenizer(spec: str | TokenizerSpec | None, num_threads: int = 1) -> To
 
 
 class _EncodeChunkFn(beam.DoFn):
-    """A chunk → (shard, block) pairs, or (with the bundle's first chunk) the path of the
-    bundle's spill file, which holds the blocks; its rejects and its receipt; each as a
+    """A chunk → (shard, parcel) pairs, or (with the bundle's first chunk) the path of the
+    bundle's spill file, which holds the parcels; its rejects and its receipt; each as a
     (tag, value) pair (`pipeline.tagged`).
 
     While SentencePiece encodes batches on helper threads, this thread parses the batches
@@ -161,7 +161,7 @@ class _EncodeChunkFn(beam.DoFn):
             self._bundle = _BundleSpill(self._spill_dir, root=self._output or self._spill_dir,
                                         first=chunk, num_parts=plan.num_parts)
             self._bundle.stream = self._stream(plan, self._bundle.writer)
-            yield BLOCKS, self._bundle.path
+            yield PARCELS, self._bundle.path
         bundle = self._bundle
         rejects: list[Reject] = []
         with _naming_a_full_disk(self._spill_dir):
@@ -260,14 +260,14 @@ class _EncodeChunkFn(beam.DoFn):
 
     def _emit(self, encoded: Encoded,
               spill: SpillWriter | None) -> list[tuple[str, tuple[int, bytes]]]:
-        """The (BLOCKS, (shard, block)) pairs to emit; with a spill file, none: they are
+        """The (PARCELS, (shard, parcel)) pairs to emit; with a spill file, none: they are
         written."""
         self._tokens.inc(encoded.tokens)
         self._windows_made.inc(encoded.windows)
         if spill is None:
-            return [(BLOCKS, pair) for pair in encoded.parcels]
-        for part, block in encoded.parcels:
-            spill.write(part, block)
+            return [(PARCELS, pair) for pair in encoded.parcels]
+        for part, parcel in encoded.parcels:
+            spill.write(part, parcel)
         return []
 
 
@@ -297,7 +297,7 @@ def _naming_a_full_disk(spill_dir: str) -> Iterator[None]:
 
 
 class _BundleSpill:
-    """One bundle's spill file (the blocks of all its chunks, by part) and, once a chunk has
+    """One bundle's spill file (the parcels of all its chunks, by part) and, once a chunk has
     rejects, its rejects file (each chunk's runs end to end, `transforms.spill`); both below
     ``root``, the output directory, through no link (`pipeline.confine`).
 
@@ -336,7 +336,7 @@ class _BundleSpill:
         return [dataclasses.replace(run, offset=run.offset + at) for run in runs]
 
     def close(self) -> int:
-        """Write the spill file's index and footer and close both files; the bytes of blocks
+        """Write the spill file's index and footer and close both files; the bytes of parcels
         spilled."""
         try:
             with _naming_a_full_disk(self._directory):
@@ -362,7 +362,7 @@ class _BundleSpill:
 
 
 class EncodeChunks(beam.PTransform):
-    """Chunks → `pipeline.tagged.Outputs`: ``blocks`` (shard, block of packed documents), or
+    """Chunks → `pipeline.tagged.Outputs`: ``parcels`` (shard, parcel of packed documents), or
     with the file shuffle one spill file's path per bundle (`transforms.spill`); ``rejects``;
     and ``receipts`` (one `transforms.chunks.Receipt` per chunk).
 
@@ -384,5 +384,5 @@ class EncodeChunks(beam.PTransform):
         return (
             chunks
             | "Encode" >> beam.ParDo(self._fn)
-            | "ByTag" >> SplitTags([BLOCKS, REJECTS, RECEIPTS])
+            | "ByTag" >> SplitTags([PARCELS, REJECTS, RECEIPTS])
         )

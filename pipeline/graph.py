@@ -1,7 +1,7 @@
 """The job's graph: which step feeds which.
 
     SplitInputs ─▶ EncodeChunks ─▶ ShuffleDocuments ─▶ WriteShards
-     (chunks)       │          (blocks by shard)            │
+     (chunks)       │          (parcels by shard)           │
                     ├── rejects ─────────▶ WriteRejects ◀────┤ duplicate ids
                     └── input receipts ─▶ FinalizeDataset ◀──┘ written shards
                                           (_manifest.json, written last)
@@ -77,9 +77,9 @@ def build_pipeline(
     encoded = chunks | "EncodeChunks" >> EncodeChunks(context)
     if context.spill_dir is not None:
         # Only the spill files' paths go on; the shard writers read their parts from them.
-        written = p | "WriteShards" >> WriteShards(context, spills=encoded.blocks)
+        written = p | "WriteShards" >> WriteShards(context, spills=encoded.parcels)
     else:
-        groups = encoded.blocks | "ShuffleDocuments" >> ShuffleDocuments()
+        groups = encoded.parcels | "ShuffleDocuments" >> ShuffleDocuments()
         written = groups | "WriteShards" >> WriteShards(context)
     reject_counts = (
         (encoded.rejects, written.rejects)

@@ -8,7 +8,7 @@ four-line pipeline). So a step with several outputs here emits ``(tag, value)`` 
 ``FlatMap`` per tag (``beam.Partition`` would not do: it is itself a multi-output ParDo).
 On the FnApiRunner, Dataflow and Flink the FlatMaps fuse into the producing stage, so an
 element costs one tuple and one function call more; the elements here are big and few
-(blocks, receipts, shards), so that is nothing next to the work.
+(parcels, receipts, shards), so that is nothing next to the work.
 """
 
 from __future__ import annotations
@@ -18,20 +18,20 @@ from typing import Any
 
 import apache_beam as beam
 
-__all__ = ["BLOCKS", "RECEIPTS", "REJECTS", "SHARDS", "Outputs", "SplitTags"]
+__all__ = ["PARCELS", "RECEIPTS", "REJECTS", "SHARDS", "Outputs", "SplitTags"]
 
-# The tags, the same in every step that emits or groups them. EncodeChunks emits BLOCKS (a
-# shard's blocks, or a spill file's path), REJECTS and RECEIPTS (one per chunk); WriteShards
+# The tags, the same in every step that emits or groups them. EncodeChunks emits PARCELS (a
+# shard's parcels, or a spill file's path), REJECTS and RECEIPTS (one per chunk); WriteShards
 # SHARDS (each written shard) and REJECTS (duplicate ids); FinalizeDataset groups SHARDS,
 # REJECTS (WriteRejects' counts by reason) and RECEIPTS.
-BLOCKS = "blocks"
+PARCELS = "parcels"
 REJECTS = "rejects"
 RECEIPTS = "receipts"
 SHARDS = "shards"
 
 
 class Outputs(dict):
-    """{tag: PCollection}; a tag is also an attribute (``encoded.blocks``), as on Beam's
+    """{tag: PCollection}; a tag is also an attribute (``encoded.parcels``), as on Beam's
     ``DoOutputsTuple``."""
 
     def __getattr__(self, tag: str) -> beam.PCollection:
@@ -51,7 +51,7 @@ def _only(item: tuple[str, Any], tag: str, tags: frozenset[str]) -> Iterator[Any
 
 class SplitTags(beam.PTransform):
     """(tag, value) pairs → `Outputs`: {tag: the values of that tag}, one step per tag,
-    labelled with the tag in CamelCase (``blocks`` → ``Blocks``)."""
+    labelled with the tag in CamelCase (``parcels`` → ``Parcels``)."""
 
     def __init__(self, tags: Iterable[str]) -> None:
         super().__init__()

@@ -1,7 +1,7 @@
 """The shuffle, the shards and the reject files.
 
-`ShuffleDocuments` is the job's one shuffle: blocks grouped by shard. `WriteShards` turns
-each shard's blocks into rows (`transforms.rows.ShardRows`) and Parquet
+`ShuffleDocuments` is the job's one shuffle: parcels grouped by shard. `WriteShards` turns
+each shard's parcels into rows (`transforms.rows.ShardRows`) and Parquet
 (`transforms.parquet.write_rows`), a split's shard into ``OUTPUT/NAME/``. `WriteRejects` writes
 ``_rejects/<reason>.jsonl`` in input order. The manifest comes last (`pipeline.finalize`).
 Every file is written to a temporary name under the job's own ``tmp_dir``
@@ -53,17 +53,17 @@ _LOG = logging.getLogger("token_windows")
 
 
 class ShuffleDocuments(beam.PTransform):
-    """(shard, block) → (shard, [its blocks]): the one shuffle of the job.
+    """(shard, parcel) → (shard, [its parcels]): the one shuffle of the job.
 
     Documents cross it packed in parcels (`transforms.parcels`), one per batch and shard, each
     a byte string under Beam's bytes coder, so the runner moves a few large elements, not one
-    per document. What a block holds depends on batching, what a shard holds does not, and
+    per document. What a parcel holds depends on batching, what a shard holds does not, and
     `WriteShards` orders each shard by key. The file shuffle (`transforms.spill`) does
     without it.
     """
 
-    def expand(self, blocks: beam.PCollection) -> beam.PCollection:
-        return blocks | "GroupByShard" >> beam.GroupByKey()
+    def expand(self, parcels: beam.PCollection) -> beam.PCollection:
+        return parcels | "GroupByShard" >> beam.GroupByKey()
 
 
 def write_shard_file(*, output: str, index: int, num_shards: int,
@@ -120,7 +120,7 @@ class _WriteShardFn(beam.DoFn):
     `transforms.manifest.WrittenShard`) and (`REJECTS`, each reject) pairs
     (`pipeline.tagged`). Metrics are bumped here, on the bundle thread.
 
-    A shard arrives as (index, its blocks), written before the next; or, with the file
+    A shard arrives as (index, its parcels), written before the next; or, with the file
     shuffle, as (a batch of indexes, every spill file), its parts then read from every spill
     file one part at a time (`transforms.spill`), the batch written at once. Shards are
     written on the helper threads of a pool shared by the worker process (pyarrow encodes
@@ -152,10 +152,10 @@ class _WriteShardFn(beam.DoFn):
                 ) -> Iterator[tuple[str, Any]]:
         plan = self._plan
         if not isinstance(item[0], list):
-            index, blocks = item  # type: ignore[misc]
+            index, parcels = item  # type: ignore[misc]
             # On the process's pool all the same: however many bundle threads a runner runs
             # in a process (Dataflow: a dozen), at most `_at_once` shards are written at once.
-            rows = ShardRows(list(blocks))
+            rows = ShardRows(list(parcels))
             yield from self._finished(self._pool.submit(self._write, index, rows, plan).result())
             return
         indexes, spills = item
@@ -187,7 +187,7 @@ class _WriteShardFn(beam.DoFn):
 
 
 class WriteShards(beam.PTransform):
-    """(shard, [blocks]) → one Parquet file each; or, with ``spills``, every shard of the
+    """(shard, [parcels]) → one Parquet file each; or, with ``spills``, every shard of the
     plan read from the spill files. `pipeline.tagged.Outputs`: ``shards`` (a
     `transforms.manifest.WrittenShard` per shard) and ``rejects`` (duplicate ids).
 

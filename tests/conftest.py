@@ -187,7 +187,7 @@ def corpus(tmp_path: pathlib.Path) -> pathlib.Path:
     return write_jsonl(tmp_path / "in" / "c.jsonl", [{"text": t} for t in texts])
 
 
-def block_documents(data: bytes) -> list[dict[str, Any]]:
+def parcel_documents(data: bytes) -> list[dict[str, Any]]:
     """Each document of a parcel (`transforms.parcels`), as plain values, for assertions."""
     from transforms.parcels import read_parcel
 

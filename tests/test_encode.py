@@ -1,4 +1,4 @@
-"""`pipeline.encode.EncodeChunks` on the FnApiRunner: blocks, rejects and receipts.
+"""`pipeline.encode.EncodeChunks` on the FnApiRunner: parcels, rejects and receipts.
 
 The pure steps it wraps (reading a chunk, batching, planning, packing) are tested without
 Beam in tests/test_chunks.py and tests/test_encoding.py; here, what only the DoFn does: its
@@ -17,7 +17,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from pipeline.context import Tuning
 from pipeline.encode import EncodeChunks, load_tokenizer
 from pipeline.read import SplitInputs
-from tests.conftest import DATA, block_documents, fn_api_pipeline
+from tests.conftest import DATA, fn_api_pipeline, parcel_documents
 from tests.job_data import context_of
 from transforms.keys import doc_key, shard_of
 from transforms.params import WindowSpec
@@ -35,8 +35,8 @@ def encode(p, patterns, *flags, num_shards=1, tuning=None):
 
 
 def documents(kv):
-    shard, block = kv
-    return [(shard, d) for d in block_documents(block)]
+    shard, parcel = kv
+    return [(shard, d) for d in parcel_documents(parcel)]
 
 
 def test_parcels_rejects_and_receipts(tmp_path):
@@ -44,7 +44,7 @@ def test_parcels_rejects_and_receipts(tmp_path):
     path.write_text('{"text": "abc"}\n{oops\n{"text": ""}\n{"text": "de"}\n')
     with fn_api_pipeline() as p:
         out = encode(p, [str(path)], num_shards=3)
-        got = out.blocks | beam.FlatMap(documents) | beam.Map(
+        got = out.parcels | beam.FlatMap(documents) | beam.Map(
             lambda sd: (sd[0], sd[1]["doc_id"], sd[1]["tokens"], sd[1]["starts"]))
         want = [(shard_of(doc_key(0, f"in.jsonl:{n}"), 3), f"in.jsonl:{n}",
                  [256, *text.encode(), 257], [0]) for n, text in ((1, "abc"), (4, "de"))]
@@ -66,7 +66,7 @@ def test_batches_encoded_at_once_give_each_document_its_own_ids(tmp_path):
     with fn_api_pipeline() as p:
         out = encode(p, [str(path)], "--tokenizer", str(DATA / "tiny.model"),
                      "--encode-threads", "2", tuning=Tuning(batch_chars=40))
-        got = out.blocks | beam.FlatMap(documents) | beam.Map(
+        got = out.parcels | beam.FlatMap(documents) | beam.Map(
             lambda sd: (sd[1]["doc_id"], sd[1]["tokens"], sd[1]["starts"]))
         want = []
         for i, line in enumerate(LINES):

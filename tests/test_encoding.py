@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import DATA, block_documents
+from tests.conftest import DATA, parcel_documents
 from tests.test_chunks import LINES, TEXTS, read_files
 from transforms.documents import Document, Reject
 from transforms.encoding import (
@@ -80,7 +80,7 @@ def test_the_docstring_example():
                              num_shards=1)
     assert (encoded.tokens, encoded.windows) == (7, 2)
     ((shard, block),) = encoded.parcels
-    (doc,) = block_documents(block)
+    (doc,) = parcel_documents(block)
     assert shard == 0
     assert doc["tokens"] == [256, 97, 98, 99, 100, 101, 257]
     assert list(zip(doc["starts"], doc["lengths"], strict=True)) == [(0, 4), (4, 2)]
@@ -113,7 +113,7 @@ def test_encode_documents_encodes_plans_and_keys_each_document(tmp_path, max_cha
     for batch in batch_documents(read.items, max_chars=max_chars):
         encoded = encode_documents(batch, tokenizer=tokenizer, windows=spec, num_shards=1)
         for _, block in encoded.parcels:
-            got.update((d["doc_id"], d) for d in block_documents(block))
+            got.update((d["doc_id"], d) for d in parcel_documents(block))
     assert got == want
     assert got["a"]["tokens"] == [1, *sp.encode("abcde"), 2]
 
@@ -127,7 +127,7 @@ def encode_file(path, *, max_chars, num_shards=3, windows=WINDOWS):
                                    num_shards=num_shards)
         assert isinstance(encoded, Encoded)
         for shard, block in encoded.parcels:
-            docs.extend((shard, d) for d in block_documents(block))
+            docs.extend((shard, d) for d in parcel_documents(block))
             shards.setdefault(shard, []).append(block)
         tokens += encoded.tokens
         windows_made += encoded.windows
@@ -181,7 +181,7 @@ def test_pack_documents_of_any_batches_gives_the_documents_of_one_batch(texts, m
             encoded = pack_documents(batch, [TOK.encode(d.text) for d in batch],
                                      windows=windows, num_shards=num_shards)
             assert [s for s, _ in encoded.parcels] == sorted({s for s, _ in encoded.parcels})
-            out.extend((s, d) for s, block in encoded.parcels for d in block_documents(block))
+            out.extend((s, d) for s, block in encoded.parcels for d in parcel_documents(block))
         return sorted(out, key=lambda sd: sd[1]["doc_id"])
 
     whole = documents([docs] if docs else [])

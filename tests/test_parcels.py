@@ -4,7 +4,7 @@
 A parcel must round-trip every document exactly (narrow uint16 and wide int32 tokens), be
 deterministic, refuse bytes that are not a parcel, and split a batch by shard without losing,
 moving or reordering a document. The decoder used as the oracle (`tests.conftest.
-block_documents`) slices the columns by the layout in the module's docstring.
+parcel_documents`) slices the columns by the layout in the module's docstring.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import block_documents
+from tests.conftest import parcel_documents
 from transforms.keys import doc_key, shard_of
 from transforms.params import WindowSpec
 from transforms.parcels import pack_parcels, read_parcel
@@ -27,7 +27,7 @@ TEXTS = ["abcde", "", "道可道，非常道。", "x" * 40, "The fox.", "ab"]
 
 
 def docs_of(texts, *, spec=SPEC, seed=0, wide_at=None):
-    """Documents as plain values: what `pack_parcels` is given and `block_documents` gives."""
+    """Documents as plain values: what `pack_parcels` is given and `parcel_documents` gives."""
     docs = []
     for i, text in enumerate(texts):
         doc_id = f"d{i}"
@@ -71,7 +71,7 @@ def parcel_of(docs):
 def test_parcel_round_trips_narrow_and_wide_tokens(wide_at, dtype):
     docs = docs_of(TEXTS, wide_at=wide_at)
     data = parcel_of(docs)
-    assert block_documents(data) == docs
+    assert parcel_documents(data) == docs
     parcel = read_parcel(data)
     assert parcel.tokens.dtype == np.dtype(dtype)
     assert parcel.keys.tolist() == [d["doc_key"] for d in docs]
@@ -122,12 +122,12 @@ def test_pack_parcels_moves_each_document_to_its_key_range(num_shards, wide_at):
     shards = [s for s, _ in parcels]
     assert shards == sorted(set(shards))
     assert set(shards) == {shard_of(d["doc_key"], num_shards) for d in docs}
-    got = {s: block_documents(data) for s, data in parcels}
+    got = {s: parcel_documents(data) for s, data in parcels}
     # Each shard holds exactly its key range's documents, in their order, packed as alone.
     for shard in shards:
         mine = [d for d in docs if shard_of(d["doc_key"], num_shards) == shard]
         assert got[shard] == mine
-        assert got[shard] == [block_documents(parcel_of([d]))[0] for d in mine]
+        assert got[shard] == [parcel_documents(parcel_of([d]))[0] for d in mine]
 
 
 def test_pack_parcels_of_no_documents_is_no_parcel():
@@ -160,11 +160,11 @@ def test_parcels_round_trip_any_documents(docs, num_shards, seed, spec):
             "repaired": repaired,
         })
     parcels = pack(plain, num_shards)
-    got = [(shard, d) for shard, data in parcels for d in block_documents(data)]
+    got = [(shard, d) for shard, data in parcels for d in parcel_documents(data)]
     want = sorted(((shard_of(d["doc_key"], num_shards), d) for d in plain), key=lambda sd: sd[0])
     assert got == want  # stable: documents keep their order inside each shard
     for _, data in parcels:
-        wide = max(t for d in block_documents(data) for t in d["tokens"]) >= 1 << 16
+        wide = max(t for d in parcel_documents(data) for t in d["tokens"]) >= 1 << 16
         assert read_parcel(data).tokens.dtype == np.dtype("<i4" if wide else "<u2")
 
 

@@ -11,13 +11,13 @@ from tests.conftest import fn_api_pipeline
 
 
 def test_each_tag_gets_its_values_and_only_those():
-    pairs = [("blocks", (0, b"a")), ("rejects", "r1"), ("blocks", (1, b"b")),
+    pairs = [("parcels", (0, b"a")), ("rejects", "r1"), ("parcels", (1, b"b")),
              ("records", 3), ("rejects", "r2")]
     with fn_api_pipeline() as p:
         out = (p | beam.Create(pairs)
-               | SplitTags(["blocks", "rejects", "records", "unused_tag"]))
-        assert sorted(out) == ["blocks", "records", "rejects", "unused_tag"]
-        assert_that(out.blocks, equal_to([(0, b"a"), (1, b"b")]), label="Blocks")
+               | SplitTags(["parcels", "rejects", "records", "unused_tag"]))
+        assert sorted(out) == ["parcels", "records", "rejects", "unused_tag"]
+        assert_that(out.parcels, equal_to([(0, b"a"), (1, b"b")]), label="Parcels")
         assert_that(out["rejects"], equal_to(["r1", "r2"]), label="Rejects")
         assert_that(out.records, equal_to([3]), label="Records")
         assert_that(out.unused_tag, equal_to([]), label="Unused")
@@ -34,8 +34,8 @@ def test_steps_are_labelled_by_tag_and_a_missing_tag_is_named():
 
 
 def test_a_tag_that_no_output_receives_fails_the_pipeline():
-    pairs = [("blocks", 1), ("rejets", 2)]
+    pairs = [("parcels", 1), ("rejets", 2)]
     with (pytest.raises(Exception, match=r"a step emitted the tag 'rejets', which is none of "
-                                         r"\['blocks', 'rejects'\]"),
+                                         r"\['parcels', 'rejects'\]"),
           fn_api_pipeline() as p):
-        _ = p | beam.Create(pairs) | SplitTags(["blocks", "rejects"])
+        _ = p | beam.Create(pairs) | SplitTags(["parcels", "rejects"])
