@@ -58,7 +58,7 @@ setuptools.setup(
             "polars>=1.0",
             "tokenizers>=0.19",
             "tiktoken>=0.7",
-            "transformers>=5,<6",  # tests/test_hf.py, tests/test_trainer.py
+            "transformers>=5,<6",  # tests/test_hf.py, tests/test_hf_models.py
             "accelerate>=1.2",  # transformers.Trainer
             "datasets>=2.19",  # docs/training.md, the Parquet reader recipes
             "lightning>=2.2",  # docs/training.md's LightningDataModule

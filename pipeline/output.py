@@ -33,8 +33,8 @@ from transforms.input_names import shown_name
 from transforms.manifest import (
     LEGACY_MANIFEST_NAME,
     MANIFEST_NAME,
-    parse_manifest,
     parse_splits_record,
+    read_manifest,
 )
 from transforms.schema import (
     CLAIM_NAME,
@@ -127,15 +127,15 @@ def _accounted_for(config: JobConfig, entries: list[str], stale: dict[str, Any] 
         if manifest_path not in entries:
             continue
         try:
-            old = parse_manifest(fs.read_bytes(manifest_path), where=manifest_path)
+            old = read_manifest(fs.read_bytes(manifest_path), where=manifest_path)
         except ValueError as e:
             raise ValueError(
                 f"--overwrite: {e}; the old dataset's files cannot be told apart, so nothing "
                 "was deleted: clear the directory yourself or choose another"
             ) from None
         ours.add(manifest_path)
-        ours.update(fs.join(out, s["file"]) for s in old["shards"])
-        ours.update(fs.join(out, rejects_dir, f"{r}.jsonl") for r in old["counts"]["skipped"])
+        ours.update(fs.join(out, s.file) for s in old.shards)
+        ours.update(fs.join(out, rejects_dir, f"{r}.jsonl") for r in old.counts.skipped)
     ours.update(_old_splits(out, entries))
     if stale is not None and stale.get("attempt"):
         prefixes.append(fs.join(out, TMP_DIR, str(stale["attempt"])) + "/")
@@ -164,9 +164,9 @@ def _old_splits(out: str, entries: list[str]) -> set[str]:
             directory = fs.join(out, str(split.get("dir", split["name"])))
             manifest = fs.join(directory, MANIFEST_NAME)
             if manifest in entries:
-                old = parse_manifest(fs.read_bytes(manifest), where=manifest)
+                old = read_manifest(fs.read_bytes(manifest), where=manifest)
                 found.add(manifest)
-                found.update(fs.join(directory, s["file"]) for s in old["shards"])
+                found.update(fs.join(directory, s.file) for s in old.shards)
     except ValueError as e:
         raise ValueError(
             f"--overwrite: {e}; the old dataset's files cannot be told apart, so nothing "
@@ -188,7 +188,7 @@ def _split_files(out: str, entries: list[str], fingerprint: str) -> set[str]:
             found.add(e)
         elif rest == MANIFEST_NAME:
             try:
-                theirs = parse_manifest(fs.read_bytes(e), where=e).get("fingerprint")
+                theirs = read_manifest(fs.read_bytes(e), where=e).fingerprint
             except ValueError:
                 continue
             if theirs == mine:

@@ -23,7 +23,7 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -46,7 +46,8 @@ from pipeline.runners import (
 )
 from pipeline.summary import print_summary
 from pipeline.views import JobOptions
-from transforms.manifest import MANIFEST_NAME, parse_manifest, parse_splits_record
+from transforms.json_fields import JsonObject
+from transforms.manifest import MANIFEST_NAME, parse_splits_record, read_manifest
 from transforms.splits import SPLITS_NAME
 
 __all__ = ["Submitted", "cli", "finish", "main", "one_line", "run", "submit"]
@@ -93,13 +94,14 @@ def _prepare(argv: Sequence[str] | None, tuning: Tuning | None) -> _Prepared:
 
 
 def _start(job: _Prepared) -> Submitted:
-    options, dry_run, (context, files, _, planned) = job
+    options, dry_run, (context, files, matched, planned) = job
     reporter = None
     try:
         settle_setup(options)
         started = time.monotonic()
-        # On Dask the work spreads only as far as the first Create's partitions: start from
-        # the launcher's chunks (`pipeline.launch`). Elsewhere the workers match the patterns
+        # On Dask the work spreads only as far as the first Create's partitions, and the
+        # local runner runs each planning stage one after the other: both start from the
+        # launcher's chunks (`pipeline.launch`). Elsewhere the workers match the patterns
         # (a Create of 10^5 paths would sit in the job graph, whose size Dataflow limits)
         # and Reshuffle spreads the chunks.
         chunks = None
@@ -107,6 +109,9 @@ def _start(job: _Prepared) -> Submitted:
             chunks = launch.prepare_chunks(
                 planned, options, tmp_dir=context.tmp_dir, root=context.output,
                 pipeline=lambda: beam.Pipeline(runner=runner_for(options), options=options))
+        elif matched is not None and is_local(options):  # no matching stages in the graph
+            chunks = launch.plan_local(context.config, matched,
+                                       chunk_bytes=context.tuning.chunk_bytes)
         if files is not None and is_local(options):
             # The local runner's workers report progress into the launcher's directory.
             reporter = progress.Progress(total_bytes=sum(size for size, _ in files.values()),
@@ -151,7 +156,7 @@ def submit(argv: Sequence[str] | None = None, *, tuning: Tuning | None = None) -
 
 
 def run(argv: Sequence[str] | None = None, *,
-        tuning: Tuning | None = None) -> dict[str, Any] | None:
+        tuning: Tuning | None = None) -> JsonObject | None:
     """Run the job to its end; returns its manifest (None for a dry run).
 
     Raises:
@@ -162,7 +167,7 @@ def run(argv: Sequence[str] | None = None, *,
     return finish(submit(argv, tuning=tuning))
 
 
-def finish(job: Submitted) -> dict[str, Any] | None:
+def finish(job: Submitted) -> JsonObject | None:
     """Wait for a `submit`ted job, print its summary and return its manifest (a split job:
     its ``_splits.json``); None for a dry run. A job that fails releases its claim."""
     if job.result is None or job.dry_run:
@@ -184,10 +189,11 @@ def finish(job: Submitted) -> dict[str, Any] | None:
     if job.config.splits.names:
         path = fs.join(output, SPLITS_NAME)
         record = parse_splits_record(fs.read_bytes(path), where=path)
-    else:
-        record = parse_manifest(fs.read_bytes(fs.join(output, MANIFEST_NAME)), where=output)
-    print_summary(record, output, time.monotonic() - job.started)
-    return record
+        print_summary(record, output, time.monotonic() - job.started)
+        return record
+    manifest = read_manifest(fs.read_bytes(fs.join(output, MANIFEST_NAME)), where=output)
+    print_summary(manifest, output, time.monotonic() - job.started)
+    return manifest.json
 
 
 def cli() -> None:

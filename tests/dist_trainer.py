@@ -1,4 +1,4 @@
-"""Run by tests/test_trainer.py, alone or under ``torchrun --nproc_per_node 2`` (gloo): train
+"""Run by tests/test_hf.py, alone or under ``torchrun --nproc_per_node 2`` (gloo): train
 WindowTrainer 12 steps on DATA with BATCH windows a rank, evaluate, and (rank 0) write what it
 saw: the sampler state, every rank's windows, the evaluation and the final weights."""
 

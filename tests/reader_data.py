@@ -87,3 +87,17 @@ def check_window(w: dict, row: dict, index: int) -> None:
                 "doc_tokens"):
         assert w[key] == row[key], key
     assert w["index"] == index
+
+
+@pytest.fixture
+def three(tmp_path: Path) -> Any:
+    """Three datasets of 12, 17 and 22 documents (W = 8, S = 6, score=new, 2 shards), named
+    web, code and books, as one `reader.MixedDataset`."""
+    from reader import MixedDataset, WindowDataset
+
+    sources = {}
+    for k, name in enumerate(("web", "code", "books")):
+        write_docs(tmp_path / name, random_docs(12 + 5 * k, seed=k, max_len=40), window=8,
+                   stride=6, score_new=True, num_shards=2)
+        sources[name] = WindowDataset(tmp_path / name)
+    return MixedDataset(sources)

@@ -1,129 +1,303 @@
-"""Our batches in real Hugging Face causal LMs (GPT-2, Llama; random init, vocabulary 258).
+"""reader.hf.WindowTrainer: a real transformers.Trainer on our shards (tiny random GPT-2/Llama).
 
-The documented call is ``model(input_ids=b["input_ids"], position_ids=b["position_ids"],
-use_cache=False)`` with our ``token_nll`` on ``b["shift_labels"]`` (or HF's own loss given
-``labels=`` and ``shift_labels=`` both ``b["shift_labels"]``), for padded and packed batches
-alike; the common undocumented calls are right or fail loudly.
+Evaluation equals ``reader.evaluate``; a resumed run trains on exactly the windows of the
+uninterrupted one and ends with the same weights; the loss weighs targets, not micro-batches;
+whole epochs see every target once; packed and per-dataset evaluation; refusals.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
-from reader import PackedSampler, WindowDataset, collate, collate_packed, token_nll
+from reader import MixedDataset, WindowDataset, collate, evaluate, token_nll
 from tests.reader_data import VOCAB, isolated_cache, random_docs, write_docs
 
 transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+from reader.hf import SAMPLER_STATE_NAME, WindowTrainer, causal_lm_logits  # noqa: E402
 
 __all__ = ["isolated_cache"]  # fixture
 
+REPO = Path(__file__).resolve().parents[1]
 SEQ = 24
 
 
-def gpt2() -> Any:
+def gpt2(dropout: float = 0.1, dtype: torch.dtype = torch.float32) -> Any:
+    torch.manual_seed(0)
     config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=32, n_layer=2,
-                                     n_head=4, attn_implementation="sdpa")
-    return transformers.GPT2LMHeadModel(config)
+                                     n_head=4, resid_pdrop=dropout, embd_pdrop=dropout,
+                                     attn_pdrop=dropout, bos_token_id=256, eos_token_id=257)
+    return transformers.GPT2LMHeadModel(config).to(dtype)
 
 
 def llama() -> Any:
+    torch.manual_seed(0)
     config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
                                       num_hidden_layers=2, num_attention_heads=4,
                                       num_key_value_heads=2, max_position_embeddings=SEQ,
-                                      attn_implementation="sdpa")
+                                      bos_token_id=256, eos_token_id=257)
     return transformers.LlamaForCausalLM(config)
 
 
-MODELS = {"gpt2": gpt2, "llama": llama}
-
-
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> WindowDataset:
-    root = tmp_path_factory.mktemp("hf") / "ds"
-    write_docs(root, random_docs(30, max_len=40), window=SEQ, stride=16, score_new=True,
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("trainer") / "ds"
+    write_docs(root, random_docs(40, max_len=60), window=SEQ, stride=16, score_new=True,
                num_shards=2)
-    return WindowDataset(root)
+    return root
 
 
-def build(name: str, attn: str = "sdpa") -> Any:
-    torch.manual_seed(0)
-    model = MODELS[name]()
-    model.config._attn_implementation = attn
-    return model.double().eval()
+def arguments(out: Path, **kw: Any) -> Any:
+    base = {"max_steps": 6, "per_device_train_batch_size": 4, "per_device_eval_batch_size": 8,
+            "save_strategy": "no", "logging_steps": 1, "report_to": [], "use_cpu": True,
+            "disable_tqdm": True, "seed": 0, "learning_rate": 1e-3}
+    base.update(kw)
+    if "save_steps" in kw:
+        base["save_strategy"] = "steps"
+    return transformers.TrainingArguments(str(out), **base)
 
 
-@pytest.mark.parametrize("attn", ["sdpa", "eager"])
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_the_documented_call_gives_our_loss_padded_and_packed(dataset: WindowDataset,
-                                                              name: str, attn: str) -> None:
-    model = build(name, attn)
-    ds = dataset
-    windows = [ds[i] for i in range(len(ds))]
-    padded = collate(windows, pad_id=ds.eos_id)
-    rows = next(iter(PackedSampler(ds.lengths, len(ds), SEQ, seed=0)))
-    packed = collate_packed(ds.__getitems__(rows), seq_len=SEQ, pad_id=ds.eos_id)
-    assert any(len(r) > 1 for r in rows)
-    results = []
+class Recording(WindowTrainer):
+    """Records the dataset indices of every training micro-batch, in order."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.seen: list[list[int]] = []
+
+    def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
+                     num_items_in_batch: Any = None) -> Any:
+        if model.training:
+            self.seen.append(inputs["index"].reshape(-1).tolist())
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+
+def reference_eval(model: Any, ds: WindowDataset, batch_size: int = 5) -> dict:
+    model.eval()
+    loader = DataLoader(ds, batch_size=batch_size,
+                        collate_fn=functools.partial(collate, pad_id=ds.eos_id))
+    return evaluate(functools.partial(causal_lm_logits, model), loader)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("make", [gpt2, llama], ids=["gpt2", "llama"])
+def test_eval_loss_is_reader_evaluate(data: Path, tmp_path: Path, make: Any,
+                                      packed: bool) -> None:
+    ds = WindowDataset(data)
+    trainer = WindowTrainer(model=make(), args=arguments(tmp_path, max_steps=2),
+                            train_dataset=ds, eval_dataset=ds, packed=packed)
+    trainer.train()
+    metrics = trainer.evaluate()
+    ref = reference_eval(trainer.model, ds)
+    assert metrics["eval_targets"] == ref["targets"] == ds.scored_targets
+    assert abs(metrics["eval_loss"] - ref["nll"]) < 1e-6
+    # What Trainer's own evaluation reports: the mean of batch means, a different figure.
+    batches = [collate([ds[i] for i in range(a, min(a + 8, len(ds)))], pad_id=ds.eos_id)
+               for a in range(0, len(ds), 8)]
     with torch.no_grad():
-        for batch in (padded, packed):
-            out = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
-                        use_cache=False)
-            nll_sum, count = token_nll(out.logits, batch["shift_labels"])
-            assert count == batch["num_targets"] == ds.scored_targets
-            hf = model(input_ids=batch["input_ids"], position_ids=batch["position_ids"],
-                       use_cache=False, labels=batch["shift_labels"],
-                       shift_labels=batch["shift_labels"]).loss
-            assert abs(float(hf) - float(nll_sum) / count) < 1e-6  # HF upcasts to float32
-            results.append(float(nll_sum))
-    # Packed (HF builds the block-diagonal mask from position_ids) equals unpacked.
-    assert abs(results[0] - results[1]) < 1e-9 * abs(results[0])
+        means = [float(token_nll(causal_lm_logits(trainer.model, b), b["shift_labels"])[0])
+                 / b["num_targets"] for b in batches]
+    assert abs(sum(means) / len(means) - ref["nll"]) > 1e-4
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_the_common_calls_are_right_or_loud(dataset: WindowDataset, name: str) -> None:
-    model = build(name)
-    ds = dataset
-    batch = collate([ds[i] for i in range(8)], pad_id=ds.eos_id)
-    rows = next(iter(PackedSampler(ds.lengths, len(ds), SEQ, seed=0)))
-    packed = collate_packed(ds.__getitems__(rows), seq_len=SEQ, pad_id=ds.eos_id)
-    assert any(len(r) > 1 for r in rows)
-    with torch.no_grad():
-        for b in (batch, packed):
-            # labels=batch["labels"]: a KeyError that names the fix, never HF's second shift.
-            with pytest.raises(KeyError, match=r"shift_labels"):
-                model(input_ids=b["input_ids"], labels=b["labels"])
-            # model(**batch): right logits (HF ignores our extra keys), and no loss.
-            out = model(**b)
-            ref = model(input_ids=b["input_ids"], position_ids=b["position_ids"],
-                        use_cache=False)
-            assert out.loss is None
-            real = b["attention_mask"] == 1 if "attention_mask" in b else b["segment_ids"] >= 0
-            assert torch.allclose(out.logits[real], ref.logits[real], rtol=0, atol=1e-12)
-        # Packed rows with a 2-D all-ones mask, or with HF's default KV cache, let windows
-        # read each other: why a packed batch has no attention_mask and says use_cache=False.
-        ids, pos = packed["input_ids"], packed["position_ids"]
-        right = model(input_ids=ids, position_ids=pos, use_cache=False).logits
-        ones = torch.ones_like(ids)
-        leaky = model(input_ids=ids, position_ids=pos, attention_mask=ones, use_cache=False)
-        assert float((leaky.logits - right).abs().max()) > 1e-3
-        cached = model(input_ids=ids, position_ids=pos).logits
-        assert float((cached - right).abs().max()) > 1e-3
+def test_a_mapping_of_eval_sets_gives_each_its_loss(data: Path, tmp_path: Path) -> None:
+    ds = WindowDataset(data)
+    trainer = WindowTrainer(model=gpt2(), args=arguments(tmp_path, max_steps=1),
+                            train_dataset=ds, eval_dataset={"a": ds, "b": ds})
+    metrics = trainer.evaluate()
+    ref = reference_eval(trainer.model, ds)
+    for name in ("a", "b"):
+        assert abs(metrics[f"eval_{name}_loss"] - ref["nll"]) < 1e-6
+        assert metrics[f"eval_{name}_targets"] == ds.scored_targets
 
 
-def test_the_bug_the_issue_names_is_what_labels_would_do(dataset: WindowDataset,
-                                                        tmp_path: Path) -> None:
-    """HF's own shift of our labels scores fewer, wrong targets: what the KeyError prevents."""
-    model = build("gpt2")
-    batch = collate([dataset[i] for i in range(len(dataset))], pad_id=dataset.eos_id)
-    with torch.no_grad():
-        wrong = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                      labels=batch["shift_labels"]).loss
-        logits = model(input_ids=batch["input_ids"]).logits
-    nll_sum, count = token_nll(logits, batch["shift_labels"])
-    shifted_again = batch["shift_labels"][:, 1:]
-    assert int((shifted_again != -100).sum()) < count  # each row's first target is lost
-    assert abs(float(wrong) - float(nll_sum) / count) > 1e-5
+def run(data: Path, out: Path, *, resume: str | None = None, trainer_cls: Any = Recording,
+        model: Any = None, **kw: Any) -> Any:
+    ds = WindowDataset(data)
+    packed = kw.pop("packed", False)
+    trainer = trainer_cls(model=model if model is not None else gpt2(),
+                          args=arguments(out, **kw), train_dataset=ds, packed=packed)
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer
+
+
+@pytest.mark.parametrize(("packed", "workers", "accumulate"),
+                         [(False, 0, 1), (True, 0, 2), (False, 2, 2)])
+def test_resume_equals_the_uninterrupted_run(data: Path, tmp_path: Path, packed: bool,
+                                             workers: int, accumulate: int) -> None:
+    # 12 steps of 8 windows (or rows) cross the end of the first epoch (76 windows); the
+    # checkpoint at step 5 is mid-epoch. Dropout is on: Trainer's RNG restore must line up.
+    kw = {"max_steps": 12, "per_device_train_batch_size": 8 // accumulate,
+          "gradient_accumulation_steps": accumulate, "save_steps": 5, "packed": packed,
+          "dataloader_num_workers": workers}
+    whole = run(data, tmp_path / "whole", **kw)
+    epochs = whole.train_sampler.epoch
+    assert epochs >= 1  # the run crossed an epoch boundary
+    checkpoint = tmp_path / "whole" / "checkpoint-5"
+    state = json.loads((checkpoint / SAMPLER_STATE_NAME).read_text())
+    assert state["batches_seen"] == 5 * accumulate
+    resumed = run(data, tmp_path / "resumed", resume=str(checkpoint), **kw)
+    # Exactly the windows the uninterrupted run trained on after step 5, in the same order.
+    assert resumed.seen == whole.seen[5 * accumulate:]
+    assert resumed.train_sampler.state_dict() == whole.train_sampler.state_dict()
+    for (name, a), b in zip(whole.model.state_dict().items(),
+                            resumed.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_the_loss_weighs_targets_not_micro_batches(data: Path, tmp_path: Path) -> None:
+    # One global batch of 8 windows per step, as 1 × 8, 2 × 4 or 4 × 2 micro-batches (whose
+    # target counts differ): the same windows, the same token-weighted loss, the same weights.
+    # (A mean of micro-batch means would weigh a short micro-batch's targets more.)
+    finals = []
+    for accumulate in (1, 2, 4):
+        trainer = run(data, tmp_path / f"ga{accumulate}", model=gpt2(0.0, torch.float64),
+                      max_steps=4, per_device_train_batch_size=8 // accumulate,
+                      gradient_accumulation_steps=accumulate)
+        counts = {len({*b}) for b in trainer.seen}
+        assert counts == {8 // accumulate}
+        finals.append(trainer.model.state_dict())
+    for other in finals[1:]:
+        for name, value in finals[0].items():
+            assert torch.allclose(value, other[name], rtol=0, atol=1e-10), name
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_whole_epochs_score_every_target_once_per_epoch(data: Path, tmp_path: Path,
+                                                        packed: bool) -> None:
+    ds = WindowDataset(data)
+    trainer = Recording(model=gpt2(), args=arguments(tmp_path, max_steps=-1, num_train_epochs=2,
+                                                    gradient_accumulation_steps=2),
+                        train_dataset=ds, packed=packed)
+    trainer.train()
+    sampler = trainer.train_sampler
+    assert sampler.epoch == 2 and sampler.cursor == 0
+    assert sampler.targets_seen == 2 * ds.scored_targets
+    seen = [i for b in trainer.seen for i in b if i >= 0]
+    assert sorted(seen) == sorted(2 * list(range(len(ds))))
+
+
+def test_resume_refuses_a_checkpoint_without_the_sampler_state(data: Path,
+                                                               tmp_path: Path) -> None:
+    run(data, tmp_path / "a", max_steps=2, save_steps=2)
+    checkpoint = tmp_path / "a" / "checkpoint-2"
+    os.remove(checkpoint / SAMPLER_STATE_NAME)
+    with pytest.raises(ValueError, match="no sampler state.*restart the data order"):
+        run(data, tmp_path / "b", resume=str(checkpoint), max_steps=4)
+    shutil.rmtree(tmp_path / "a")
+    with pytest.raises(ValueError, match="no checkpoint found"):
+        run(data, tmp_path / "a", resume=True, max_steps=4)
+
+
+def test_refusals(data: Path, tmp_path: Path) -> None:
+    ds = WindowDataset(data)
+    args = arguments(tmp_path)
+    with pytest.raises(ValueError, match="pass no data_collator"):
+        WindowTrainer(model=gpt2(), args=args, train_dataset=ds, data_collator=lambda b: b)
+    with pytest.raises(ValueError, match="`weights` are for a mixture"):
+        WindowTrainer(model=gpt2(), args=args, train_dataset=ds, weights={"a": 1.0})
+
+
+@pytest.fixture
+def other(tmp_path: Path) -> Path:
+    """A second dataset of the same tokenizer and window, a mixture's other source."""
+    out = tmp_path / "other"
+    write_docs(out, random_docs(12, seed=5, max_len=50), window=SEQ, stride=16,
+               score_new=True, num_shards=1)
+    return out
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_mixture_eval_gives_each_source_and_the_whole_padded_and_packed(
+        data: Path, other: Path, tmp_path: Path, packed: bool) -> None:
+    a, b = WindowDataset(data), WindowDataset(other)
+    trainer = WindowTrainer(model=gpt2(), args=arguments(tmp_path / "run"), train_dataset=a,
+                            eval_dataset=MixedDataset({"web": a, "code": b}), packed=packed)
+    metrics = trainer.evaluate()
+    ra, rb = reference_eval(trainer.model, a), reference_eval(trainer.model, b)
+    assert abs(metrics["eval_web_loss"] - ra["nll"]) < 1e-6
+    assert abs(metrics["eval_code_loss"] - rb["nll"]) < 1e-6
+    assert metrics["eval_web_targets"] == a.scored_targets
+    assert metrics["eval_code_targets"] == b.scored_targets
+    whole = (ra["nll"] * ra["targets"] + rb["nll"] * rb["targets"]) / (ra["targets"]
+                                                                         + rb["targets"])
+    assert abs(metrics["eval_loss"] - whole) < 1e-6
+    assert metrics["eval_targets"] == a.scored_targets + b.scored_targets
+
+
+def test_mixture_training_then_eval_gives_each_source_and_the_whole(
+        data: Path, other: Path, tmp_path: Path) -> None:
+    a, b = WindowDataset(data), WindowDataset(other)
+    mixed = MixedDataset({"web": a, "code": b})
+    trainer = WindowTrainer(model=gpt2(), args=arguments(tmp_path / "run", max_steps=2),
+                            train_dataset=mixed, eval_dataset=mixed,
+                            weights={"web": 0.5, "code": 0.5})
+    trainer.train()
+    metrics = trainer.evaluate()
+    ra, rb = reference_eval(trainer.model, a), reference_eval(trainer.model, b)
+    assert abs(metrics["eval_web_loss"] - ra["nll"]) < 1e-6
+    assert abs(metrics["eval_code_loss"] - rb["nll"]) < 1e-6
+    whole = (ra["nll"] * ra["targets"] + rb["nll"] * rb["targets"]) / (ra["targets"]
+                                                                         + rb["targets"])
+    assert abs(metrics["eval_loss"] - whole) < 1e-6
+    assert metrics["eval_targets"] == a.scored_targets + b.scored_targets
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_mixture_training_resumes_exactly(data: Path, other: Path, tmp_path: Path,
+                                          packed: bool) -> None:
+
+    def mixed_run(out: Path, resume: str | None = None) -> Any:
+        mixed = MixedDataset({"web": WindowDataset(data), "code": WindowDataset(other)})
+        trainer = Recording(model=gpt2(), args=arguments(out, max_steps=8, save_steps=3,
+                                                         gradient_accumulation_steps=2),
+                            train_dataset=mixed, weights={"web": 3, "code": 1}, packed=packed)
+        trainer.train(resume_from_checkpoint=resume)
+        return trainer
+
+    whole = mixed_run(tmp_path / "whole")
+    resumed = mixed_run(tmp_path / "resumed", str(tmp_path / "whole" / "checkpoint-3"))
+    assert resumed.seen == whole.seen[6:]
+    assert resumed.train_sampler.state_dict() == whole.train_sampler.state_dict()
+    for (name, a), b in zip(whole.model.state_dict().items(),
+                            resumed.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.slow
+def test_two_ranks_train_as_one_process(data: Path, tmp_path: Path) -> None:
+    """torchrun --nproc_per_node 2 (gloo, DDP) with 4 windows a rank = one process with 8."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                    "--master_port", "0", "--rdzv_backend", "c10d",
+                    "--rdzv_endpoint", "127.0.0.1:0", str(REPO / "tests/dist_trainer.py"),
+                    str(data), str(tmp_path / "two"), "4"],
+                   cwd=REPO, env=env, check=True, timeout=600)
+    subprocess.run([sys.executable, str(REPO / "tests/dist_trainer.py"), str(data),
+                    str(tmp_path / "one"), "8"], cwd=REPO, env=env, check=True, timeout=600)
+    two = json.loads((tmp_path / "two" / "result.json").read_text())
+    one = json.loads((tmp_path / "one" / "result.json").read_text())
+    assert two["world_size"] == 2 and one["world_size"] == 1
+    # The same global batches: the same windows, the same targets, counted once.
+    assert two["sampler"]["targets_seen"] == one["sampler"]["targets_seen"]
+    assert two["sampler"]["epoch"] == one["sampler"]["epoch"] >= 1
+    assert two["sampler"]["cursor"] == one["sampler"]["cursor"]
+    assert sorted(two["seen"]) == sorted(one["seen"])
+    assert two["eval"]["eval_targets"] == one["eval"]["eval_targets"]
+    assert abs(two["eval"]["eval_loss"] - one["eval"]["eval_loss"]) < 1e-5
+    weights_two = torch.load(tmp_path / "two" / "weights.pt")
+    weights_one = torch.load(tmp_path / "one" / "weights.pt")
+    for name, value in weights_one.items():
+        assert torch.allclose(value, weights_two[name], rtol=0, atol=1e-10), name
+    # Under two ranks, evaluate() on a loader that is not dealt over them is refused.
+    assert "not dealt over the 2 ranks" in two["guard"]

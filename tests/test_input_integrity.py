@@ -23,7 +23,6 @@ TEXTS = [f"document {i}: " + "the quick brown fox jumps over the lazy dog " * 3
          for i in range(300)]
 
 
-
 def _parquet(path: pathlib.Path, *, checksums: bool = True) -> pathlib.Path:
     """Three row groups of 100 rows, uncompressed (so a text's bytes can be found)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -59,22 +58,6 @@ def test_a_damaged_page_is_refused_naming_the_file_row_group_and_column(tmp_path
         "its page checksum (")
     assert "restore the file from its source, or leave it out of --input" in str(e.value)
     assert len(list(read_chunk(chunks[2], ReadSpec(), open_local))) == 100
-
-
-def test_the_row_group_is_found_inside_a_chunk_of_several(tmp_path):
-    path = _parquet(tmp_path / "a.parquet")
-    _damage(path, 250)
-    (chunk,) = list(plan_chunks(str(path), rel="a.parquet", size=path.stat().st_size,
-                                spec=ReadSpec(), open_file=open_local))
-    assert (chunk.start, chunk.end) == (0, 3)
-    with pytest.raises(DamagedInput, match=r"row group 2 \(rows 200 to 299\), column 'text'"):
-        list(read_chunk(chunk, ReadSpec(), open_local))
-
-
-def test_pages_without_checksums_are_read_as_before(tmp_path):
-    path = _parquet(tmp_path / "a.parquet", checksums=False)
-    docs = [d for c in _chunks(path) for d in read_chunk(c, ReadSpec(), open_local)]
-    assert [d.text for d in docs] == TEXTS
 
 
 def test_a_job_over_a_damaged_parquet_fails_and_writes_no_manifest(tmp_path):

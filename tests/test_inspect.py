@@ -4,88 +4,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-import pathlib
 import re
 import sys
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from reader import inspect
 from tests.conftest import DATA, ROOT
+from tests.inspect_data import FAMILIES, TEXTS, bytes_dataset, spec_of
 from transforms.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME, TokenizerInfo
 from transforms.params import WindowSpec
-from transforms.schema import ARROW_SCHEMA
 from transforms.testing import write_dataset
 from transforms.tokenizers import ByteTokenizer, SentencePieceTokenizer
-
-TEXTS = ["abcde", "abcd", "x", "The grapes are sour, and not ripe.", "道可道，非常道。" * 3,
-         "Slow but steady wins the race. " * 4, "ab"]
-# (window, stride, tail, min_tail, score, offset): every family of docs/format.md#the-planner.
-FAMILIES = [
-    (4, 4, "keep", 1, "all", "zero"),
-    (4, 2, "keep", 1, "new", "zero"),
-    (4, 2, "drop", 1, "all", "zero"),
-    (4, 2, "trace_back", 1, "new", "zero"),
-    (4, 6, "keep", 1, "all", "zero"),
-    (4, 6, "trace_back", 1, "new", "random"),
-    (5, 3, "keep", 3, "all", "random"),
-    (5, 3, "trace_back", 1, "new", "random"),
-    (4, 4, "drop", 1, "new", "random"),
-    (8, 3, "drop", 1, "all", "zero"),
-    (1, 1, "keep", 1, "all", "zero"),
-    (7, 7, "keep", 7, "new", "zero"),
-]
-
-
-def _spec(family) -> WindowSpec:
-    w, s, tail, min_tail, score, offset = family
-    return WindowSpec(window=w, stride=s, tail=tail, min_tail=min_tail, score=score,
-                      offset=offset, seed=3)
-
-
-def _bytes_dataset(root: pathlib.Path, spec: WindowSpec, num_shards: int = 2) -> dict:
-    tok = ByteTokenizer()
-    docs = [(f"d{i}", tok.encode(t)) for i, t in enumerate(TEXTS)]
-    rng = np.random.default_rng(0)
-    docs += [(f"r{i}", [256, *rng.integers(0, 256, int(n)), 257])
-             for i, n in enumerate(rng.integers(0, 60, 30))]
-    return write_dataset(root, docs, windows=spec, num_shards=num_shards).to_json()
-
-
-def _rewrite(root: pathlib.Path, edit) -> None:
-    """Apply ``edit`` to the rows of the first shard and write it back, and make the manifest
-    agree with the file (its SHA-256 and counts), as a careful forger would: what is left to
-    find is what only --check's recomputations can."""
-    path = root / "part-00000-of-00001.parquet"
-    rows = edit(pq.read_table(path).to_pylist())
-    pq.write_table(pa.Table.from_pylist(rows, schema=ARROW_SCHEMA), path)
-    manifest = json.loads((root / MANIFEST_NAME).read_text())
-    entry = manifest["shards"][0]
-    counts = {"rows": len(rows), "tokens": sum(len(r["tokens"]) for r in rows),
-              "scored_targets": sum(r["length"] - r["loss_start"] for r in rows)}
-    entry.update(sha256=hashlib.sha256(path.read_bytes()).hexdigest(), **counts)
-    manifest["counts"].update(windows=counts["rows"], tokens=counts["tokens"],
-                              scored_targets=counts["scored_targets"])
-    (root / MANIFEST_NAME).write_text(json.dumps(manifest))
 
 
 def _run(capsys, *args) -> tuple[int, str]:
     code = inspect.run([str(a) for a in args])
     return code, capsys.readouterr().out
-
-
-@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: "-".join(map(str, f)))
-def test_check_passes_on_every_window_family(tmp_path, family):
-    manifest = _bytes_dataset(tmp_path, _spec(family))
-    result = inspect.check(inspect.open_dataset(str(tmp_path)))
-    assert result["failures"] == []
-    c = manifest["counts"]
-    assert result["checked"]["windows"] == c["windows"]
-    assert result["checked"]["tokens"] == c["tokens"]
-    assert result["checked"]["scored_targets"] == c["scored_targets"]
 
 
 def test_summary_of_a_worked_example(tmp_path):
@@ -116,61 +52,6 @@ def test_overlap_factor_and_padding(tmp_path):
     assert inspect.padding_share(np.array([4, 2]), 2) == 0.25
     assert inspect.padding_share(np.array([4, 2, 3]), 3) == 0.25
     assert inspect.padding_share(np.array([4, 2, 3]), 1) == 0.0
-
-
-def test_check_fails_naming_the_window_that_crosses_its_document(tmp_path, capsys):
-    _bytes_dataset(tmp_path, _spec(FAMILIES[1]), num_shards=1)
-
-    def cross(rows):
-        r = next(r for r in rows if r["doc_id"] == "d0" and r["window_index"] == 1)
-        r["length"] += 1
-        r["tokens"] = r["tokens"] + [257]
-        return rows
-    _rewrite(tmp_path, cross)
-    code, out = _run(capsys, tmp_path, "--check")
-    assert code == 1
-    assert re.search(r"boundaries: part-00000-of-00001.parquet row \d+ \(doc_id 'd0', window 1, "
-                     r"start 2\): crosses its document: start \+ length = 7 > P = 6\n", out)
-
-
-def test_check_fails_on_a_missing_window(tmp_path, capsys):
-    _bytes_dataset(tmp_path, _spec(FAMILIES[0]), num_shards=1)
-    _rewrite(tmp_path, lambda rows: [r for r in rows
-                                     if not (r["doc_id"] == "d5" and r["window_index"] == 3)])
-    code, out = _run(capsys, tmp_path, "--check")
-    assert code == 1
-    assert "(doc_id 'd5', window 4, start 16): window_index 4, expected 3" in out
-    assert "overlap: " in out and "starts 8 after the previous window; stride 4" in out
-
-
-def test_check_fails_on_a_wrong_overlap(tmp_path, capsys):
-    _bytes_dataset(tmp_path, _spec(FAMILIES[2]), num_shards=1)
-
-    def shift(rows):
-        r = next(r for r in rows if r["doc_id"] == "d3" and r["window_index"] == 2)
-        src = next(x for x in rows if x["doc_id"] == "d3" and x["window_index"] == 0)
-        r["start"] += 1
-        r["tokens"] = list(ByteTokenizer().encode(TEXTS[3])[r["start"]: r["start"] + 5])
-        assert src["start"] == 0
-        return rows
-    _rewrite(tmp_path, shift)
-    code, out = _run(capsys, tmp_path, "--check")
-    assert code == 1
-    assert ("overlap: part-00000-of-00001.parquet row" in out
-            and "(doc_id 'd3', window 2, start 5): starts 3 after the previous window; stride 2 "
-            "means consecutive full windows overlap by W - S = 2" in out)
-
-
-def test_check_fails_when_stored_ids_disagree(tmp_path, capsys):
-    _bytes_dataset(tmp_path, _spec(FAMILIES[1]), num_shards=1)
-
-    def poke(rows):
-        r = next(r for r in rows if r["doc_id"] == "d3" and r["window_index"] == 1)
-        r["tokens"] = [r["tokens"][0] ^ 1, *r["tokens"][1:]]
-        return rows
-    _rewrite(tmp_path, poke)
-    code, out = _run(capsys, tmp_path, "--check")
-    assert code == 1 and "(doc_id 'd3', window 1, start 2): its first 3 ids differ" in out
 
 
 def test_decode_gives_back_the_text_with_bytes(tmp_path, capsys):
@@ -217,7 +98,7 @@ def test_decode_with_a_tokenizer_json(tmp_path, bpe):
 
 def test_json_and_plot(tmp_path, capsys):
     pytest.importorskip("matplotlib", reason="--plot needs matplotlib (the plot extra)")
-    _bytes_dataset(tmp_path / "ds", _spec(FAMILIES[3]))
+    bytes_dataset(tmp_path / "ds", spec_of(FAMILIES[3]))
     png = tmp_path / "dist.png"
     code, out = _run(capsys, tmp_path / "ds", "--json", "--check", "--plot", png,
                      "--decode", "2", "--batch-size", "4")
@@ -229,7 +110,7 @@ def test_json_and_plot(tmp_path, capsys):
 
 
 def test_an_old_dataset_is_refused_with_the_fix(tmp_path, capsys):
-    _bytes_dataset(tmp_path, _spec(FAMILIES[0]))
+    bytes_dataset(tmp_path, spec_of(FAMILIES[0]))
     (tmp_path / MANIFEST_NAME).rename(tmp_path / LEGACY_MANIFEST_NAME)
     code = inspect.run([str(tmp_path)])
     err = capsys.readouterr().err
@@ -298,3 +179,9 @@ def test_a_split_shows_its_split_and_check_recomputes_it(tmp_path, capsys):
     code, text = _run(capsys, str(out / "val"), "--check")
     assert code == 1 and re.search(r"split: doc_id 'c\.jsonl:\d+' belongs to split 'val', "
                                    r"not to 'train'", text), text
+
+
+def test_inspect_usage(capsys):
+    with pytest.raises(SystemExit):
+        inspect.run(["--help"])
+    assert capsys.readouterr().out.startswith("usage: python -m reader.inspect [-h]")

@@ -12,7 +12,6 @@ import pytest
 
 from reader import WindowDataset
 from reader.layout import LAYOUT_VERSION, LayoutCache, default_cache_dir
-from reader.prepare import main as prepare_main
 from tests.conftest import reader_s3_uri
 from tests.reader_data import (
     check_window,
@@ -250,17 +249,6 @@ def test_an_s3_dataset_gives_the_windows_of_the_local_path(
     batch = ds.__getitems__(list(range(len(rows))))
     for i, row in enumerate(rows):
         check_window(batch[i], row, i)
-
-
-def test_prepare_from_the_command_line(small: tuple[Path, list], tmp_path: Path,
-                                       capsys: pytest.CaptureFixture) -> None:
-    root, rows = small
-    report = prepare_main([str(root), "--cache-dir", str(tmp_path / "c")])
-    printed = json.loads(capsys.readouterr().out)
-    assert printed == report
-    assert report["built"] == 3 and report["windows"] == len(rows) and report["bytes"] > 0
-    assert report["cache_dir"] == str(tmp_path / "c")
-    assert prepare_main([str(root), "--cache-dir", str(tmp_path / "c"), "--verify"])["built"] == 0
 
 
 def test_a_shard_changed_after_its_layout_was_built_is_read_again(small: tuple[Path, list],

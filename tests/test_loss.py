@@ -40,7 +40,7 @@ def test_evaluate_refuses_a_loader_not_dealt_over_the_ranks(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Under a process group of two ranks, a plain loader would be scored once per rank.
 
-    (The real two-process run is tests/test_trainer.py's torchrun test.)
+    (The real two-process run is tests/test_hf.py's torchrun test.)
     """
     import torch.distributed as dist
     from torch.utils.data import DataLoader

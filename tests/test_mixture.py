@@ -1,4 +1,4 @@
-"""Tests of reader.blend, reader.mixed and reader.mixture: exact shares at every prefix, each
+"""Tests of reader.mixed and reader.mixture (the rule they draw by: tests/test_blend.py): each
 source's epochs, elastic and re-weighted resume, packing, refusals (docs/mixtures.md)."""
 
 from __future__ import annotations
@@ -6,8 +6,6 @@ from __future__ import annotations
 import functools
 import json
 import tracemalloc
-from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,17 +20,17 @@ from reader import (
     MixedDataset,
     MixtureSampler,
     PackedSampler,
-    WindowDataset,
     collate,
     collate_packed,
     evaluate,
     pack_rows,
 )
-from reader.blend import Blend, normalise_weights
+from reader.blend import normalise_weights
 from reader.mixture import source_seed
-from tests.reader_data import edit_manifest, isolated_cache, random_docs, write_docs
+from tests.reader_data import isolated_cache, three
+from tests.test_blend import exact_bound, weights_st
 
-__all__ = ["isolated_cache"]  # fixture
+__all__ = ["isolated_cache", "three"]  # fixtures
 
 W = 8
 
@@ -74,103 +72,6 @@ def flat(batches: list[list[Any]]) -> list[Any]:
     return [i for b in batches for i in b]
 
 
-def exact_bound(counts: list[int], weights: list[Fraction], unit: int) -> None:
-    total = sum(counts)
-    for c, w in zip(counts, weights, strict=True):
-        assert abs(c - w * total) < unit, (counts, weights)
-
-
-weights_st = st.lists(st.integers(0, 50), min_size=1, max_size=9).filter(lambda v: sum(v) > 0)
-
-
-# -- the rule ------------------------------------------------------------------------------
-
-
-@settings(max_examples=150, deadline=None)
-@given(weights_st, st.integers(1, 12), st.integers(0, 2**32))
-def test_every_prefix_is_within_one_unit_of_its_share(raw: list[int], unit: int,
-                                                      seed: int) -> None:
-    weights = [Fraction(v, sum(raw)) for v in raw]
-    blend = Blend(weights, unit=unit, counts=[0] * len(raw))
-    rng = np.random.default_rng(seed)
-    sizes = rng.integers(1, unit + 1, size=(400, len(raw)))
-    for t in range(400):
-        d, x = blend.pick(lambda d, t=t: int(sizes[t, d]))
-        assert raw[d] > 0 and x == sizes[t, d]  # weight 0 is never drawn
-        exact_bound(blend.counts, weights, unit)
-
-
-@settings(max_examples=120, deadline=None)
-@given(weights_st, st.integers(1, 12), st.lists(st.integers(1, 300), min_size=1, max_size=8),
-       st.integers(0, 2**32), st.integers(0, 3))
-def test_draws_at_once_are_the_draws_one_by_one(raw: list[int], unit: int, chunks: list[int],
-                                                seed: int, zero_every: int) -> None:
-    # Blend.run (the merge of deadlines, or the period counting windows) against pick, from
-    # any counts, with sizes of 0 (a window with no scored target) among the others.
-    weights = [Fraction(v, sum(raw)) for v in raw]
-    rng = np.random.default_rng(seed)
-    sizes = rng.integers(1, unit + 1, size=(len(raw), 4000))
-    if zero_every:
-        sizes[:, ::zero_every + 3] = 0
-    windows = unit == 1 and not zero_every  # every size 1: sizes=None (the period, if any)
-    warm = [int(v) for v in rng.integers(0, 40, size=2)]  # picks before: counts from elsewhere
-    one = Blend(weights, unit=unit, counts=[0] * len(raw))
-    seen = [0] * len(raw)
-    expected = []
-    for _ in range(sum(chunks) + warm[0]):
-        d = one.pick(lambda d: int(sizes[d, seen[d]]))[0]
-        expected.append(d)
-        seen[d] += 1
-    many = Blend(weights, unit=unit, counts=[0] * len(raw))
-    pos = [0] * len(raw)
-    got: list[int] = []
-    for _ in range(warm[0]):  # the same first draws, one by one
-        d = many.pick(lambda d: int(sizes[d, pos[d]]))[0]
-        got.append(d)
-        pos[d] += 1
-    restored = Blend(weights, unit=unit, counts=many.counts)  # a rule restored from counts
-    for m in chunks:
-        left = m
-        while left:
-            drawn = restored.run(
-                None if windows else [sizes[d, pos[d]:] for d in range(len(raw))], left,
-                ([np.arange(pos[d], 4000) for d in range(len(raw))],))
-            if drawn is None or not len(drawn[0]):
-                d = restored.pick(lambda d: int(sizes[d, pos[d]]))[0]
-                got.append(d)
-                pos[d] += 1
-                left -= 1
-                continue
-            src, taken, (where,) = drawn
-            assert len(src) <= left
-            for d, i in zip(src.tolist(), where.tolist(), strict=True):
-                assert i == pos[d]  # each source's windows in order
-                pos[d] += 1
-            got += src.tolist()
-            left -= len(src)
-        assert restored.counts == [int(sizes[d, : pos[d]].sum()) for d in range(len(raw))]
-    assert got == expected
-
-
-def test_the_worked_example_and_megatrons_greedy_rule() -> None:
-    blend = Blend([Fraction(1, 2), Fraction(1, 3), Fraction(1, 6)], unit=1, counts=[0, 0, 0])
-    assert [blend.pick(lambda d: 1)[0] for _ in range(12)] == [0, 1, 0, 1, 0, 2] * 2
-    # Megatron's BlendedDataset rule (argmax of w·(t+1) − count) leaves these weights more
-    # than one window from their share; the rule here never does.
-    raw = [0.1407048431462988, 0.027533140256639395, 0.0014658326982916335, 0.4423821936402145,
-           0.13250095757022903, 0.24942794939718108, 0.0059850832911455595]
-    w = list(normalise_weights({str(k): v for k, v in enumerate(raw)},
-                               [str(k) for k in range(7)]).values())
-    counts, worst = [0] * 7, Fraction(0)
-    for t in range(300):
-        d = max(range(7), key=lambda d: (w[d] * (t + 1) - counts[d], -d))
-        counts[d] += 1
-        worst = max(worst, *(abs(c - wd * (t + 1)) for c, wd in zip(counts, w, strict=True)))
-    assert worst > 1
-    blend = Blend(w, unit=1, counts=[0] * 7)
-    for _ in range(300):
-        blend.pick(lambda d: 1)
-        exact_bound(blend.counts, w, 1)
 
 
 # -- the stream ----------------------------------------------------------------------------
@@ -383,51 +284,6 @@ def test_packed_resume_at_every_cut_at_another_world_size() -> None:
 # -- the datasets: items, batches, loaders, evaluation -------------------------------------
 
 
-@pytest.fixture
-def three(tmp_path: Path) -> MixedDataset:
-    sources = {}
-    for k, name in enumerate(("web", "code", "books")):
-        write_docs(tmp_path / name, random_docs(12 + 5 * k, seed=k, max_len=40), window=W,
-                   stride=6, score_new=True, num_shards=2)
-        sources[name] = WindowDataset(tmp_path / name)
-    return MixedDataset(sources)
-
-
-def test_mixed_dataset_index_space_items_and_batches(three: MixedDataset) -> None:
-    sizes = [len(three.sources[n]) for n in three.names]
-    assert len(three) == sum(sizes)
-    assert three.offsets == {"web": 0, "code": sizes[0], "books": sizes[0] + sizes[1]}
-    assert three.source_of(sizes[0]) == ("code", 0)
-    assert three.source_of(-1) == ("books", sizes[2] - 1)
-    w = three[sizes[0] + 2]
-    local = three.sources["code"][2]
-    assert w["source"] == "code" and w["index"] == sizes[0] + 2 and w["source_index"] == 2
-    assert w["tokens"].tolist() == local["tokens"].tolist() and w["doc_id"] == local["doc_id"]
-    indices = [len(three) - 1, 0, sizes[0] + 1, 3, sizes[0]]
-    batch = three.__getitems__(indices)
-    assert [x["source"] for x in batch] == ["books", "web", "code", "web", "code"]
-    for x, i in zip(batch, indices, strict=True):
-        assert x["tokens"].tolist() == three[i]["tokens"].tolist()
-    one = collate(batch, pad_id=three.eos_id)
-    ref = collate([three[i] for i in indices], pad_id=three.eos_id)
-    for key in ("input_ids", "shift_labels", "position_ids", "attention_mask"):
-        assert torch.equal(one[key], ref[key]), key
-    assert one["sources"] == ("web", "code", "books")
-    assert one["source_ids"].tolist() == [2, 0, 1, 0, 1]
-    assert three.lengths.tolist() == [x["length"] for x in map(three.__getitem__,
-                                                                range(len(three)))]
-    rows = [[0, sizes[0]], [len(three) - 1]]
-    packed = collate_packed(three.__getitems__(rows), seq_len=2 * W, pad_id=three.eos_id)
-    assert packed["source_ids"].tolist() == [0, 1, 2] and packed["num_windows"] == 3
-
-
-def test_mixed_dataset_refuses_another_tokenizer(three: MixedDataset, tmp_path: Path) -> None:
-    edit_manifest(tmp_path / "books", lambda m: m["tokenizer"].update(eos_id=256))
-    with pytest.raises(ValueError, match="'web' and 'other' differ in their tokenizer eos_id: "
-                                         "257 vs 256"):
-        MixedDataset({"web": three.sources["web"], "other": WindowDataset(tmp_path / "books")})
-
-
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_dataloader_resumes_the_mixture_exactly(three: MixedDataset, workers: int) -> None:
     kw = {"weights": {"web": 3, "code": 2, "books": 1}, "batch_size": 3, "seed": 4,
@@ -480,44 +336,3 @@ def test_evaluate_by_source_equals_each_source_alone(three: MixedDataset) -> Non
     with pytest.raises(ValueError, match="by_source needs batches of a MixedDataset"):
         evaluate(forward, DataLoader(three.sources["web"], batch_size=5, collate_fn=pad),
                  by_source=True, distributed=False)
-
-
-# -- inspect --mix -------------------------------------------------------------------------
-
-
-def test_mixture_report_worked_example() -> None:
-    from reader.mixreport import mixture_report
-
-    report = mixture_report({"a": (10, 40), "b": (10, 10)}, {"a": 1, "b": 1}, tokens=50)
-    assert report["sources"]["a"] == {"weight": 0.5, "windows": 10, "targets": 40,
-                                      "windows_drawn": 10.0, "targets_drawn": 40.0,
-                                      "epochs": 1.0}
-    assert report["sources"]["b"]["epochs"] == 1.0
-    by_targets = mixture_report({"a": (10, 40), "b": (10, 10)}, {"a": 1, "b": 1}, tokens=50,
-                                unit="targets")
-    assert by_targets["sources"]["a"]["epochs"] == 0.625  # 25 of its 40 targets
-    assert by_targets["sources"]["b"]["epochs"] == 2.5
-
-
-def test_inspect_mix_prints_each_sources_epochs(three: MixedDataset, tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
-    from reader.inspect import run
-
-    paths = [f"{n}={tmp_path / n}" for n in three.names]
-    assert run([*paths, "--mix", "web=2,code=1,books=1", "--tokens", "1000", "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
-    counts = {n: (len(three.sources[n]), three.sources[n].scored_targets) for n in three.names}
-    per_window = sum(w * counts[n][1] / counts[n][0]
-                     for n, w in zip(three.names, (0.5, 0.25, 0.25), strict=True))
-    web = report["sources"]["web"]
-    assert web["windows_drawn"] == round(0.5 * 1000 / per_window, 1)
-    assert web["epochs"] == round(0.5 * 1000 / per_window / counts["web"][0], 4)
-    assert run([*paths, "--mix", "web=1"]) == 0 and "epochs" in capsys.readouterr().out
-    assert run([*paths, "--mix", "web"]) == 2
-    assert "NAME=WEIGHT" in capsys.readouterr().err
-    assert run([*paths]) == 2 and "need --mix" in capsys.readouterr().err
-    assert run([*paths, "--mix", "news=1"]) == 2
-    assert "'news', which is not a source" in capsys.readouterr().err
-    edit_manifest(tmp_path / "books", lambda m: m["windows"].update(window=16))
-    assert run([*paths, "--mix", "web=1"]) == 2
-    assert "'web' and 'books' differ in their window: 8 vs 16" in capsys.readouterr().err

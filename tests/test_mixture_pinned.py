@@ -14,8 +14,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from reader import MixedDataset, MixtureSampler, collate, collate_packed
-from tests.reader_data import isolated_cache
-from tests.test_mixture import W, fakes, stream, three
+from tests.reader_data import isolated_cache, three
+from tests.test_mixture import W, fakes, stream
 
 __all__ = ["isolated_cache", "three"]  # fixtures
 

@@ -1,4 +1,5 @@
-"""`pipeline.progress` and the job's start, progress and summary lines (`pipeline.summary`)."""
+"""`pipeline.progress`: the job's start and progress lines (and, at its end, the summary
+printed from its manifest: `pipeline.summary`, tests/test_summary.py)."""
 
 from __future__ import annotations
 
@@ -159,12 +160,3 @@ def test_a_terminal_gets_one_redrawn_line():
     text = stream.getvalue()
     assert text.startswith("\rprogress: ") and text.endswith("\x1b[K\n")
     assert text.count("\n") == 1 and "read all 0.0 MB: 1 documents, 7 tokens" in text
-
-def test_summary_names_repaired_records_where_rejects_are_and_says_1_shard(tmp_path, capsys):
-    src = tmp_path / "in.jsonl"
-    src.write_bytes(b'{"text": "a"}\n{"text": "\\ud800"}\n{"t": 1}\n')
-    run_job(tmp_path / "o", "--input", str(src), "--tokenizer", "bytes")
-    out = capsys.readouterr().out
-    assert "3 records -> 2 documents (1 skipped, 1 repaired)" in out
-    assert f"rejects in {tmp_path / 'o' / REJECTS_DIR}/ (missing_text 1)" in out
-    assert "; 1 shard in " in out

@@ -1,4 +1,5 @@
-"""`reader.opening`: the one path by which WindowDataset, inspect and prepare open a dataset."""
+"""`reader.opening`: the one path by which WindowDataset, inspect, prepare and --mix open a
+dataset."""
 
 from __future__ import annotations
 
@@ -171,3 +172,56 @@ def test_on_s3_a_split_needs_its_record_and_a_bad_sha256_deletes_nothing(
     with pytest.raises(ValueError, match=r"shards\[0\]\.sha256 must be 64 lowercase hex"):
         WindowDataset(uri("job/train"), cache_dir=cache, allow_unfinished=True)[0]
     assert (victim / "precious.txt").read_text() == "precious\n"
+
+
+def test_what_open_finds_of_each_shard(small: tuple[Path, list]) -> None:
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    from reader.opening import open_files, read_column, row_groups, sha256_of
+
+    root, rows = small
+    files = open_files(root)
+    assert files.location.root == str(root) and files.location.shown == str(root)
+    assert files.fingerprint == hashlib.sha256(
+        "".join(s.sha256 for s in files.manifest.shards).encode()).hexdigest()
+    for s, shard in enumerate(files.shards):
+        path = root / shard.file
+        entry = files.manifest.shards[s]
+        assert (shard.index, shard.path, shard.where, shard.rows, shard.sha256) == (
+            s, str(path), f"{root}/{shard.file}", entry.rows, entry.sha256)
+        assert shard.stamp == (path.stat().st_size, path.stat().st_mtime_ns)
+        assert sha256_of(files.location.fs, shard.path) == entry.sha256
+        meta = pq.read_metadata(path)
+        assert row_groups(files, s) == tuple(meta.row_group(g).num_rows
+                                             for g in range(meta.num_row_groups))
+        assert read_column(files, s, "doc_id").tolist() == pq.read_table(
+            path, columns=["doc_id"]).column("doc_id").to_pylist()
+    assert sum(s.rows for s in files.shards) == len(rows)
+
+
+def test_a_missing_shard_and_a_cache_inside_the_dataset_are_refused(
+        small: tuple[Path, list]) -> None:
+    from reader.opening import locate, open_files
+
+    root, _ = small
+    loc = locate(root)
+    assert loc.outside(root.parent / "cache") == str(root.parent / "cache")
+    with pytest.raises(ValueError, match=f"`cache_dir` must be outside the dataset directory "
+                                         f"{root}, but got {root}/cache"):
+        loc.outside(root / "cache")
+    (root / "part-00001-of-00003.parquet").unlink()
+    with pytest.raises(FileNotFoundError, match=f"^shard {root}/part-00001-of-00003.parquet, "
+                                                "listed in the manifest, does not exist$"):
+        open_files(root)
+
+
+def test_locate_names_a_place_without_its_credentials(tmp_path: Path) -> None:
+    from reader.opening import locate
+
+    assert locate("relative/ds").root == str(Path("relative/ds").absolute())
+    assert locate(f"file://{tmp_path}/ds/").shown == f"file://{tmp_path}/ds"
+    mem = locate("a/b/", filesystem=pafs.LocalFileSystem())
+    assert (mem.root, mem.shown, mem.where("x")) == ("a/b", "local:a/b", "local:a/b/x")
+
