@@ -1,8 +1,24 @@
-"""Startup of a mixture at scale: open time and first-batch time against the shard count.
+"""A mixture's cost: per batch against one dataset, and startup against the shard count.
 
-Builds 50 sources of tiny shards (bytes tokenizer, W = 32, ``--docs-per-shard`` documents a
-shard, written by :func:`transforms.testing.write_dataset`, the job's own writer without
-Beam) at 2, 20 and 200 shards a source (100, 1,000 and 10,000 shards in all) under
+**Cost per batch** (``--cost DATA``): a three-source mixture (``DATA`` opened three times:
+web, code, books, weights 5:3:2) through ``MixtureSampler`` + ``MixedDataset.__getitems__`` +
+``collate``, for each ``unit``, beside ``EpochSampler`` + ``WindowDataset`` + ``collate`` on
+``DATA``, same B, each through a ``DataLoader`` with 0 workers (so the sampler, the gather and
+the collate all run in the timed process). Every map is touched once before the clock starts
+(the page cache is warm). Then the configurations take turns batch by batch, in a rotating
+order, for ``--batches`` batches a round, a new sampler (seed = the round) each round, and each
+batch's CPU time (``time.process_time``) and wall time are added to its configuration's: every
+configuration meets the same machine at the same moments, whatever else it runs. A cost is the
+median over rounds of the round's time per batch over ``EpochSampler``'s. With ``--before
+DIR`` (a checkout of an earlier commit) the same configurations with DIR's ``reader`` (and
+this tree's ``transforms``) take turns with them, so before and after are the same run.
+
+    python bench/bench_mixture.py --cost out/sample [--batch-size 32] [--batches 800]
+        [--rounds 9] [--before DIR]
+
+**Startup** builds 50 sources of tiny shards (bytes tokenizer, W = 32, ``--docs-per-shard``
+documents a shard, written by :func:`transforms.testing.write_dataset`, the job's own writer
+without Beam) at 2, 20 and 200 shards a source (100, 1,000 and 10,000 shards in all) under
 ``bench/work/mixture/``, reused by later runs. Then, for each size, in a fresh process each
 (so that nothing is cached in memory but the operating system's page cache):
 
@@ -18,6 +34,8 @@ Beam) at 2, 20 and 200 shards a source (100, 1,000 and 10,000 shards in all) und
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
 import json
 import os
 import random
@@ -25,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 from transforms.params import WindowSpec  # noqa: E402
 from transforms.testing import write_dataset  # noqa: E402
 
-__all__ = ["build", "main"]
+__all__ = ["batch_cost", "build", "main"]
 
 WORK = ROOT / "bench" / "work" / "mixture"
 WINDOW = 32
@@ -78,6 +97,96 @@ print(json.dumps({"import_s": imported - began, "open_s": t1 - t0, "first_batch_
 """
 
 
+# -- cost per batch ------------------------------------------------------------------------
+
+
+def _reader_from(tree: Path | None) -> Any:
+    """The classes of ``reader`` (this tree's, or another checkout's imported beside it:
+    its modules are registered under ``reader`` only while they import)."""
+    names = ("EpochSampler", "MixedDataset", "MixtureSampler", "WindowDataset", "collate")
+    if tree is None:
+        module = importlib.import_module("reader")
+        return argparse.Namespace(**{n: getattr(module, n) for n in names})
+    ours = {k: m for k, m in sys.modules.items() if k == "reader" or k.startswith("reader.")}
+    for k in ours:
+        del sys.modules[k]
+    sys.path.insert(0, str(tree))
+    try:
+        module = importlib.import_module("reader")
+        return argparse.Namespace(**{n: getattr(module, n) for n in names})
+    finally:
+        sys.path.remove(str(tree))
+        for k in [k for k in sys.modules if k == "reader" or k.startswith("reader.")]:
+            del sys.modules[k]
+        sys.modules.update(ours)
+
+
+def _configurations(lib: Any, data: Path, batch_size: int, tag: str
+                    ) -> dict[str, Callable[[int], Iterator[Any]]]:
+    """name → (round → the batches of a fresh DataLoader), every map touched once."""
+    from torch.utils.data import DataLoader
+
+    ds = lib.WindowDataset(data)
+    mixed = lib.MixedDataset({name: lib.WindowDataset(data, cache_dir=ds.cache_dir)
+                              for name in ("web", "code", "books")})
+    for d in (ds, mixed):
+        for a in range(0, len(d), 4096):
+            d.__getitems__(list(range(a, min(a + 4096, len(d)))))
+    pad = functools.partial(lib.collate, pad_id=ds.eos_id)
+    weights = {"web": 5, "code": 3, "books": 2}
+    out = {f"EpochSampler{tag}": lambda r: iter(DataLoader(
+        ds, batch_sampler=lib.EpochSampler(len(ds), batch_size, seed=r), collate_fn=pad))}
+    for unit in ("windows", "targets"):
+        out[f"MixtureSampler unit={unit}{tag}"] = functools.partial(
+            lambda r, unit: iter(DataLoader(mixed, batch_sampler=lib.MixtureSampler(
+                mixed, weights, batch_size, seed=r, unit=unit), collate_fn=pad)), unit=unit)
+    return out
+
+
+def batch_cost(data: Path, batch_size: int, batches: int, rounds: int,
+               before: Path | None = None) -> dict[str, Any]:
+    """The mixture's cost per batch against ``EpochSampler`` (see the module docstring)."""
+    configs = _configurations(_reader_from(None), data, batch_size, "")
+    if before is not None:
+        configs.update(_configurations(_reader_from(before), data, batch_size, " (before)"))
+    count = max(1, min(batches, len(_reader_from(None).WindowDataset(data)) // batch_size - 2))
+    names = list(configs)
+    spent: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+    for r in range(rounds):
+        its = {n: make(r) for n, make in configs.items()}
+        for it in its.values():
+            next(it)  # the first batch (the first draws) is not timed
+        cpu, wall = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0.0)
+        for i in range(count):
+            k = i % len(names)
+            for n in names[k:] + names[:k]:
+                c, w = time.process_time(), time.perf_counter()
+                next(its[n])
+                cpu[n] += time.process_time() - c
+                wall[n] += time.perf_counter() - w
+        for n in names:
+            spent[n].append((cpu[n] / count, wall[n] / count))
+    def base(n: str) -> str:
+        return "EpochSampler" + (" (before)" if n.endswith(" (before)") else "")
+    out = {n: {"us_cpu": 1e6 * statistics.median(c for c, _ in v),
+               "us_wall": 1e6 * statistics.median(w for _, w in v),
+               "cost_cpu": statistics.median(c / b[0] for (c, _), b in zip(
+                   v, spent[base(n)], strict=True)),
+               "cost_wall": statistics.median(w / b[1] for (_, w), b in zip(
+                   v, spent[base(n)], strict=True))} for n, v in spent.items()}
+    print(f"\nB = {batch_size}, 0 workers, {count} batches a round, turn by turn, medians of "
+          f"{rounds} rounds; cost per batch against `EpochSampler` of the same code:\n")
+    print("| configuration | µs per batch (CPU) | cost (CPU) | µs per batch (wall) | cost (wall) |"
+          "\n|---|---:|---:|---:|---:|")
+    for n, v in out.items():
+        print(f"| {n} | {v['us_cpu']:,.0f} | {v['cost_cpu']:.3f} | {v['us_wall']:,.0f} | "
+              f"{v['cost_wall']:.3f} |")
+    return {"batch_size": batch_size, "batches": count, "rounds": rounds, "configurations": out}
+
+
+# -- startup ---------------------------------------------------------------------------------
+
+
 def _child(paths: list[Path], cache: Path, prepare: bool) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([str(p) for p in paths]),
@@ -93,7 +202,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--shards", type=str, default="2,20,200", help="shards a source (2,20,200)")
     p.add_argument("--docs-per-shard", type=int, default=3, help="documents a shard (3)")
     p.add_argument("--rounds", type=int, default=3, help="rounds; medians reported (3)")
+    p.add_argument("--cost", type=Path, default=None, metavar="DATA",
+                   help="measure the cost per batch on this finished output instead")
+    p.add_argument("--batch-size", type=int, default=32, help="with --cost: B (32)")
+    p.add_argument("--batches", type=int, default=800, help="with --cost: batches a round (800)")
+    p.add_argument("--before", type=Path, default=None, metavar="DIR",
+                   help="with --cost: also the reader of this checkout, turn by turn")
     args = p.parse_args(argv)
+    if args.cost is not None:
+        import torch
+
+        torch.set_num_threads(1)
+        return batch_cost(args.cost, args.batch_size, args.batches, args.rounds, args.before)
     sizes = [int(x) for x in args.shards.split(",")]
     results: dict[int, dict[str, Any]] = {}
     for shards in sizes:

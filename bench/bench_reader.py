@@ -60,8 +60,6 @@ if importlib.util.find_spec("reader") is None:
 
 from reader import (  # noqa: E402
     EpochSampler,
-    MixedDataset,
-    MixtureSampler,
     PackedSampler,
     WindowDataset,
     collate,
@@ -356,52 +354,14 @@ def packing(ds: WindowDataset, rows: int, batches: int, rounds: int,
             "pack_seconds": pack_s, "pack_peak_bytes": peak, "big_n": big_n}
 
 
-def mixture(ds: WindowDataset, batch_size: int, batches: int, rounds: int) -> dict[str, Any]:
-    """A three-source mixture (the dataset opened three times: web, code, books, weights
-    5:3:2) through ``MixtureSampler`` + ``MixedDataset.__getitems__`` + ``collate``, beside
-    ``EpochSampler`` + ``WindowDataset`` + ``collate`` on the dataset, same B, 0 workers (so
-    that the sampler, the gather and the collate all run in the timed process), alternating
-    in each round; the ratio is the median over rounds of the plain rate over the mixture's."""
-    mixed = MixedDataset({name: WindowDataset(ds.path, cache_dir=ds.cache_dir)
-                          for name in ("web", "code", "books")})
-    weights = {"web": 5, "code": 3, "books": 2}
-    pad = functools.partial(collate, pad_id=ds.eos_id)
-    count = min(batches, len(ds) // batch_size - 2)
+def mixture(ds: WindowDataset, batch_size: int, batches: int, rounds: int,
+            before: Path | None = None) -> dict[str, Any]:
+    """A three-source mixture beside ``EpochSampler`` on the dataset, batch by batch in turns
+    (:func:`bench_mixture.batch_cost`)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_mixture import batch_cost
 
-    def rate(loader: DataLoader) -> dict[str, float]:
-        """Batches per second of wall time and of this process's CPU time (the latter is
-        what a batch costs, whatever else the machine runs), after the first batch."""
-        it = iter(loader)
-        next(it)
-        wall, cpu = time.perf_counter(), time.process_time()
-        for _ in range(count):
-            next(it)
-        return {"wall": count / (time.perf_counter() - wall),
-                "cpu": count / (time.process_time() - cpu)}
-
-    out: dict[str, list[dict[str, float]]] = {"plain": [], "windows": [], "targets": []}
-    for r in range(rounds):
-        out["plain"].append(rate(DataLoader(
-            ds, batch_sampler=EpochSampler(len(ds), batch_size, seed=r), collate_fn=pad)))
-        for unit in ("windows", "targets"):
-            out[unit].append(rate(DataLoader(mixed, batch_sampler=MixtureSampler(
-                mixed, weights, batch_size, seed=r, unit=unit), collate_fn=pad)))
-    med = {k: {c: statistics.median(x[c] for x in v) for c in ("wall", "cpu")}
-           for k, v in out.items()}
-    cost = {unit: {c: statistics.median(p[c] / m[c] for p, m in zip(
-        out["plain"], out[unit], strict=True)) for c in ("wall", "cpu")}
-        for unit in ("windows", "targets")}
-    print(f"\nMixture, B = {batch_size}, 0 workers, {count} batches, medians of {rounds} "
-          "rounds:\n")
-    print("| batches | batches/s (wall) | batches/s (CPU) | cost per batch vs `EpochSampler` "
-          "(wall) | (CPU) |\n|---|---:|---:|---:|---:|")
-    print(f"| `EpochSampler` + `collate`, one dataset | {med['plain']['wall']:,.0f} | "
-          f"{med['plain']['cpu']:,.0f} | 1.00 | 1.00 |")
-    for unit in ("windows", "targets"):
-        print(f"| `MixtureSampler` (unit={unit}) + `collate`, three sources | "
-              f"{med[unit]['wall']:,.0f} | {med[unit]['cpu']:,.0f} | "
-              f"{cost[unit]['wall']:.3f} | {cost[unit]['cpu']:.3f} |")
-    return {"batches_s": med, "cost_per_batch": cost, "batches": count}
+    return batch_cost(Path(ds.path), batch_size, batches, rounds, before)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -422,12 +382,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                    help="windows in the packer's cost measurement (10,000,000)")
     p.add_argument("--mixture-only", action="store_true",
                    help="only the mixture-vs-EpochSampler comparison (e.g. --data out/sample)")
+    p.add_argument("--before", type=Path, default=None, metavar="DIR",
+                   help="with --mixture-only: also the reader of this checkout, in turns")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     if args.mixture_only:
         if args.data is None:
             p.error("--mixture-only needs --data (a finished output, e.g. out/sample)")
-        return mixture(WindowDataset(args.data), args.batch_size, args.batches, args.rounds)
+        return mixture(WindowDataset(args.data), args.batch_size, args.batches, args.rounds,
+                       args.before)
     if args.packing_only:
         if args.data is None:
             p.error("--packing-only needs --data (a finished output, e.g. out/sample)")

@@ -277,7 +277,8 @@ class Blend:
                     ) -> tuple[npt.NDArray[np.int64], list[int], list[npt.NDArray[np.int64]]]:
         """:meth:`run` by the period: the next m sources read off it by position."""
         width = len(self._a)
-        src = cycle[(self.total + np.arange(m, dtype=np.int64)) % len(cycle)]
+        first = self.total % len(cycle)
+        src = np.tile(cycle, (first + m) // len(cycle) + 1)[first : first + m]
         taken = np.bincount(src, minlength=width).tolist()
         known = [len(v) for v in values[0]] if values else taken
         if any(t > k for t, k in zip(taken, known, strict=True)):  # up to the windows known
@@ -289,7 +290,8 @@ class Blend:
             self._counts[d] += taken[d]
         self.total += m
         self._heap = None
-        order = np.argsort(src, kind="stable")  # each source's draws, in order
+        # Each source's draws, in order (small integers: a radix sort when they fit).
+        order = np.argsort(src.astype(np.uint16) if width <= 2**16 else src, kind="stable")
         gathered = []
         for v in values:
             out = np.empty(m, np.int64)

@@ -24,39 +24,52 @@ _CHUNK = 8192  # a source's order evaluated (and its windows' sizes read) at onc
 
 
 class Cursor:
-    """One source's place in its epochs (the ledger) and its next windows, read ahead."""
+    """One source's place in its epochs (the ledger) and its next windows, read ahead.
+
+    ``lists=False`` keeps the windows read ahead as arrays only (what drawing many at once
+    reads); :meth:`at`, :meth:`targets_at` and :meth:`take` then read them from the arrays.
+    """
 
     def __init__(self, source: Any, order: EpochSampler, ledger: Sequence[int], *,
-                 offset: int = 0) -> None:
+                 offset: int = 0, lists: bool = True) -> None:
         self._source, self._order, self._offset = source, order, offset
         self.n = order.n
         self.epoch, self.cursor, self.windows, self.targets = (int(v) for v in ledger)
         # The windows from (epoch, cursor) on, read ahead up to (_end_epoch, _end_cursor).
         self._end_epoch, self._end_cursor = self.epoch, self.cursor
+        # As lists (local index, length, targets: one window at a time, for packing) ...
+        self._lists = lists
         self._index: list[int] = []
         self._lengths: list[int] = []
         self._targets: list[int] = []
-        # The same as arrays (mixture indices and targets), for draws made at once.
+        # ... and as arrays (mixture indices, targets; lengths without lists), for draws
+        # made at once.
         self.global_array = np.zeros(0, np.int64)
         self.targets_array = np.zeros(0, np.int64)
-        self._k = 0  # the next window is at _k of the lists (the part before is consumed)
+        self._lengths_array = np.zeros(0, np.int64)
+        self._k = 0  # the next window is at _k of them (the part before is consumed)
 
     def ahead(self, m: int) -> None:
         """Read ahead until at least ``m`` windows are known."""
         if self._k >= _CHUNK:  # drop the consumed part once a chunk, not on every take
-            del self._index[: self._k]
-            del self._lengths[: self._k], self._targets[: self._k]
+            if self._lists:
+                del self._index[: self._k]
+                del self._lengths[: self._k], self._targets[: self._k]
             self.global_array = self.global_array[self._k :]
             self.targets_array = self.targets_array[self._k :]
+            self._lengths_array = self._lengths_array[self._k :]
             self._k = 0
-        while len(self._index) - self._k < m:
+        while len(self.global_array) - self._k < m:
             lo = self._end_cursor
             hi = min(self.n, lo + _CHUNK)
             local = self._order.indices(self._end_epoch, lo, hi)
             lengths, targets = self._source.window_sizes(local)
-            self._index += local.tolist()
-            self._lengths += lengths.tolist()
-            self._targets += targets.tolist()
+            if self._lists:
+                self._index += local.tolist()
+                self._lengths += lengths.tolist()
+                self._targets += targets.tolist()
+            else:
+                self._lengths_array = np.concatenate([self._lengths_array, lengths])
             self.global_array = np.concatenate([self.global_array, local + self._offset])
             self.targets_array = np.concatenate([self.targets_array, targets])
             self._end_epoch, self._end_cursor = ((self._end_epoch + 1, 0) if hi == self.n
@@ -64,26 +77,33 @@ class Cursor:
 
     def targets_at(self, j: int) -> int:
         """The scored targets of the j-th next window."""
-        if self._k + j >= len(self._targets):
+        if self._k + j >= len(self.global_array):
             self.ahead(j + 1)
+        if not self._lists:
+            return int(self.targets_array[self._k + j])
         return self._targets[self._k + j]
 
     def at(self, j: int) -> tuple[int, int]:
         """(local index, length) of the j-th next window."""
-        if self._k + j >= len(self._index):
+        if self._k + j >= len(self.global_array):
             self.ahead(j + 1)
+        if not self._lists:
+            k = self._k + j
+            return int(self.global_array[k]) - self._offset, int(self._lengths_array[k])
         return self._index[self._k + j], self._lengths[self._k + j]
 
     def take(self, m: int) -> list[int]:
         """The local indices of the next ``m`` windows; the ledger advances past them."""
         self.ahead(m)
-        local = self._index[self._k : self._k + m]
+        k = self._k
+        local = (self._index[k : k + m] if self._lists
+                 else (self.global_array[k : k + m] - self._offset).tolist())
         self.advance(m)
         return local
 
     def known(self) -> int:
         """How many next windows are read ahead."""
-        return len(self._index) - self._k
+        return len(self.global_array) - self._k
 
     def advance(self, m: int) -> None:
         """Move the ledger past the next ``m`` windows (read ahead already)."""
@@ -140,21 +160,31 @@ class DrawnBatches:
                  targets: npt.NDArray[np.int64], batches: int, span: tuple[int, int],
                  offsets: npt.NDArray[np.int64]) -> None:
         width, g = len(base), len(src) // batches
-        self._base, self._sizes = base, list(sizes)
-        rows = np.repeat(np.arange(batches, dtype=np.int64) * width, g) + src
-        shape = (batches, width)
-        self._counts = np.bincount(rows, minlength=batches * width).reshape(shape).cumsum(0)
-        # Sums of integers well below 2**53: exact in float64.
-        self._targets = np.rint(np.bincount(rows, weights=targets, minlength=batches * width)
-                                ).astype(np.int64).reshape(shape).cumsum(0)
+        self._base, self._sizes, self._shape = base, list(sizes), (batches, width)
+        self._drawn: tuple[npt.NDArray[np.int64], ...] | None = (src, targets)
+        self._counts = self._targets = np.zeros(0, np.int64)  # read off the draws when asked
         a, b = span
+        m = b - a
         self._src = np.ascontiguousarray(src.reshape(batches, g)[:, a:b])
         self._index = np.ascontiguousarray(index.reshape(batches, g)[:, a:b])
-        self._order = np.argsort(self._src, axis=1, kind="stable")
-        self._grouped = np.take_along_axis(self._index - offsets[self._src], self._order, 1)
-        mine = np.repeat(np.arange(batches, dtype=np.int64) * width, b - a) + self._src.ravel()
-        self._per_source = np.bincount(mine, minlength=batches * width).reshape(shape)
-        self.lists: list[list[int]] = self._index.tolist()
+        # Each batch's windows grouped by source, in request order within a source: one
+        # stable sort of (batch, source) keys (small integers: a radix sort when they fit).
+        keys = np.repeat(np.arange(batches, dtype=np.int64) * width, m) + self._src.ravel()
+        flat = np.argsort(keys.astype(np.uint16) if batches * width <= 2**16 else keys,
+                          kind="stable")
+        self._order = (flat - np.repeat(np.arange(batches, dtype=np.int64) * m, m)
+                       ).reshape(batches, m)
+        self._grouped = (self._index - offsets[self._src]).ravel()[flat].reshape(batches, m)
+        self._per_source = np.bincount(keys, minlength=batches * width).reshape(self._shape)
+
+    @property
+    def lists(self) -> list[list[int]]:
+        """This rank's part of every batch, as lists of mixture indices."""
+        return self._index.tolist()
+
+    def batch_list(self, j: int) -> list[int]:
+        """This rank's part of batch j, as a list of mixture indices."""
+        return self._index[j].tolist()
 
     def rank_batch(self, j: int) -> tuple[npt.NDArray[np.int64], ...]:
         """Batch j's part of this rank: indices, sources, local indices by source, the
@@ -162,8 +192,22 @@ class DrawnBatches:
         return (self._index[j], self._src[j], self._grouped[j], self._order[j],
                 self._per_source[j])
 
+    def _tables(self) -> None:
+        """Each source's windows and targets drawn up to each batch (cumulative)."""
+        src, targets = self._drawn  # type: ignore[misc]
+        batches, width = self._shape
+        rows = np.repeat(np.arange(batches, dtype=np.int64) * width, len(src) // batches) + src
+        self._counts = np.bincount(rows, minlength=batches * width).reshape(self._shape
+                                                                            ).cumsum(0)
+        # Sums of integers well below 2**53: exact in float64.
+        self._targets = np.rint(np.bincount(rows, weights=targets, minlength=batches * width)
+                                ).astype(np.int64).reshape(self._shape).cumsum(0)
+        self._drawn = None
+
     def ledger(self, j: int) -> list[list[int]]:
         """Every source's ledger after batch j."""
+        if self._drawn is not None:
+            self._tables()
         out = []
         for (epoch, cursor, windows, targets), n, c, t in zip(
                 self._base, self._sizes, self._counts[j].tolist(), self._targets[j].tolist(),

@@ -79,7 +79,8 @@ class _Stream:
         self.batch = snap["batch"]
         self.rows = snap["rows"]
         self.cursors = [Cursor(sampler.mixed.sources[n], sampler._orders[i],
-                                snap["ledger"].get(n, (0, 0, 0, 0)), offset=sampler._offsets[i])
+                                snap["ledger"].get(n, (0, 0, 0, 0)), offset=sampler._offsets[i],
+                                lists=sampler.seq_len is not None)  # packing: one at a time
                         for i, n in enumerate(names)]
         self._taken = [0] * len(names)  # windows drawn this batch, not yet taken
         self.weights = {n: Fraction(snap["weights"].get(n, 0)) for n in names}
@@ -92,7 +93,6 @@ class _Stream:
         # Unpacked, batches are drawn ``_CHUNK`` positions at a time (see _draw_batches);
         # the ledger after the batch last given is then read off them when asked for.
         self._chunk: DrawnBatches | None = None
-        self._lists: list[list[int]] = []
         self._at = self._drawn = self._grow = 0
         self._ledger: Callable[[], list[list[int]]] | None = None
         # Open rows, oldest first: [free positions, [(source, local index, length), …]].
@@ -125,11 +125,11 @@ class _Stream:
         if self._s.seq_len is None:
             if self._at == self._drawn:
                 self._draw_batches()
-            j = self._at
+            j, chunk = self._at, self._chunk
             self._at += 1
             self.batch += 1
-            self._ledger = functools.partial(self._chunk.ledger, j)
-            return GroupedIndices(self._lists[j], (self._s.mixed.key, *self._chunk.rank_batch(j)))
+            self._ledger = functools.partial(chunk.ledger, j)
+            return GroupedIndices(chunk.batch_list(j), (self._s.mixed.key, *chunk.rank_batch(j)))
         g, pick, size_of, taken = self._s.global_batch, self._blend.pick, self._size_of, self._taken
         rows, closed = self.open, []
         seq_len, open_rows, cursors = self._s.seq_len, self._s.open_rows, self.cursors
@@ -205,7 +205,6 @@ class _Stream:
             base, [c.n for c in cursors], src=np.concatenate(srcs),
             index=np.concatenate(indices), targets=np.concatenate(targets), batches=k,
             span=s._span, offsets=np.asarray(s._offsets, np.int64))
-        self._lists = self._chunk.lists
         self._at, self._drawn = 0, k
 
     def _take(self) -> None:
