@@ -160,13 +160,23 @@ class SplitInputs(beam.PTransform):
 _CHUNK_FIELDS = tuple(f.name for f in dataclasses.fields(Chunk))
 
 
+def _fields(chunk: Chunk) -> list[object]:
+    return [[_fields(f) for f in chunk.files] if name == "files" else getattr(chunk, name)
+            for name in _CHUNK_FIELDS]
+
+
+def _from_fields(values: list[object]) -> Chunk:
+    fields = dict(zip(_CHUNK_FIELDS, values, strict=True))
+    fields["files"] = tuple(_from_fields(f) for f in fields["files"])  # type: ignore[union-attr]
+    return Chunk(**fields)  # type: ignore[arg-type]
+
+
 def _as_row(chunk: Chunk) -> bytes:
-    return json.dumps([getattr(chunk, name) for name in _CHUNK_FIELDS],
-                      separators=(",", ":")).encode()
+    return json.dumps(_fields(chunk), separators=(",", ":")).encode()
 
 
 def _as_chunk(row: bytes) -> Chunk:
-    return Chunk(**dict(zip(_CHUNK_FIELDS, json.loads(row), strict=True)))
+    return _from_fields(json.loads(row))
 
 
 # The line counts of a count job (`count_chunk_lines`), in the job's temporary directory.

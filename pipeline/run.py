@@ -94,13 +94,14 @@ def _prepare(argv: Sequence[str] | None, tuning: Tuning | None) -> _Prepared:
 
 
 def _start(job: _Prepared) -> Submitted:
-    options, dry_run, (context, files, _, planned) = job
+    options, dry_run, (context, files, matched, planned) = job
     reporter = None
     try:
         settle_setup(options)
         started = time.monotonic()
-        # On Dask the work spreads only as far as the first Create's partitions: start from
-        # the launcher's chunks (`pipeline.launch`). Elsewhere the workers match the patterns
+        # On Dask the work spreads only as far as the first Create's partitions, and the
+        # local runner runs each planning stage one after the other: both start from the
+        # launcher's chunks (`pipeline.launch`). Elsewhere the workers match the patterns
         # (a Create of 10^5 paths would sit in the job graph, whose size Dataflow limits)
         # and Reshuffle spreads the chunks.
         chunks = None
@@ -108,6 +109,9 @@ def _start(job: _Prepared) -> Submitted:
             chunks = launch.prepare_chunks(
                 planned, options, tmp_dir=context.tmp_dir, root=context.output,
                 pipeline=lambda: beam.Pipeline(runner=runner_for(options), options=options))
+        elif matched is not None and is_local(options):  # no matching stages in the graph
+            chunks = launch.plan_local(context.config, matched,
+                                       chunk_bytes=context.tuning.chunk_bytes)
         if files is not None and is_local(options):
             # The local runner's workers report progress into the launcher's directory.
             reporter = progress.Progress(total_bytes=sum(size for size, _ in files.values()),

@@ -33,6 +33,7 @@ from transforms.chunks import (
     Chunk,
     count_lines,
     detect_format,
+    group_files,
     line_starts_in,
     number_chunks,
     open_local,
@@ -377,3 +378,58 @@ def test_utf8_bom_is_stripped(tmp_path):
     text = tmp_path / "b.txt"
     text.write_bytes(b"\xef\xbb\xbfhello")
     assert items(text)[0].text == "hello"
+
+
+def _whole(name: str, size: int, fmt: str = "jsonl") -> Chunk:
+    return Chunk(path=f"/c/{name}", rel=name, fmt=fmt, compression=None, start=0, end=size,
+                 first=1, size=size, extent=size)
+
+
+def _names(chunks: list[Chunk]) -> list[str]:
+    return ["+".join(f.rel for f in c.files) or f"{c.rel}@{c.start}" for c in chunks]
+
+
+def test_small_whole_files_are_read_in_runs_in_path_order():
+    """Runs of small whole files up to max_bytes, consecutive in path order; a byte range, a
+    Parquet file or a file of max_bytes or more ends a run; a run of one stays its file."""
+    ranges = [Chunk(path="/c/m", rel="m", fmt="jsonl", compression=None, start=a, end=a + 10,
+                    first=1 + a, size=20, extent=20) for a in (10, 0)]
+    chunks = [_whole("z", 4), _whole("b", 4), _whole("a", 4), *ranges, _whole("n", 4),
+              _whole("p", 4, fmt="parquet"), _whole("q", 10), _whole("r", 3), _whole("s", 3),
+              _whole("t", 3), _whole("u", 3)]
+    grouped = group_files(chunks, max_bytes=10)
+    assert _names(grouped) == ["a+b", "m@0", "m@10", "n@0", "p@0", "q@0", "r+s+t", "u+z"]
+    run = grouped[0]
+    assert (run.path, run.rel, run.start, run.end, run.size, run.extent, run.first) == (
+        "/c/a", "a", 0, 8, 8, 8, 1)
+
+
+@given(st.lists(st.integers(min_value=0, max_value=12), max_size=40),
+       st.integers(min_value=1, max_value=30))
+def test_runs_hold_every_file_once_in_order_within_max_bytes(sizes, max_bytes):
+    files = [_whole(f"f{i:02d}", size) for i, size in enumerate(sizes)]
+    grouped = group_files(reversed(files), max_bytes=max_bytes)
+    assert [f for c in grouped for f in (c.files or (c,))] == files
+    for c in grouped:
+        assert c.files == () or (len(c.files) > 1 and c.size == sum(f.size for f in c.files)
+                                 <= max_bytes)
+
+
+def test_a_run_of_files_reads_and_accounts_as_its_files(tmp_path):
+    """Reading a run yields each file's records in turn, each with its own ids; its receipt
+    accounts for every file whole, and only those."""
+    paths = [write_jsonl(tmp_path / f"f{i}.jsonl", [{"text": f"file {i} doc {j}"}
+                                                    for j in range(i + 1)]) for i in range(4)]
+    planned = [c for p in paths for c in plan_chunks(str(p), rel=p.name, size=p.stat().st_size,
+                                                     spec=DEFAULT, open_file=open_local)]
+    (run,) = group_files(planned)
+    assert run.files == tuple(planned)
+    got = list(read_chunk(run, DEFAULT, open_local))
+    assert got == [d for c in planned for d in read_chunk(c, DEFAULT, open_local)]
+    assert [d.doc_id for d in got][:3] == ["f0.jsonl:1", "f1.jsonl:1", "f1.jsonl:2"]
+    expected = {str(p): p.stat().st_size for p in paths}
+    assert account_inputs([run.receipt(len(got))], expected) == 10
+    with pytest.raises(RuntimeError, match="did not match when the job started"):
+        account_inputs([run.receipt(len(got))], dict(list(expected.items())[:3]))
+    with pytest.raises(RuntimeError, match="1 input files were never read"):
+        account_inputs([run.receipt(len(got))], {**expected, "/c/other.jsonl": 3})

@@ -1,14 +1,18 @@
-"""Many small input files: one spill file per bundle, and the bytes of every shuffle.
+"""Many small input files: runs of files, one spill file per bundle, the same bytes.
 
-A corpus of many tiny files is one chunk per file. The file shuffle spills the parcels of all
-the chunks of a bundle to one file (and their rejects to one more), not a file per chunk
-(docs/performance.md#many-small-files); the output is the same whichever shuffle and however
-many worker processes run the job (docs/format.md#shuffle-and-shards).
+Where the workers plan the chunks, a corpus of many tiny files is one chunk per file; a local
+job's launcher reads each run of small files as one chunk (`pipeline.launch.plan_local`), the
+same files, named and numbered the same. The file shuffle spills the parcels of all the
+chunks of a bundle to one file (and their rejects to one more), not a file per chunk
+(docs/performance.md#many-small-files); the output is the same whichever shuffle, however
+many worker processes run the job, and whoever plans the chunks
+(docs/format.md#shuffle-and-shards).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import pathlib
 
 import apache_beam as beam
@@ -16,11 +20,12 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline import encode as encode_module
+from pipeline import fs, launch
 from pipeline.encode import EncodeChunks
-from pipeline.read import SplitInputs
+from pipeline.read import SplitInputs, _as_chunk, _as_row
 from pipeline.tagged import REJECTS
 from tests.conftest import dir_bytes, fn_api_pipeline, run_job
-from tests.job_data import context_of
+from tests.job_data import config_of, context_of
 
 FILES = 40
 
@@ -85,3 +90,49 @@ def test_many_small_files_give_the_same_bytes_with_every_shuffle_and_worker_coun
     want = dir_bytes(tmp_path / "runner")
     assert dir_bytes(tmp_path / "files") == want
     assert dir_bytes(tmp_path / "two") == want
+
+
+def test_the_local_launcher_plans_the_chunks_the_workers_plan_in_runs(tmp_path):
+    """`plan_local`: the 40 tiny files as one run, a big file's byte ranges numbered by the
+    lines counted at launch; its files are the chunks the graph plans when the workers match
+    the patterns, and a run crosses the graph as a row and back unchanged."""
+    inputs = _tiny_files(tmp_path / "in")
+    big = tmp_path / "in" / "zz-big.jsonl"
+    big.write_text("".join(json.dumps({"id": f"b{i}", "text": "x" * i}) + "\n"
+                           for i in range(300)))
+    pattern = str(inputs / "*.jsonl")
+    config = config_of("--input", pattern, "--id-field", "id")
+    matched = [(0, m.path, m.size, m.mtime) for m in fs.match_files(pattern)]
+    planned = launch.plan_local(config, matched, chunk_bytes=10_000)
+    data = big.read_bytes()
+    starts = range(0, len(data), 10_000)
+    assert [len(c.files) for c in planned] == [FILES] + [0] * len(starts)
+    assert [(c.start, c.first) for c in planned[1:]] == [
+        (a, 2 + data.count(b"\n", 0, a - 1) if a else 1) for a in starts]  # lines before a
+    assert _as_chunk(_as_row(planned[0])) == planned[0]
+    with fn_api_pipeline() as p:
+        chunks = p | SplitInputs([pattern], spec=config.read, chunk_bytes=10_000)
+        assert_that(chunks, equal_to([f for c in planned for f in (c.files or (c,))]))
+
+
+@pytest.mark.slow
+def test_a_local_job_encodes_a_run_of_files_as_one_chunk_and_writes_the_same_bytes(
+        tmp_path, monkeypatch, caplog):
+    """40 tiny files: one chunk encoded (40 where each file is its own chunk), the bytes
+    the same."""
+    inputs = _tiny_files(tmp_path / "in")
+    args = ["--input", str(inputs / "*.jsonl"), "--tokenizer", "bytes", "--id-field", "id",
+            "--window", "16", "--stride", "12", "--num-shards", "3"]
+    caplog.set_level(logging.DEBUG, logger="token_windows")
+
+    def encoded() -> int:
+        n = sum(m.startswith("encoded chunk ") for m in caplog.messages)
+        caplog.clear()
+        return n
+
+    run_job(tmp_path / "runs", *args)
+    assert encoded() == 1
+    monkeypatch.setattr(launch, "group_files", list)  # each file its own chunk
+    run_job(tmp_path / "files", *args)
+    assert encoded() == FILES
+    assert dir_bytes(tmp_path / "runs") == dir_bytes(tmp_path / "files")

@@ -4,8 +4,9 @@ What a record becomes: docs/format.md#documents; what fails the job: docs/runnin
 
 A *chunk* is the piece of one input file that one worker parses: a whole file (text,
 compressed files, small line files), a byte range of an uncompressed line file larger than
-the chunk size, or a run of row groups of a Parquet file. Reading goes in four pure steps,
-each a function here, so that the pipeline only wires them:
+the chunk size, a run of row groups of a Parquet file, or a run of small whole files
+(`group_files`: where the launcher plans the chunks of a local job). Reading goes in four
+pure steps, each a function here, so that the pipeline only wires them:
 
 1. `plan_chunks`: a matched file → its chunks. Byte-range chunks do not yet know the number
    of their first line.
@@ -27,6 +28,7 @@ and [128 MiB, 150 MB); if 40,000 lines begin in the first, the second's first li
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
 
@@ -47,10 +49,12 @@ from transforms.receipts import InputChanged, Receipt, check_unchanged
 
 __all__ = [
     "CHUNK_BYTES",
+    "GROUP_BYTES",
     "Chunk",
     "Opener",
     "count_lines",
     "detect_format",
+    "group_files",
     "line_starts_in",
     "number_chunks",
     "open_local",
@@ -60,6 +64,8 @@ __all__ = [
 
 # An uncompressed line-oriented file is read in ranges of this many bytes, in parallel.
 CHUNK_BYTES = 64 << 20
+# Whole files smaller than this are read in runs of up to this many bytes (`group_files`).
+GROUP_BYTES = 8 << 20
 _EXTENSIONS = {
     ".txt": "text",
     ".text": "text",
@@ -93,6 +99,9 @@ class Chunk:
         mtime: the file's modification time as matched (seconds), or None if unknown.
             `read_chunk` checks that the file it reads still has this size and mtime, so a
             receipt stands for bytes actually read from the file as matched.
+        files: for a run of small whole files read as one chunk (`group_files`), each
+            file's own chunk, in path order; the run's path, rel and fmt are its first
+            file's, its range [0, Σ sizes). Empty for a piece of one file.
     """
 
     path: str
@@ -105,11 +114,15 @@ class Chunk:
     size: int
     extent: int
     mtime: float | None = None
+    files: tuple[Chunk, ...] = ()
 
     def receipt(self, records: int, sampled_out: int = 0) -> Receipt:
+        """What reading this chunk showed: ``records`` read, ``sampled_out`` of them left out
+        by the sample; a run of files says it read each of them whole."""
         return Receipt(path=self.path, size=self.size, extent=self.extent, start=self.start,
                        end=self.end, records=records, mtime=self.mtime,
-                       sampled_out=sampled_out)
+                       sampled_out=sampled_out,
+                       files=tuple(f.receipt(0) for f in self.files))
 
 
 def detect_format(path: str, forced: str | None) -> tuple[str, str | None]:
@@ -178,6 +191,52 @@ def _parquet_chunks(whole: dict, open_file: Opener, chunk_bytes: int) -> Iterato
         size += meta.row_group(group).total_byte_size
         row += meta.row_group(group).num_rows
     yield Chunk(**whole, start=first_group, end=groups, first=first_row, extent=groups)
+
+
+def group_files(chunks: Iterable[Chunk], *, max_bytes: int = GROUP_BYTES) -> list[Chunk]:
+    """The chunks, in path order, with each run of small whole files read as one chunk.
+
+    A chunk of a whole file (not Parquet) smaller than ``max_bytes`` joins the run before it,
+    until the run would hold ``max_bytes`` of files as stored; any other chunk ends the run.
+    A run of one file stays that file's chunk. Each file is still read, checked and receipted
+    on its own (`read_chunk`, `Chunk.receipt`); what a run saves is the per-chunk work of
+    the job's steps (a batch, a flush, a receipt, a progress report per file). A run's files
+    are consecutive in path order, so a run keeps its rejects in input order.
+
+    >>> tiny = [Chunk(path=f"d/{n}", rel=n, fmt="jsonl", compression=None, start=0, end=5,
+    ...               first=1, size=5, extent=5) for n in "cab"]
+    >>> [[f.rel for f in c.files] for c in group_files(tiny, max_bytes=11)]
+    [['a', 'b'], []]
+    """
+    out: list[Chunk] = []
+    run: list[Chunk] = []
+    held = 0  # bytes of the run's files
+
+    def end_run() -> None:
+        nonlocal held
+        held = 0
+        if len(run) == 1:
+            out.append(run[0])
+        elif run:
+            total, first = sum(c.size for c in run), run[0]
+            out.append(Chunk(path=first.path, rel=first.rel, fmt=first.fmt, compression=None,
+                             start=0, end=total, first=1, size=total, extent=total,
+                             files=tuple(run)))
+        run.clear()
+
+    for chunk in sorted(chunks, key=lambda c: (c.path, c.start)):
+        whole = (chunk.fmt != "parquet" and not chunk.files and chunk.start == 0
+                 and chunk.end == chunk.extent == chunk.size and chunk.first == 1)
+        if not whole or chunk.size >= max_bytes:
+            end_run()
+            out.append(chunk)
+            continue
+        if held + chunk.size > max_bytes:
+            end_run()
+        run.append(chunk)
+        held += chunk.size
+    end_run()
+    return out
 
 
 def line_starts_in(data: bytes, start: int, end: int) -> int:
@@ -252,6 +311,9 @@ def read_chunk(chunk: Chunk, spec: ReadSpec, open_file: Opener) -> Iterator[Docu
         OSError: the file cannot be read or decompressed (truncated, corrupt); the message
             names it.
     """
+    if chunk.files:  # a run of small files: each read (and checked) in turn, when reached
+        return itertools.chain.from_iterable(read_chunk(f, spec, open_file)
+                                             for f in chunk.files)
     first = 1 if chunk.first is None else chunk.first
     where = {"path": shown_name(chunk.path), "rel": chunk.rel, "spec": spec}
     try:

@@ -42,6 +42,9 @@ class Receipt:
     records: int
     mtime: float | None = None
     sampled_out: int = 0  # records left out by --sample (`transforms.splits`), of ``records``
+    # A run of small files (`transforms.chunks.group_files`): a whole-file receipt of each,
+    # which stand for this one in the accounting (its records are the run's).
+    files: tuple[Receipt, ...] = ()
 
 
 class InputChanged(OSError):
@@ -93,9 +96,11 @@ def account_inputs(
     Raises:
         RuntimeError: naming the file and what is wrong with it.
     """
+    receipts = list(receipts)
     by_path: dict[str, list[Receipt]] = {}
     for r in receipts:
-        by_path.setdefault(r.path, []).append(r)
+        for piece in r.files or (r,):
+            by_path.setdefault(piece.path, []).append(piece)
     launch: dict[str, tuple[int, float | None]] | None = None
     if expected is not None:
         launch = {p: (v, None) if isinstance(v, int) else (v[0], v[1])
@@ -113,7 +118,6 @@ def account_inputs(
                 f"{shown_name(extra[0])} was read but did not match when the job started: "
                 "inputs changed while the job ran; no manifest was written"
             )
-    total = 0
     for path, pieces in sorted(by_path.items()):
         pieces.sort(key=lambda r: (r.start, r.end))
         seen = {(r.size, r.extent, r.mtime) for r in pieces}
@@ -143,10 +147,9 @@ def account_inputs(
                     f"{what}: the runner lost or repeated work; no manifest was written"
                 )
             position = r.end
-            total += r.records
         if position != pieces[0].extent:
             raise RuntimeError(
                 f"{name}: the range [{position}, {pieces[0].extent}) was never read: the "
                 "runner lost work; no manifest was written"
             )
-    return total
+    return sum(r.records for r in receipts)

@@ -1,0 +1,165 @@
+"""The fixed cost of a small job: the README's sample job, code trees and environments side by side.
+
+Runs README command 1 (``python -m pipeline --input 'samples/corpus/*.jsonl' --tokenizer
+samples/spm.model --id-field id --window 512 --output … --overwrite``: 2.1 MB, one shard)
+once per code tree (``--tree NAME=PATH``, run with ``PYTHONPATH=PATH``) and per Python
+environment (``--python NAME=PATH``, e.g. a virtualenv holding only ``pip install -e
+'.[job]'``, as the README installs it), alternating within each round, after one warm-up
+run of each. It prints every run's wall and CPU seconds (the job's process), per tree and
+environment the medians and, against the first tree, the median of the per-round ratios, and
+checks that every run of one environment wrote the same bytes. Bytecode is cached as an
+installed package's is (``PYTHONDONTWRITEBYTECODE`` is dropped for the job).
+
+``--phases`` adds, per tree and environment, one run that says where the time goes: the
+interpreter's start, importing the job (Beam, then its own modules), the checks before any
+work, the launcher's chunk plan, building the graph, and ``Pipeline.run`` (translation and stages)::
+
+    python bench/bench_startup.py --tree before=/tmp/before --tree after=.
+    python bench/bench_startup.py --python lean=/tmp/leanvenv/bin/python --python env=python \\
+        --tree before=/tmp/before --tree after=. --rounds 7 --phases
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+WORK = BENCH / "work"
+SAMPLE = ["--input", str(ROOT / "samples" / "corpus" / "*.jsonl"), "--tokenizer",
+          str(ROOT / "samples" / "spm.model"), "--id-field", "id", "--window", "512"]
+
+# Run in the job's environment: the launcher's phases, each wrapped in a timer.
+PHASES = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import pipeline  # Beam first, as the package loads it, then the job's modules
+t1 = time.perf_counter()
+import apache_beam as beam
+import pipeline.launch as la
+r = sys.modules["pipeline.run"]
+spent = {}
+def timed(owner, name, label):
+    inner = getattr(owner, name)
+    def wrapper(*a, **k):
+        s = time.perf_counter()
+        try:
+            return inner(*a, **k)
+        finally:
+            spent[label] = spent.get(label, 0) + time.perf_counter() - s
+    setattr(owner, name, wrapper)
+timed(r, "_prepare", "checks before any work")
+if hasattr(la, "plan_local"):
+    timed(la, "plan_local", "the launcher's chunk plan")
+timed(r, "build_pipeline", "building the graph")
+timed(beam.Pipeline, "run", "Pipeline.run (translation, stages)")
+timed(r, "print_summary", "the summary")
+r.main(sys.argv[1:])
+total = time.perf_counter() - t0
+print(json.dumps({"importing the job (Beam and its modules)": t1 - t0,
+                  **spent, "whole job after start-up": total}), file=sys.stderr)
+"""
+
+
+def digest(output: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(output.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(output)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def _env(tree: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPATH": str(tree)}
+
+
+def run_once(python: str, tree: Path, output: Path) -> dict[str, float | str]:
+    cmd = [python, "-m", "pipeline", *SAMPLE, "--output", str(output), "--overwrite"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(cmd, env=_env(tree), capture_output=True, text=True, cwd=tree)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return {"wall": wall, "cpu": cpu, "digest": digest(output)}
+
+
+def phases(python: str, tree: Path, output: Path) -> dict[str, float]:
+    start = time.perf_counter()
+    subprocess.run([python, "-c", "pass"], env=_env(tree), check=True)
+    bare = time.perf_counter() - start
+    done = subprocess.run([python, "-c", PHASES, *SAMPLE, "--output", str(output),
+                           "--overwrite"], env=_env(tree), capture_output=True, text=True,
+                          cwd=tree)
+    if done.returncode:
+        raise SystemExit(f"phases failed:\n{done.stderr[-2000:]}")
+    return {"interpreter start (python -c pass)": bare,
+            **json.loads(done.stderr.strip().splitlines()[-1])}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tree", action="append", default=[],
+                        help="NAME=PATH: a code tree (default: this one, as 'this')")
+    parser.add_argument("--python", action="append", default=[],
+                        help="NAME=PATH: a Python environment (default: this one, as 'env')")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--phases", action="store_true", help="break one run of each down")
+    args = parser.parse_args(argv)
+    trees = {n: Path(p).resolve() for n, p in (t.split("=", 1) for t in args.tree)} or {
+        "this": ROOT}
+    pythons = dict(p.split("=", 1) for p in args.python) or {"env": sys.executable}
+    combos = [(py, tree) for py in pythons for tree in trees]
+    out = {c: WORK / "startup-out" / f"{c[0]}-{c[1]}" for c in combos}
+    print(f"load average {os.getloadavg()[0]:.1f}; warming up", flush=True)
+    for (py, tree), output in out.items():
+        run_once(pythons[py], trees[tree], output)  # bytecode written, caches warm
+    runs: list[dict[str, object]] = []
+    for r in range(args.rounds):
+        for (py, tree), output in out.items():
+            got = run_once(pythons[py], trees[tree], output)
+            runs.append({"round": r, "python": py, "tree": tree, **got})
+            print(f"round {r} {py:>6} {tree:>8}: {got['wall']:5.2f} s wall, "
+                  f"{got['cpu']:5.2f} s CPU, load {os.getloadavg()[0]:.1f}", flush=True)
+    base = next(iter(trees))
+    print(f"\n| environment | tree | wall s | CPU s | wall / {base} | CPU / {base} |"
+          "\n|---|---|---:|---:|---:|---:|")
+    for py, tree in combos:
+        mine = [x for x in runs if x["python"] == py and x["tree"] == tree]
+        ref = [x for x in runs if x["python"] == py and x["tree"] == base]
+        ratio = {k: statistics.median(float(a[k]) / float(b[k])  # type: ignore[arg-type]
+                                      for a, b in zip(mine, ref, strict=True))
+                 for k in ("wall", "cpu")}
+        print(f"| {py} | {tree} | {statistics.median(float(x['wall']) for x in mine):.2f} | "
+              f"{statistics.median(float(x['cpu']) for x in mine):.2f} | "
+              f"{ratio['wall']:.2f} | {ratio['cpu']:.2f} |")
+    for py in pythons:
+        same = len({x["digest"] for x in runs if x["python"] == py}) == 1
+        print(f"{py}: bytes {'identical in every run' if same else 'DIFFER'}")
+        if not same:
+            raise SystemExit("the runs wrote different bytes")
+    if args.phases:
+        for py, tree in combos:
+            print(f"\nwhere {py} / {tree} spends its time (seconds, one run):")
+            for name, seconds in phases(pythons[py], trees[tree], out[(py, tree)]).items():
+                print(f"  {name:<40} {seconds:6.3f}")
+    WORK.mkdir(exist_ok=True)
+    saved = WORK / f"startup-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    saved.write_text(json.dumps(runs, indent=1))
+    print(f"runs written to {saved}")
+
+
+if __name__ == "__main__":
+    main()
