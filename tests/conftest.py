@@ -29,8 +29,11 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 def pytest_configure(config: pytest.Config) -> None:
     # `python -m pytest -q` runs everything; `-m "not slow"` is the quick inner loop.
     config.addinivalue_line(
-        "markers", "slow: starts a server, a cluster or torchrun, or runs more than two whole "
-                   "jobs (left out by -m 'not slow')")
+        "markers", "slow: runs a Beam pipeline (the whole job, in process or not, or one step "
+                   "on the FnApiRunner), starts a server, a cluster, torchrun or worker "
+                   "processes, runs a transformers model, or replays whole streams (every "
+                   "resume cut, pinned batches, an engine against its reference library over "
+                   "many texts) (left out by -m 'not slow')")
     import sys
 
     if "torch" in sys.modules:

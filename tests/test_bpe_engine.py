@@ -90,6 +90,7 @@ def _same(fast: HFTokenizer, ref: Tokenizer, texts: list[str]) -> None:
         assert g == w, text[:80]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_every_layout_converts_and_gives_tokenizers_ids_on_the_samples(files, layout):
     fast, ref = _pair(files[layout])
@@ -127,6 +128,7 @@ TEXT = st.one_of(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", LAYOUTS)
 @settings(max_examples=300, deadline=None)
 @given(texts=st.lists(TEXT, min_size=1, max_size=8))
@@ -234,6 +236,7 @@ def _hand_made(merges: list[str], *, ignore_merges: bool = False) -> str:
 TRAP = ["b c", "a b", "ab c", "abc d"]
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(text=st.text(alphabet="abcd <>/s", max_size=30))
 def test_a_token_bpe_never_makes_is_left_out_and_ids_still_match(text):
@@ -282,6 +285,7 @@ def test_a_disagreement_on_the_probe_falls_back_with_a_warning(files, monkeypatc
 # ------------------------------------------------------------ the array path
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(text=TEXT)
 def test_the_buffer_encode_is_tiktokens_ordinary_encode(files, text):

@@ -78,6 +78,7 @@ def job(tmp_path):
     return src, files
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shuffle", ["runner", "files"])
 def test_every_step_takes_the_context_s_plan(tmp_path, job, shuffle):
     """A plan of 3 shards on the context, where the flags alone would plan one: the encoder,
@@ -95,6 +96,7 @@ def test_every_step_takes_the_context_s_plan(tmp_path, job, shuffle):
     assert manifest["counts"]["documents"] == 120
 
 
+@pytest.mark.slow
 def test_the_manifest_s_tokenizer_is_the_record_the_launcher_made(tmp_path, job):
     """The last step writes the context's tokenizer record; it loads no model of its own."""
     src, files = job
@@ -106,6 +108,7 @@ def test_the_manifest_s_tokenizer_is_the_record_the_launcher_made(tmp_path, job)
     assert manifest["tokenizer"]["noted"] == "at launch"
 
 
+@pytest.mark.slow
 def test_a_knob_on_the_context_reaches_the_step(tmp_path, job, caplog):
     """``chunk_bytes`` set on the context cuts the file into byte ranges, which EncodeChunks
     encodes one by one (its log says so) on the local runner; the bytes do not change."""

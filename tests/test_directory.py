@@ -98,6 +98,7 @@ def test_datasets_recipe(out):
     assert _key(zip(ds["doc_id"], ds["start"], ds["tokens"], strict=True)) == _expected(out)
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_a_dataset_with_the_old_names(tmp_path, corpus):
     """A directory written before the rename (manifest.json, rejects/) is still ours."""
     out = tmp_path / "old"

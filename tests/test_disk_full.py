@@ -49,6 +49,7 @@ def corpus(tmp_path: pathlib.Path) -> pathlib.Path:
     return write_jsonl(tmp_path / "in" / "c.jsonl", [{"text": t} for t in texts])
 
 
+@pytest.mark.slow
 def test_a_full_disk_under_the_spill_names_it_and_the_knobs(small_disk, corpus):
     out = small_disk / "out"
     code, err = run_main("--input", str(corpus), "--tokenizer", "bytes", "--output", str(out),
@@ -61,6 +62,7 @@ def test_a_full_disk_under_the_spill_names_it_and_the_knobs(small_disk, corpus):
     assert sorted(p.name for p in out.iterdir()) == []  # its temporary files and claim gone
 
 
+@pytest.mark.slow
 def test_a_full_disk_under_the_shards_names_the_output(small_disk, corpus):
     out = small_disk / "out"
     code, err = run_main("--input", str(corpus), "--tokenizer", "bytes", "--output", str(out),

@@ -39,6 +39,7 @@ def documents(kv):
     return [(shard, d) for d in parcel_documents(parcel)]
 
 
+@pytest.mark.slow
 def test_parcels_rejects_and_receipts(tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text('{"text": "abc"}\n{oops\n{"text": ""}\n{"text": "de"}\n')
@@ -58,6 +59,7 @@ def test_parcels_rejects_and_receipts(tmp_path):
                     equal_to([(str(path), 0, size, size, 4)]), label="CheckReceipts")
 
 
+@pytest.mark.slow
 def test_batches_encoded_at_once_give_each_document_its_own_ids(tmp_path):
     """Small batches keep several SentencePiece calls in flight on one model at once."""
     sp = spm.SentencePieceProcessor(model_file=str(DATA / "tiny.model"))

@@ -9,6 +9,7 @@ from tests.conftest import exit_code, run_job, write_jsonl
 from transforms.manifest import MANIFEST_NAME
 
 
+@pytest.mark.slow
 def test_a_shard_of_another_job_never_sits_under_the_manifest(corpus, tmp_path):
     from pipeline.finalize import _check_shard_footer
 
@@ -19,6 +20,7 @@ def test_a_shard_of_another_job_never_sits_under_the_manifest(corpus, tmp_path):
         _check_shard_footer(str(shard), b["fingerprint"])
 
 
+@pytest.mark.slow
 def test_every_record_rejected_fails_the_job(tmp_path, capsys):
     src = write_jsonl(tmp_path / "in.jsonl", [{"uid": i, "body": "x", "meta": {}}
                                               for i in range(40)])
@@ -30,6 +32,7 @@ def test_every_record_rejected_fails_the_job(tmp_path, capsys):
     assert not (tmp_path / "o" / MANIFEST_NAME).exists()
 
 
+@pytest.mark.slow
 def test_max_skipped_share_fails_a_mostly_rejected_job(tmp_path):
     src = write_jsonl(tmp_path / "in.jsonl", [{"text": "a"}, {"body": "b"}, {"body": "c"}])
     run_job(tmp_path / "ok", "--input", str(src), "--tokenizer", "bytes")

@@ -28,6 +28,7 @@ pytest.importorskip("accelerate")
 from reader.hf import SAMPLER_STATE_NAME, WindowTrainer, causal_lm_logits  # noqa: E402
 
 __all__ = ["isolated_cache"]  # fixture
+pytestmark = pytest.mark.slow  # every test here runs a transformers model in the Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 SEQ = 24

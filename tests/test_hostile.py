@@ -152,6 +152,7 @@ def _clean(e: BaseException) -> bool:
     return isinstance(e, (ValueError, OSError)) and len(str(e)) > 10
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.tuples(st.sampled_from(_PATHS), _VALUES), min_size=1, max_size=3))
 def test_hostile_manifests_change_nothing_outside_the_cache(edits: list) -> None:
@@ -197,6 +198,7 @@ _STATE_KEYS = ["format", "version", "seed", "n", "drop_last", "epoch", "cursor",
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.sampled_from(["epoch", "packed"]),
        st.lists(st.tuples(st.sampled_from(_STATE_KEYS), _VALUES), min_size=1, max_size=3))
+@pytest.mark.slow
 def test_hostile_sampler_states_are_refused_cleanly(kind: str, edits: list) -> None:
     def make() -> EpochSampler | PackedSampler:
         if kind == "epoch":

@@ -60,6 +60,7 @@ def test_a_damaged_page_is_refused_naming_the_file_row_group_and_column(tmp_path
     assert len(list(read_chunk(chunks[2], ReadSpec(), open_local))) == 100
 
 
+@pytest.mark.slow
 def test_a_job_over_a_damaged_parquet_fails_and_writes_no_manifest(tmp_path):
     good = _parquet(tmp_path / "in" / "a.parquet")
     bad = _parquet(tmp_path / "in" / "b.parquet")

@@ -141,6 +141,7 @@ def test_inspect_never_imports_beam():
     assert tops - set(sys.stdlib_module_names) == {"numpy", "pyarrow", "transforms", "matplotlib"}
 
 
+@pytest.mark.slow
 def test_a_split_shows_its_split_and_check_recomputes_it(tmp_path, capsys):
     from tests.conftest import run_job, write_jsonl
 

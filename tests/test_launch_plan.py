@@ -44,6 +44,7 @@ def test_only_dask_plans_at_launch():
     assert not launch.plans_chunks(PipelineOptions(["--runner=DataflowRunner"]))
 
 
+@pytest.mark.slow
 def test_the_launcher_s_chunks_read_as_the_workers_chunks(tmp_path):
     """Planned at launch (a byte range counted by a job of its own), they are the chunks the
     patterns give on the workers; ordered for 3 partitions."""

@@ -80,6 +80,7 @@ def flat(batches: list[list[Any]]) -> list[Any]:
 @settings(max_examples=40, deadline=None)
 @given(weights_st, st.lists(st.integers(1, 30), min_size=9, max_size=9),
        st.sampled_from(["windows", "targets"]), st.integers(0, 2**40))
+@pytest.mark.slow
 def test_shares_hold_and_each_source_draws_its_own_epochs(raw: list[int], sizes: list[int],
                                                           unit: str, seed: int) -> None:
     mixed = fakes(sizes[: len(raw)])
@@ -140,6 +141,7 @@ def resume(sampler_kw: dict[str, Any], mixed: MixedDataset, cut: int, total: int
             + [mixed_after.source_of(i) for i in rest])[:total]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("unit", ["windows", "targets"])
 def test_resume_at_every_cut_and_at_another_world_size(unit: str) -> None:
     mixed = fakes([5, 11, 2])
@@ -240,6 +242,7 @@ def test_a_mixture_of_billion_window_sources_yields_at_once() -> None:
 # -- packing -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(weights_st, st.integers(W, 3 * W), st.integers(1, 6), st.integers(0, 2**20))
 def test_packed_rows_are_the_first_fit_of_the_stream(raw: list[int], seq_len: int,
@@ -263,6 +266,7 @@ def test_packed_rows_are_the_first_fit_of_the_stream(raw: list[int], seq_len: in
     exact_bound([ledger[n]["targets"] for n in mixed.names], list(w.values()), W)
 
 
+@pytest.mark.slow
 def test_packed_resume_at_every_cut_at_another_world_size() -> None:
     mixed = fakes([5, 13, 3])
     kw = {"weights": {"s0": 2, "s1": 1, "s2": 1}, "batch_size": 2, "seed": 2,
@@ -284,7 +288,7 @@ def test_packed_resume_at_every_cut_at_another_world_size() -> None:
 # -- the datasets: items, batches, loaders, evaluation -------------------------------------
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_a_dataloader_resumes_the_mixture_exactly(three: MixedDataset, workers: int) -> None:
     kw = {"weights": {"web": 3, "code": 2, "books": 1}, "batch_size": 3, "seed": 4,
           "unit": "targets"}

@@ -10,6 +10,7 @@ import hashlib
 import json
 from typing import Any
 
+import pytest
 import torch
 from torch.utils.data import DataLoader
 
@@ -50,6 +51,7 @@ def _pinned_weights(name: str) -> Any:
     return dict(zip(("s0", "s1", "s2"), map(int, name.split(":")), strict=True))
 
 
+@pytest.mark.slow
 def test_pinned_batches_and_states() -> None:
     mixed = fakes([7, 30, 3])
     sampler = MixtureSampler(mixed, {"s0": 5, "s1": 3, "s2": 2}, 5, seed=3)

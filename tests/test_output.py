@@ -12,6 +12,7 @@ from transforms.manifest import MANIFEST_NAME
 from transforms.schema import REJECTS_DIR
 
 
+@pytest.mark.slow
 def test_two_jobs_into_one_output_at_once_the_second_stops_early(corpus, tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
@@ -30,6 +31,7 @@ def test_two_jobs_into_one_output_at_once_the_second_stops_early(corpus, tmp_pat
 
 @pytest.mark.parametrize("stray", [f"{REJECTS_DIR}/my_analysis.csv", ".tmp/keep.txt",
                                    "part-00007-of-00009.parquet"])
+@pytest.mark.slow
 def test_overwrite_refuses_files_the_old_manifest_does_not_list(corpus, tmp_path, capsys, stray):
     out = tmp_path / "out"
     run_job(out, "--input", str(corpus), "--tokenizer", "bytes")

@@ -85,6 +85,7 @@ def test_any_link_below_output_is_refused_before_any_work(tmp_path, victim, job_
     assert _tree(victim) == before
 
 
+@pytest.mark.slow
 def test_a_linked_split_dir_is_refused_by_a_split_job_with_overwrite(tmp_path, job_input):
     # The second reproduction: a split job's OUT/val moved away and linked back; rerunning
     # with --overwrite used to delete the dataset there and write the new split into it.
@@ -104,6 +105,7 @@ def test_a_linked_split_dir_is_refused_by_a_split_job_with_overwrite(tmp_path, j
     assert _tree(elsewhere) == before
 
 
+@pytest.mark.slow
 def test_a_link_made_while_the_job_runs_is_not_followed(tmp_path, victim, job_input,
                                                         monkeypatch):
     # After the launch checked OUTPUT: the link appears where the rejects will be written.
@@ -126,6 +128,7 @@ def test_a_link_made_while_the_job_runs_is_not_followed(tmp_path, victim, job_in
     assert sorted(p.name for p in out.iterdir()) == ["_rejects"]
 
 
+@pytest.mark.slow
 def test_a_link_made_while_the_job_runs_to_an_empty_directory_leaves_no_claim(
         tmp_path, job_input, monkeypatch):
     run = importlib.import_module("pipeline.run")

@@ -28,6 +28,8 @@ from transforms.manifest import MANIFEST_NAME
 from transforms.schema import REJECTS_DIR
 from transforms.tokenizers import ByteTokenizer
 
+pytestmark = pytest.mark.slow  # every test here runs the whole job
+
 TEXTS = ["abcde", "abcd", "a", "The Fox and the Grapes. " * 9, "道可道，非常道。" * 4, "xy" * 40]
 
 

@@ -42,6 +42,7 @@ def big(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_lines_appear_during_a_run_and_the_summary_is_the_manifests(capsys, big, tmp_path):
     out = tmp_path / "out"
     job = submit(["--input", str(big), "--tokenizer", "bytes", "--window", "64", "--stride",
@@ -81,6 +82,7 @@ def test_lines_appear_during_a_run_and_the_summary_is_the_manifests(capsys, big,
     assert not os.path.exists(directory)
 
 
+@pytest.mark.slow
 def test_progress_does_not_change_a_byte(capsys, big, tmp_path):
     args = ["--input", str(big), "--tokenizer", "bytes", "--window", "32", "--num-shards", "3"]
     main([*args, "--output", str(tmp_path / "quiet")])  # every 10 s: no line in this run

@@ -11,6 +11,7 @@ import gzip
 import json
 
 import apache_beam as beam
+import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline.read import SplitInputs, plan_for_files
@@ -25,6 +26,7 @@ def summary(chunk):
     return chunk.rel, chunk.start, chunk.end, chunk.first
 
 
+@pytest.mark.slow
 def test_each_file_once_with_its_first_pattern_s_relative_name(tmp_path):
     (tmp_path / "a" / "b").mkdir(parents=True)
     (tmp_path / "a" / "one.txt").write_text("first")
@@ -36,6 +38,7 @@ def test_each_file_once_with_its_first_pattern_s_relative_name(tmp_path):
                     equal_to([("one.txt", 0, 5, 1), ("b/two.txt", 0, 11, 1)]))
 
 
+@pytest.mark.slow
 def test_from_the_launcher_s_chunks_the_same_chunks_as_from_the_patterns(tmp_path):
     """What the DaskRunner gets (the launcher's chunks, numbered by a count job) names,
     splits and numbers every file as matching on the workers does: a file of several patterns
@@ -91,6 +94,7 @@ def test_unnumbered_chunks_are_refused(tmp_path):
         SplitInputs([str(tmp_path / "big.jsonl")], spec=ReadSpec(), chunks=chunks)
 
 
+@pytest.mark.slow
 def test_a_split_file_s_chunks_are_numbered_by_their_first_line(tmp_path):
     path = tmp_path / "big.jsonl"
     path.write_text("\n".join(LINES) + "\n")
@@ -106,6 +110,7 @@ def test_a_split_file_s_chunks_are_numbered_by_their_first_line(tmp_path):
         assert_that(chunks | beam.Map(summary), equal_to(want))
 
 
+@pytest.mark.slow
 def test_shard_plan_from_input_sizes_counts_each_file_once(tmp_path):
     (tmp_path / "a.jsonl").write_text("\n".join(LINES) + "\n")  # split into chunks
     (tmp_path / "b.txt").write_text("x" * 120)

@@ -95,7 +95,8 @@ def make_sampler(ds: WindowDataset, order: str) -> EpochSampler:
 
 
 @pytest.mark.parametrize("order", ["global", "blocks"])
-@pytest.mark.parametrize(("workers", "cuts"), [(0, [0, 1, 4, 7, 8, 11, 15]), (2, [3, 9])])
+@pytest.mark.parametrize(("workers", "cuts"), [(0, [0, 1, 4, 7, 8, 11, 15]),
+                                              pytest.param(2, [3, 9], marks=pytest.mark.slow)])
 def test_dataloader_resume_continues_identically(small: tuple[Path, list], workers: int,
                                                  cuts: list[int], order: str) -> None:
     root, _ = small

@@ -82,6 +82,7 @@ def test_missing_output_is_a_one_line_error(capsys, corpus):
     assert err == "error: --output is required: pass the directory for the shards\n"
 
 
+@pytest.mark.slow
 def test_existing_output_is_refused_then_overwritten_without_stale_shards(capsys, corpus,
                                                                           tmp_path):
     out = tmp_path / "out"
@@ -126,6 +127,7 @@ def test_a_misspelled_flag_is_refused_before_any_work(corpus, tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_beams_own_flags_still_pass(corpus, tmp_path):
     run_job(tmp_path / "o", "--input", str(corpus), "--tokenizer", "bytes",
             "--direct_running_mode=in_memory", "--direct_num_workers", "1")
@@ -141,6 +143,7 @@ def test_non_utf8_file_name_is_refused_with_the_name_escaped(tmp_path, capsys):
     assert code == 2 and "caf\\xe9.jsonl, whose name is not UTF-8" in err
 
 
+@pytest.mark.slow
 def test_parquet_with_a_truncated_footer_names_the_file_exit_1(tmp_path, capsys):
     import pyarrow as pa
 
@@ -166,6 +169,7 @@ def test_symlink_loop_or_dangling_symlink_matched_by_a_glob_is_refused(corpus, t
     assert code == 2 and "broken symbolic links" in err
 
 
+@pytest.mark.slow
 def test_a_failure_while_running_is_one_line_exit_1(tmp_path, capsys):
     src = tmp_path / "x.jsonl.gz"
     src.write_bytes(gzip.compress(b'{"text": "a"}\n' * 100)[:-30])

@@ -338,6 +338,7 @@ def offline(monkeypatch, tmp_path):
     return attempts
 
 
+@pytest.mark.slow
 @needs_gcp
 def test_gs_job_translates_for_dataflow_offline(offline):
     from apache_beam.portability import common_urns
@@ -408,6 +409,7 @@ def test_dataflow_job_that_cannot_work_is_refused_before_anything(change, messag
         run([*argv, *DATAFLOW, "--dry_run=True"])
 
 
+@pytest.mark.slow
 def test_local_dry_run_builds_the_graph_and_writes_nothing(tmp_path):
     from pipeline.run import run, submit
 

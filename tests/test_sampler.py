@@ -191,6 +191,7 @@ def two_epochs(n: int, bs: int, ws: int, seed: int, drop: bool, kw: dict[str, An
 @settings(max_examples=25, deadline=None)
 @given(st.integers(1, 30), st.integers(1, 4), st.integers(1, 3), st.integers(0, 10**6),
        st.booleans(), st.sampled_from(["global", "blocks"]), st.integers(1, 3))
+@pytest.mark.slow
 def test_resume_at_every_cut_of_two_epochs(n: int, bs: int, ws: int, seed: int,
                                            drop: bool, order: str, resume_ws: int) -> None:
     kw = order_kw(order, n)

@@ -42,6 +42,7 @@ def _tiny_files(directory: pathlib.Path, n: int = FILES) -> pathlib.Path:
     return directory
 
 
+@pytest.mark.slow
 def test_a_bundle_of_many_chunks_spills_to_one_file_and_one_rejects_file(tmp_path):
     """The in-process runner runs the encoding of all 40 chunks as one bundle: one spill file
     (its path emitted once) and one rejects file, which hold every chunk's parcels and runs."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import io
 
+import pytest
+
 from pipeline.summary import print_summary
 from tests.conftest import run_job
 from transforms.json_fields import JsonObject
@@ -88,6 +90,7 @@ def test_a_split_job_is_a_line_per_split_and_one_for_the_job() -> None:
         f"0.25) in 3.0 s; rejects in /out/{REJECTS_DIR}/ (empty 2)"]
 
 
+@pytest.mark.slow
 def test_a_jobs_summary_names_repaired_records_where_rejects_are_and_says_1_shard(
         tmp_path, capsys):
     src = tmp_path / "in.jsonl"

@@ -10,6 +10,7 @@ from pipeline.tagged import Outputs, SplitTags
 from tests.conftest import fn_api_pipeline
 
 
+@pytest.mark.slow
 def test_each_tag_gets_its_values_and_only_those():
     pairs = [("parcels", (0, b"a")), ("rejects", "r1"), ("parcels", (1, b"b")),
              ("records", 3), ("rejects", "r2")]
@@ -33,6 +34,7 @@ def test_steps_are_labelled_by_tag_and_a_missing_tag_is_named():
     assert isinstance(out, Outputs)
 
 
+@pytest.mark.slow
 def test_a_tag_that_no_output_receives_fails_the_pipeline():
     pairs = [("parcels", 1), ("rejets", 2)]
     with (pytest.raises(Exception, match=r"a step emitted the tag 'rejets', which is none of "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pyarrow.parquet as pq
+import pytest
 
 from tests.conftest import run_job
 from transforms.keys import doc_key, shard_of
@@ -30,6 +31,7 @@ LINES = ["abcde", "The grapes are sour.", "道可道，非常道。" * 3, "x", "
          "ab", "the last line"]
 
 
+@pytest.mark.slow
 def test_write_dataset_writes_the_job_s_shards(tmp_path):
     corpus = tmp_path / "in" / "c.txt"
     corpus.parent.mkdir()

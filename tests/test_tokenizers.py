@@ -149,6 +149,7 @@ def test_decode_gives_back_the_text():
     assert sp.info().extra == {"file": "tiny.model", "path": "tiny.model"}
 
 
+@pytest.mark.slow
 def test_the_job_with_a_tokenizer_json_writes_the_library_ids(bpe, corpus, tmp_path):
     from tokenizers import Tokenizer
 
@@ -167,6 +168,7 @@ def test_the_job_with_a_tokenizer_json_writes_the_library_ids(bpe, corpus, tmp_p
     assert info["sha256"] == hashlib.sha256(bpe.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_the_job_refuses_a_tokenizer_json_without_eos_in_one_line(capsys, corpus, tmp_path):
     from pipeline.run import main
     from tests.conftest import train_bpe

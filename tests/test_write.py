@@ -7,6 +7,7 @@ pure parts in tests/test_rows.py, tests/test_parquet.py and tests/test_manifest.
 from __future__ import annotations
 
 import apache_beam as beam
+import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipeline.encode import EncodeChunks
@@ -27,6 +28,7 @@ def shuffled(p, path, *, windows, num_shards):
     return encoded.parcels | ShuffleDocuments()
 
 
+@pytest.mark.slow
 def test_shuffle_groups_documents_by_key_range(tmp_path):
     path = tmp_path / "in.txt"
     path.write_text("".join("abc" * i + "\n" for i in range(1, 30)))
@@ -41,6 +43,7 @@ def test_shuffle_groups_documents_by_key_range(tmp_path):
         assert_that(summary, equal_to([(k, sorted(v)) for k, v in expected.items()]))
 
 
+@pytest.mark.slow
 def test_packed_tokens_are_exact_after_the_shuffle(tmp_path):
     path = tmp_path / "x.txt"
     path.write_text("道可道")
