@@ -206,3 +206,48 @@ def test_add_sources_leaves_a_batch_of_one_dataset_as_it_is(pool: dict[str, Wind
     mixed = MixedDataset({"web": ds, "code": pool["code"]})
     add_sources(batch, mixed.__getitems__([len(ds), 0]))
     assert batch["source_ids"].tolist() == [1, 0] and batch["sources"] == ("web", "code")
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("gather")
+    out = {}
+    for k, name in enumerate(("web", "code", "books")):
+        write_docs(base / name, random_docs(6 + 7 * k, seed=30 + k, max_len=45), window=W,
+                   stride=5, score_new=True, num_shards=2 + k)
+        out[name] = base / name
+    return out
+
+
+def test_raw_records_are_the_structured_records_with_or_without_the_index(
+        roots: dict[str, Path], tmp_path: Path) -> None:
+    built = WindowDataset(roots["books"], cache_dir=tmp_path / "a")
+    built.prepare()
+    index = built._dataset_index()
+    assert index is not None
+    idx = np.array([5, 0, len(built) - 1, 5, 2], np.int64)
+    assert built._records(idx).tobytes() == index[idx].tobytes()
+    assert built._records(idx).dtype == index.dtype
+    fresh = WindowDataset(roots["books"], cache_dir=tmp_path / "b")  # no layout built yet
+    assert fresh._records(idx).tobytes() == index[idx].tobytes()
+
+
+def test_a_source_without_its_index_is_gathered_from_its_shards_alike(
+        roots: dict[str, Path], tmp_path: Path) -> None:
+    # "code" in a cache of its own, never prepared: its dataset index is built only once
+    # every shard has been read, so the first batches gather it shard by shard.
+    prepared = {n: WindowDataset(r, cache_dir=tmp_path / "warm") for n, r in roots.items()}
+    for ds in prepared.values():
+        ds.prepare()
+    cold = dict(prepared, code=WindowDataset(roots["code"], cache_dir=tmp_path / "cold"))
+    assert cold["code"]._dataset_index() is None
+    warm_mix, cold_mix = MixedDataset(prepared), MixedDataset(cold)
+    sampler = MixtureSampler(cold_mix, {"web": 2, "code": 5, "books": 3}, 7, seed=3)
+    for _, batch in zip(range(8), sampler, strict=False):
+        got, want = cold_mix.__getitems__(batch), warm_mix.__getitems__(list(batch))
+        assert got.tokens.tolist() == want.tokens.tolist()
+        assert got.offsets.tolist() == want.offsets.tolist()
+        assert got.records.tobytes() == want.records.tobytes()
+        assert got.source_ids.tolist() == want.source_ids.tolist()
+        for w, k in zip(got, batch, strict=True):
+            assert w["tokens"].tolist() == warm_mix[k]["tokens"].tolist()
