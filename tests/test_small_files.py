@@ -55,7 +55,7 @@ def test_a_bundle_of_many_chunks_spills_to_one_file_and_one_rejects_file(tmp_pat
     with fn_api_pipeline() as p:
         chunks = p | SplitInputs([str(inputs / "*.jsonl")], spec=context.config.read)
         out = chunks | EncodeChunks(context)
-        assert_that(out.blocks | beam.combiners.Count.Globally(), equal_to([1]),
+        assert_that(out.parcels | beam.combiners.Count.Globally(), equal_to([1]),
                     label="OnePath")
         assert_that(out[REJECTS] | beam.Map(lambda run: (run.order[0].rsplit("/", 1)[-1],
                                                          run.count)),
