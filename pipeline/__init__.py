@@ -7,6 +7,7 @@ package still imports, so that ``python -m pipeline`` can say what to install in
 traceback; its names then raise that message.
 """
 
+import logging
 import sys
 from typing import Any
 
@@ -22,6 +23,24 @@ NO_BEAM = ("token-windows: the job needs Apache Beam, which is not installed in 
 _KEEP_OUT = "IPython" not in sys.modules
 if _KEEP_OUT:
     sys.modules["IPython"] = None  # type: ignore[assignment]
+
+
+class _BeamImportNotices(logging.Handler):
+    """Beam's import-time log records, while Beam loads in a program that has set up no
+    logging: its notice that BigQuery's client libraries are missing (where the gcp extra is
+    not installed, and the job uses none) is dropped; any other record is printed as Python's
+    last-resort handler prints it. Being a handler, it also keeps that notice's
+    ``logging.warning`` from configuring the root logger, so the command's own format
+    (`pipeline.run.main`) still applies."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not record.getMessage().startswith("apitools not found"):
+            logging.lastResort.handle(record)  # type: ignore[union-attr]
+
+
+_NOTICES = None if logging.getLogger().handlers else _BeamImportNotices()
+if _NOTICES is not None:
+    logging.getLogger().addHandler(_NOTICES)
 try:
     import apache_beam  # noqa: F401
 except ModuleNotFoundError as e:
@@ -33,6 +52,8 @@ else:
 finally:
     if _KEEP_OUT and sys.modules.get("IPython", 0) is None:
         del sys.modules["IPython"]
+    if _NOTICES is not None:
+        logging.getLogger().removeHandler(_NOTICES)
 
 if _HAVE_BEAM:
     from pipeline.graph import build_pipeline

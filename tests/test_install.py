@@ -8,6 +8,7 @@ pins collide with training stacks); where Beam is missing, ``python -m pipeline`
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -95,3 +96,19 @@ def test_a_reader_install_has_no_beam_and_a_job_install_has(tmp_path: Path) -> N
     assert "apache-beam" not in reader
     job = resolve(tmp_path, "job")
     assert "apache-beam" in job and "torch" not in job
+
+
+def test_beams_bigquery_notice_is_dropped_and_its_other_records_printed(capsys) -> None:
+    # Where the gcp extra is not installed (README command 1's `job` extra), Beam logs that
+    # BigQuery's client libraries are missing as it loads: not the job's concern. Any other
+    # record Beam logs while loading still reaches stderr.
+    from pipeline import _BeamImportNotices
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("root", logging.WARNING, __file__, 1, message, None, None)
+
+    notices = _BeamImportNotices()
+    notices.emit(record("apitools not found, and bigquery client libraries are not available "
+                        "despite the import not raising an ImportError."))
+    notices.emit(record("another notice"))
+    assert capsys.readouterr().err == "another notice\n"
