@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import read_rows, run_main
+from tests.test_input_parquet import damage
 from transforms.chunks import open_local, plan_chunks, read_chunk
 from transforms.input_parquet import DamagedInput
 from transforms.params import ReadSpec
@@ -31,14 +32,6 @@ def _parquet(path: pathlib.Path, *, checksums: bool = True) -> pathlib.Path:
     return path
 
 
-def _damage(path: pathlib.Path, row: int) -> None:
-    """Flip one bit inside the text of ``row``: the file still parses."""
-    data = bytearray(path.read_bytes())
-    at = data.index(f"document {row}: ".encode()) + 2
-    data[at] ^= 0x01
-    path.write_bytes(bytes(data))
-
-
 def _chunks(path: pathlib.Path):
     return list(plan_chunks(str(path), rel=path.name, size=path.stat().st_size, spec=ReadSpec(),
                             open_file=open_local, chunk_bytes=1,
@@ -47,7 +40,7 @@ def _chunks(path: pathlib.Path):
 
 def test_a_damaged_page_is_refused_naming_the_file_row_group_and_column(tmp_path):
     path = _parquet(tmp_path / "a.parquet")
-    _damage(path, 150)
+    damage(path, 150)
     chunks = _chunks(path)
     assert [(c.start, c.end, c.first) for c in chunks] == [(0, 1, 0), (1, 2, 100), (2, 3, 200)]
     assert len(list(read_chunk(chunks[0], ReadSpec(), open_local))) == 100
@@ -64,7 +57,7 @@ def test_a_damaged_page_is_refused_naming_the_file_row_group_and_column(tmp_path
 def test_a_job_over_a_damaged_parquet_fails_and_writes_no_manifest(tmp_path):
     good = _parquet(tmp_path / "in" / "a.parquet")
     bad = _parquet(tmp_path / "in" / "b.parquet")
-    _damage(bad, 42)
+    damage(bad, 42)
     out = tmp_path / "out"
     code, err = run_main("--input", str(tmp_path / "in" / "*.parquet"), "--tokenizer", "bytes",
                       "--output", str(out))
