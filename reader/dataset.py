@@ -377,8 +377,8 @@ class WindowDataset:
     def _copy_tokens(self, rec: npt.NDArray[Any], out: npt.NDArray[np.int32],
                      starts: npt.NDArray[np.int64]) -> None:
         """Copy the ids of the windows of ``rec`` (from :meth:`_records`) into ``out``, window
-        k from ``starts[k]`` on (also used by :class:`reader.MixedDataset`, which gathers a
-        batch of several datasets in one pass)."""
+        k from ``starts[k]`` on (`reader.mixed.MixedBatch` does the same over several
+        datasets' :meth:`_token_arrays` in one pass)."""
         arrays = self._tokens
         for o, s, lo, n in zip(starts.tolist(), rec["shard"].tolist(), rec["lo"].tolist(),
                                (rec["length"].astype(np.int64) + 1).tolist(), strict=False):

@@ -214,10 +214,10 @@ class MixedBatch(WindowBatch):
         offsets = np.zeros(len(idx) + 1, np.int64)
         np.cumsum(sizes, out=offsets[1:])
         tokens = np.empty(int(offsets[-1]), np.int32)
-        # Each present source's ids, shard by shard (their process was checked above).
+        # Each present source's ids, shard by shard (mapped in this process).
         arrays: list[Any] = [None] * len(counts)
         for s in present:
-            arrays[s] = datasets[s]._tokens
+            arrays[s] = datasets[s]._token_arrays()
         for o, d, shard, lo, n in zip(offsets.tolist(), src.tolist(), records["shard"].tolist(),
                                       records["lo"].tolist(), sizes.tolist(), strict=False):
             ids = arrays[d][shard]
