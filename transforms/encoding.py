@@ -176,22 +176,15 @@ class PartBuffer:
             bounds = [*first.tolist(), len(order)]
             groups = [(int(p), order[bounds[i] : bounds[i + 1]].tolist())
                       for i, p in enumerate(present.tolist())]
+        sources, repaired = [d.source for d in docs], [d.repaired for d in docs]
         for part, which in groups:
             held = self._held_parts.get(part)
             if held is None:
                 held = self._held_parts[part] = _Held()
-            if which is None:
-                held.ids += ids
-                held.sources += [d.source for d in docs]
-                held.repaired += [d.repaired for d in docs]
-                held.tokens += tokens
-                held.keys.append(keys)
-            else:
-                held.ids += [ids[i] for i in which]
-                held.sources += [docs[i].source for i in which]
-                held.repaired += [docs[i].repaired for i in which]
-                held.tokens += [tokens[i] for i in which]
-                held.keys.append(keys[which])
+            for column, values in ((held.ids, ids), (held.sources, sources),
+                                   (held.repaired, repaired), (held.tokens, tokens)):
+                column.extend(values if which is None else [values[i] for i in which])
+            held.keys.append(keys if which is None else keys[which])
         self._held += sum(map(len, tokens))
         if self._held >= self._max_tokens:
             return self.flush()
