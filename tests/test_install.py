@@ -166,3 +166,27 @@ def test_the_job_loads_beam_without_its_connectors(beam_alone: dict) -> None:
 ])
 def test_beams_io_names_are_all_there_once_looked_up(beam_alone: dict, look: str) -> None:
     assert beam_io("import pipeline", look)["names"] == beam_alone["names"]
+
+
+COLLECTOR = """
+import gc, json, sys
+{first}
+during = []  # collections while Beam loaded
+gc.callbacks.append(lambda phase, info: phase == "start" and "apache_beam" in sys.modules
+                    and "pipeline.run" not in sys.modules and during.append(info))
+import pipeline
+print(json.dumps([len(during), gc.isenabled(), gc.get_freeze_count() > 0]))
+"""
+
+
+@pytest.mark.slow  # fresh interpreters
+@pytest.mark.parametrize(("first", "want"), [
+    ("", [0, True, True]),  # paused while Beam loads, what it loaded left out afterwards
+    ("gc.disable()", [0, False, False]),  # a program that has it off keeps it off
+])
+def test_the_collector_is_paused_while_beam_loads(first: str, want: list) -> None:
+    done = subprocess.run([sys.executable, "-c", COLLECTOR.format(first=first)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == want
