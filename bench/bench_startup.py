@@ -12,7 +12,9 @@ installed package's is (``PYTHONDONTWRITEBYTECODE`` is dropped for the job).
 
 ``--phases`` adds, per tree and environment, one run that says where the time goes: the
 interpreter's start, importing the job (Beam, then its own modules), the checks before any
-work, the launcher's chunk plan, building the graph, and ``Pipeline.run`` (translation and stages)::
+work, the launcher's chunk plan, building the graph, and ``Pipeline.run`` (translation and
+stages; of it, the time in the stages' bundles), and counts the graph's ParDo steps and the
+stages the runner ran (each a fixed cost on the FnApiRunner)::
 
     python bench/bench_startup.py --tree before=/tmp/before --tree after=.
     python bench/bench_startup.py --python lean=/tmp/leanvenv/bin/python --python env=python \\
@@ -62,11 +64,30 @@ if hasattr(la, "plan_local"):
     timed(la, "plan_local", "the launcher's chunk plan")
 timed(r, "build_pipeline", "building the graph")
 timed(beam.Pipeline, "run", "Pipeline.run (translation, stages)")
+from apache_beam.runners.portability.fn_api_runner import fn_runner
+timed(fn_runner.FnApiRunner, "_execute_bundle", "  of which the stages' bundles")
 timed(r, "print_summary", "the summary")
+counts = {}
+inner_run = fn_runner.FnApiRunner.run_via_runner_api
+def counted(self, proto, options):
+    transforms = proto.components.transforms.values()
+    counts["ParDo steps (count)"] = sum(t.spec.urn == "beam:transform:pardo:v1"
+                                        for t in transforms)
+    return inner_run(self, proto, options)
+fn_runner.FnApiRunner.run_via_runner_api = counted
+inner_bundle = fn_runner.FnApiRunner._execute_bundle
+def bundle(*a, **k):
+    counts["stages run (count)"] = counts.get("stages run (count)", 0) + 1
+    return inner_bundle(*a, **k)
+fn_runner.FnApiRunner._execute_bundle = bundle
+sys.modules.setdefault("IPython", None)  # as the command does (pipeline.run.cli)
 r.main(sys.argv[1:])
 total = time.perf_counter() - t0
+order = ["checks before any work", "the launcher's chunk plan", "building the graph",
+         "Pipeline.run (translation, stages)", "  of which the stages' bundles", "the summary"]
 print(json.dumps({"importing the job (Beam and its modules)": t1 - t0,
-                  **spent, "whole job after start-up": total}), file=sys.stderr)
+                  **{k: spent[k] for k in order if k in spent}, "whole job after start-up": total,
+                  **counts}), file=sys.stderr)
 """
 
 
@@ -153,8 +174,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.phases:
         for py, tree in combos:
             print(f"\nwhere {py} / {tree} spends its time (seconds, one run):")
-            for name, seconds in phases(pythons[py], trees[tree], out[(py, tree)]).items():
-                print(f"  {name:<40} {seconds:6.3f}")
+            for name, value in phases(pythons[py], trees[tree], out[(py, tree)]).items():
+                print(f"  {name:<40} {value:6d}" if isinstance(value, int)
+                      else f"  {name:<40} {value:6.3f}")
     WORK.mkdir(exist_ok=True)
     saved = WORK / f"startup-{time.strftime('%Y%m%d-%H%M%S')}.json"
     saved.write_text(json.dumps(runs, indent=1))
