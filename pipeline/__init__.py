@@ -37,8 +37,8 @@ if _KEEP_OUT:
 # the gcp extra (docs/performance.md#start-up). While Beam loads for the job, that package runs
 # without those imports; the first look-up of a name it does not hold yet (``from
 # apache_beam.io import ReadFromBigQuery``, ``beam.io.WriteToAvro``, ``dir``, ``import *``)
-# first runs the package's own code in full, so every name Beam defines there is there, the
-# same objects bound in the same order, for any program that looks.
+# first runs the package's own code in full, so every name Beam defines there is there, bound
+# to what one whole run binds, for any program that looks.
 _CONNECTORS = ("apache_beam.io.avroio", "apache_beam.io.mongodbio", "apache_beam.io.gcp",
                "apache_beam.transforms.xlang")
 
