@@ -97,14 +97,14 @@ def _busy_seconds() -> float:
     return sum(t) - t.idle - getattr(t, "iowait", 0.0)
 
 
-def measure(cmd: list[str], *, env: dict[str, str] | None = None,
+def measure(cmd: list[str], *, env: dict[str, str] | None = None, cwd: Path = ROOT,
             watch: Path | None = None) -> tuple[float, float, float, int, float, str]:
-    """Run ``cmd``; (wall s, CPU s of its tree, peak tree RSS MB, most processes, CPU cores
-    the rest of the machine used meanwhile, stdout). With ``watch``, the largest size the
+    """Run ``cmd`` in ``cwd``; (wall s, CPU s of its tree, peak tree RSS MB, most processes,
+    CPU cores the rest of the machine used meanwhile, stdout). With ``watch``, the largest size the
     directory reached (sampled every second) is left in ``measure.watched_mb``."""
     busy0 = _busy_seconds()
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     peak, most = [0], [1]
     done = threading.Event()
@@ -247,6 +247,15 @@ def wait_idle(limit_s: float, threshold: float = 10.0) -> float:
 BEFORE: list[Path] = []
 
 
+def check_code(python: str, code: Path, env: dict[str, str]) -> None:
+    """Fail unless a job started in ``code`` with ``env`` imports its pipeline from there."""
+    found = subprocess.run([python, "-c", "import pipeline; print(pipeline.__file__)"],
+                           cwd=code, env=env, capture_output=True, text=True, check=True)
+    where = Path(found.stdout.strip()).resolve()
+    if not where.is_relative_to(code.resolve()):
+        raise SystemExit(f"job before would import {where}, not the code in {code}")
+
+
 def run_one(tool: str, size: float, rnd: int, corpus: Path, model: Path, idle_s: float,
             verify: bool, python: str) -> Run:
     scratch = WORK / "runs" / tool.replace(" ", "_").replace("×", "x")
@@ -257,9 +266,15 @@ def run_one(tool: str, size: float, rnd: int, corpus: Path, model: Path, idle_s:
         wait_idle(idle_s)
     env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1",
                HF_DATASETS_CACHE=str(cache), TOKENIZERS_PARALLELISM="false")
-    env["PYTHONPATH"] = str(BEFORE[0] if tool == "job before" else ROOT)
+    # `python -m` puts its working directory first on sys.path, before PYTHONPATH: each tree's
+    # job runs from that tree, or "job before" would import this one.
+    code = BEFORE[0] if tool == "job before" else ROOT
+    env["PYTHONPATH"] = str(code)
+    if tool == "job before" and rnd == 0:
+        check_code(python, code, env)
     wall, cpu, rss, procs, others, _ = measure(
-        commands(tool.removesuffix(" before"), corpus, model, out, cache, python), env=env)
+        commands(tool.removesuffix(" before"), corpus, model, out, cache, python), env=env,
+        cwd=code)
     stats = corpus_stats(corpus)
     run = Run(tool=tool, size_mb=size, round=rnd, wall_s=wall, cpu_s=cpu, peak_rss_mb=rss,
               processes=procs, others_cores=others, text_mb=stats["text_bytes"] / 1e6,
