@@ -162,6 +162,7 @@ def _pieces(parts: Iterable[ShardRows], size: int) -> Iterator[pa.Table]:
             if need == 0:
                 yield _one_table(pending)
                 pending, need, made = [], size, True
+        del part  # not held while the next part is read
     if pending or not made:
         yield _one_table(pending) if pending else ShardRows([]).table(0, 0)
 
