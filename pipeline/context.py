@@ -57,8 +57,9 @@ class Tuning:
         encoding_ahead: batches being encoded at once in a worker, each on its own helper
             thread: two keep the cores busy when one batch's documents split unevenly
             across SentencePiece's threads.
-        shards_at_once: a worker process writes at most this many shards at once (and no
-            more than it has cores); the file shuffle hands the writers batches this size.
+        shards_at_once: a worker process writes at most this many shards at once, and fewer
+            than twice its cores (`pipeline.write.write_in_waves`); the file shuffle hands
+            the writers batches of at most this many, of even sizes.
         footer_threads: the last step reads this many shard footers at once.
         progress_interval: seconds between the launcher's progress lines; None: 10 s on a
             pipe or file, 1 s (one redrawn line) on a terminal.

@@ -14,9 +14,9 @@ import dataclasses
 import logging
 import os
 import typing
-from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -45,11 +45,14 @@ __all__ = [
     "WriteRejects",
     "WriteShards",
     "place_shard",
+    "shard_batches",
+    "write_in_waves",
     "write_placed_shard",
     "write_shard_file",
 ]
 
 _LOG = logging.getLogger("token_windows")
+T = TypeVar("T")
 
 
 class ShuffleDocuments(beam.PTransform):
@@ -122,10 +125,11 @@ class _WriteShardFn(beam.DoFn):
 
     A shard arrives as (index, its parcels), written before the next; or, with the file
     shuffle, as (a batch of indexes, every spill file), its parts then read from every spill
-    file one part at a time (`transforms.spill`), the batch written at once. Shards are
-    written on the helper threads of a pool shared by the worker process (pyarrow encodes
-    and compresses off the GIL), up to ``shards_at_once`` at a time (the job's
-    `pipeline.context.Tuning`, and no more than it has cores). Nothing is left to emit when
+    file one part at a time (`transforms.spill`), the batch written about as many at a
+    time as the process has cores, in waves that end together (`write_in_waves`). Shards
+    are written on the helper threads of a pool shared by the worker process (pyarrow
+    encodes and compresses off the GIL), at most ``shards_at_once`` at a time (the job's
+    `pipeline.context.Tuning`) and fewer than twice its cores. Nothing is left to emit when
     ``process`` returns: runners that drop what ``finish_bundle`` emits (Beam's DaskRunner)
     get every shard.
     """
@@ -142,7 +146,8 @@ class _WriteShardFn(beam.DoFn):
     def setup(self) -> None:
         # One pool per worker process, shared by its threads: a process never holds more
         # than that many shards being written.
-        self._at_once = max(1, min(self._shards_at_once, os.cpu_count() or 1))
+        self._cores = os.cpu_count() or 1
+        self._at_once = max(1, min(self._shards_at_once, 2 * self._cores - 1))
         self._pool = self._handle.acquire(
             lambda: ThreadPoolExecutor(self._at_once, thread_name_prefix="write-shard"),
             tag="write-shard")
@@ -159,15 +164,18 @@ class _WriteShardFn(beam.DoFn):
             yield from self._finished(self._pool.submit(self._write, index, rows, plan).result())
             return
         indexes, spills = item
-        writing = [
-            self._pool.submit(self._write, index,
-                              ShardParts(spills, shard=index, num_shards=plan.num_shards,
-                                         parts_per_shard=plan.parts_per_shard,
-                                         open_file=fs.open_raw), plan)
-            for index in indexes  # type: ignore[union-attr]
-        ]
-        for future in writing:
-            yield from self._finished(future.result())
+
+        def start(index: int) -> Future[tuple[list[Reject], WrittenShard]]:
+            return self._pool.submit(
+                self._write, index,
+                ShardParts(spills, shard=index, num_shards=plan.num_shards,
+                           parts_per_shard=plan.parts_per_shard, open_file=fs.open_raw),
+                plan)
+
+        written = write_in_waves(start, list(indexes),  # type: ignore[arg-type]
+                                 cores=min(self._cores, self._at_once))
+        for index in sorted(written):
+            yield from self._finished(written[index])
 
     def _write(self, index: int, rows: ShardRows | ShardParts,
                plan: ShardPlan) -> tuple[list[Reject], WrittenShard]:
@@ -231,11 +239,54 @@ def _one_key(path: str) -> tuple[None, str]:
 
 def _shard_batches(item: tuple[None, Iterable[str]], plan: ShardPlan, at_once: int
                    ) -> Iterator[tuple[int, tuple[list[int], list[str]]]]:
-    """(batch number, (shard indexes, every spill file)): the plan's shards in batches of
-    ``at_once``, each written at once."""
+    """(batch number, (shard indexes, every spill file)): the plan's shards in the fewest
+    batches of at most ``at_once``, their sizes as even as can be (`shard_batches`)."""
     spills = sorted(item[1])
-    for lo in range(0, plan.num_shards, at_once):
-        yield lo, (list(range(lo, min(lo + at_once, plan.num_shards))), spills)
+    for lo, batch in enumerate(shard_batches(plan.num_shards, at_once)):
+        yield lo, (batch, spills)
+
+
+def shard_batches(num_shards: int, at_once: int) -> list[list[int]]:
+    """Shards 0 … num_shards − 1 in the fewest runs of at most ``at_once``, of sizes that
+    differ by one at most: 5 shards by 4 are [0, 1, 2] and [3, 4], not [0 … 3] and a lone
+    [4], whose writer would leave all but one core idle at the job's end."""
+    count = -(-num_shards // at_once)
+    size, more = divmod(num_shards, count) if count else (0, 0)
+    batches, lo = [], 0
+    for b in range(count):
+        hi = lo + size + (b < more)
+        batches.append(list(range(lo, hi)))
+        lo = hi
+    return batches
+
+
+def write_in_waves(start: Callable[[int], Future[T]], shards: list[int], *,
+                   cores: int) -> dict[int, T]:
+    """Run ``start(shard)`` for every shard, about ``cores`` at a time, so that they all end
+    together; their results by shard.
+
+    A shard's writer keeps about one core busy, so ``cores`` at a time would leave the last
+    ``len(shards) mod cores`` to end alone on idle cores. Instead these start with the first
+    ``cores`` (sharing the cores, each wave ends as one), after which each shard that ends
+    starts the next: 3 shards on 2 cores all start at once and end together (1.5 times one
+    shard's time), where 2 and then 1 took twice that time.
+    """
+    pending = list(shards)
+    first = len(pending) if len(pending) <= cores else cores + len(pending) % cores
+    retire = first - min(first, cores)  # slots of the first wave not used again
+    running = {start(shard): shard for shard in pending[:first]}
+    del pending[:first]
+    done: dict[int, T] = {}
+    while running:
+        finished, _ = wait(running, return_when=FIRST_COMPLETED)
+        for future in finished:
+            done[running.pop(future)] = future.result()
+            if retire:
+                retire -= 1
+            elif pending:
+                shard = pending.pop(0)
+                running[start(shard)] = shard
+    return done
 
 
 def _batch(item: tuple[int, Iterable[tuple[list[int], list[str]]]]

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import io
+import random
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from tests.test_parcels import docs_of
 from tests.test_rows import doc, parcels_of, reference, shuffled_batchings
 from transforms.params import WindowSpec
-from transforms.parquet import row_group_rows, write_rows, write_shard
+from transforms.parquet import SINK_BUFFER_BYTES, row_group_rows, write_rows, write_shard
 from transforms.rows import ShardRows
+from transforms.schema import ARROW_SCHEMA
 
 SPEC = WindowSpec(window=4, stride=3, tail="trace_back", score="new")
 
@@ -104,3 +107,34 @@ def test_the_sink_is_left_open_and_the_file_says_its_format():
     assert not out.closed
     meta = pq.ParquetFile(io.BytesIO(out.getvalue())).schema_arrow.metadata
     assert (meta[b"format"], meta[b"format_version"]) == (b"token-windows", b"1")
+
+
+def test_a_shard_larger_than_the_sink_buffer_is_written_whole_in_few_writes():
+    rng = random.Random(7)
+    letters = "abcdefghijklmnopqrstuvwxyz .,;"
+    texts = ["".join(rng.choices(letters, k=rng.randrange(1, 9000))) for _ in range(600)]
+    rows = ShardRows(parcels_of(docs_of(texts, spec=WindowSpec(window=64, stride=32))))
+    table = rows.table(0, rows.num_rows)
+    writes = []
+
+    class Sink(io.BytesIO):
+        def write(self, data):
+            writes.append(len(data))
+            return super().write(data)
+
+    out = Sink()
+    sha, size = write_shard(table, out, rows_per_group=100, metadata={"k": "v"})
+    data = out.getvalue()
+    assert size == len(data) > 3 * SINK_BUFFER_BYTES
+    assert sha == hashlib.sha256(data).hexdigest()
+    # The bytes of pyarrow writing to the sink page by page (the last buffered bytes too).
+    plain = io.BytesIO()
+    with pq.ParquetWriter(plain, ARROW_SCHEMA, compression="zstd", compression_level=3,
+                          use_dictionary=["doc_id"],
+                          write_statistics=["doc_id", "doc_key", "window_index", "start"],
+                          store_schema=True, write_page_checksum=True) as writer:
+        writer.write_table(table, row_group_size=100)
+        writer.add_key_value_metadata({"k": "v"})
+    assert data == plain.getvalue()
+    assert pq.read_table(io.BytesIO(data)).equals(pa.Table.from_batches(table.to_batches()))
+    assert len(writes) <= size // SINK_BUFFER_BYTES + 2

@@ -4,6 +4,7 @@ rows, counts, rejects and bytes of the shard held whole."""
 from __future__ import annotations
 
 import io
+import weakref
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from transforms.chunks import open_local
 from transforms.keys import doc_keys
 from transforms.params import WindowSpec
 from transforms.parcels import pack_parcels
-from transforms.parquet import write_rows
+from transforms.parquet import _pieces, write_rows
 from transforms.rows import ShardRows
 from transforms.spill import ShardParts, SpillWriter, _index
 from transforms.tokenizers import ByteTokenizer
@@ -125,3 +126,24 @@ def test_rejects_spill_as_one_run_per_reason_in_input_order(tmp_path):
     assert read_run(runs[1], open_local) == rejects[0].to_line() + rejects[2].to_line()
     assert read_run(runs[0], open_local) == rejects[1].to_line()
     assert sum(r.length for r in runs) == path.stat().st_size
+
+
+def test_a_part_is_let_go_before_the_next_is_read(tmp_path):
+    path = spill([blocks([f"text {i} " * (i % 5 + 1) for i in range(60)], partitions=4)],
+                 tmp_path / "a.spill", 4)
+    held = []
+
+    def opening(name):
+        # Memory holds one part at a time: none read before is still alive.
+        assert [ref() for ref in held] == [None] * len(held)
+        return open_local(name)
+
+    def tracked(parts):
+        for rows in parts:
+            held.append(weakref.ref(rows))
+            yield rows
+            del rows
+
+    parts = ShardParts([path], shard=0, num_shards=1, parts_per_shard=4, open_file=opening)
+    rows = sum(piece.num_rows for piece in _pieces(tracked(parts), 5))
+    assert len(held) == 4 and rows == parts.counts.rows > 0

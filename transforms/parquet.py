@@ -30,6 +30,8 @@ from transforms.schema import ARROW_SCHEMA
 __all__ = ["PIECE_ROW_GROUPS", "ROW_GROUP_BYTES", "row_group_rows", "write_rows", "write_shard"]
 
 ROW_GROUP_BYTES = 1 << 20
+# What pyarrow's writer hands the sink at a time (`write_shard`).
+SINK_BUFFER_BYTES = 1 << 20
 Metadata = dict[str, str] | Callable[[], dict[str, str]]
 # Row groups a piece of a shard holds when `write_rows` hands a shard to the writer piece by
 # piece: big enough to keep the writer busy, small enough to bound memory.
@@ -93,8 +95,13 @@ def write_shard(table: pa.Table | Iterable[pa.Table], sink: BinaryIO, *,
     out = _HashingWriter(sink)
     pieces = [table] if isinstance(table, pa.Table) else table
     with (
+        # pyarrow's writer writes each page (thousands a shard) to ``out``, a Python object:
+        # every call takes the GIL from the thread building the next piece. A native buffer
+        # in front of it passes on the same bytes in a few large writes; closing it (on
+        # leaving the block, after the writer's footer) writes the rest.
+        pa.output_stream(out, buffer_size=SINK_BUFFER_BYTES) as stream,
         pq.ParquetWriter(
-            out,
+            stream,
             ARROW_SCHEMA,
             compression="zstd",
             compression_level=3,
@@ -155,6 +162,7 @@ def _pieces(parts: Iterable[ShardRows], size: int) -> Iterator[pa.Table]:
             if need == 0:
                 yield _one_table(pending)
                 pending, need, made = [], size, True
+        del part  # not held while the next part is read
     if pending or not made:
         yield _one_table(pending) if pending else ShardRows([]).table(0, 0)
 

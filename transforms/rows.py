@@ -149,14 +149,16 @@ class ShardRows:
         spans = np.diff(self._offsets[lo : hi + 1])
         # One slice of z per row, joined by one concatenation: cheaper than a fancy-index
         # gather, whose index would take 8 bytes a token.
+        # Straight into int32 (z may be uint16): one pass, no temporary of z's type.
         tokens = (
             np.concatenate(
                 [self._z[a:b] for a, b in zip(first.tolist(), (first + spans).tolist(),
-                                                strict=True)]
+                                                strict=True)],
+                dtype=np.int32,
             )
             if hi > lo
             else np.empty(0, np.int32)
-        ).astype(np.int32, copy=False)
+        )
         offsets = (self._offsets[lo : hi + 1] - self._offsets[lo]).astype(np.int32)
         key, index, start, length, loss, doc_tokens = (c[lo:hi] for c in self._row_columns)
         arrays = [
@@ -167,8 +169,8 @@ class ShardRows:
             pa.array(length, pa.int32()),
             pa.array(loss, pa.int32()),
             pa.array(doc_tokens, pa.int64()),
-            pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(tokens, pa.int32()))
-            .cast(ARROW_SCHEMA.field("tokens").type),
+            pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(tokens, pa.int32()),
+                                     type=ARROW_SCHEMA.field("tokens").type),
         ]
         return pa.Table.from_arrays(arrays, schema=ARROW_SCHEMA)
 

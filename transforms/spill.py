@@ -176,6 +176,7 @@ class ShardParts:
             self.counts += rows.counts
             self.rejects.extend(rows.rejects)
             yield rows
+            del rows  # not held while the next part is read
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
