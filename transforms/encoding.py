@@ -141,9 +141,9 @@ class PartBuffer:
     about ``max_tokens`` ÷ parts tokens each. What the parcels hold never reaches the output.
 
     Once more than ``max_tokens`` tokens are held, `add` packs the parts holding the most
-    until an eighth of them is packed: a few parts at a time, not all at once, so that the
-    caller's encoders, still busy with the batches after, never wait for a whole buffer to
-    be packed. `flush` packs every part.
+    until it holds at most 7/8 of ``max_tokens``: a few parts at a time, not all at once,
+    so that the caller's encoders, still busy with the batches after, never wait for a whole
+    buffer to be packed. `flush` packs every part.
 
     Args:
         windows: the window parameters (and the seed of the keys).
@@ -204,7 +204,7 @@ class PartBuffer:
         self._held += int(lengths.sum())
         if self._held <= self._max_tokens:
             return Encoded(parcels=[], tokens=0, windows=0)
-        # The fullest parts first, until an eighth of the buffer is packed.
+        # The fullest parts first, until at most 7/8 of max_tokens are held.
         goal = self._held - self._max_tokens + self._max_tokens // 8
         chosen, packed = [], 0
         for part in sorted(self._held_parts, key=lambda p: -self._held_parts[p].count):
