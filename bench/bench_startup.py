@@ -12,11 +12,21 @@ installed package's is (``PYTHONDONTWRITEBYTECODE`` is dropped for the job).
 
 ``--phases`` adds, per tree and environment, one run that says where the time goes: the
 interpreter's start, importing the job (Beam, then its own modules), the checks before any
-work, the launcher's chunk plan, building the graph, and ``Pipeline.run`` (translation and stages)::
+work, the launcher's chunk plan, building the graph, and ``Pipeline.run`` (translation and
+stages; of it, the time in the stages' bundles), and counts the graph's ParDo steps and the
+stages the runner ran (each a fixed cost on the FnApiRunner)::
 
     python bench/bench_startup.py --tree before=/tmp/before --tree after=.
     python bench/bench_startup.py --python lean=/tmp/leanvenv/bin/python --python env=python \\
         --tree before=/tmp/before --tree after=. --rounds 7 --phases
+
+``--corpus PATTERN --model MODEL`` runs another job the same way (window 512, stride 256), e.g.
+the 100 MB bench corpus, whose fixed cost is what lies outside its two longest stages::
+
+    python bench/bench_startup.py --python lean=/tmp/leanvenv/bin/python \\
+        --tree before=/tmp/before --tree after=. --rounds 3 --phases \\
+        --corpus 'bench/work/corpus-v1-pkg-100mb/*.jsonl' \\
+        --model bench/work/spm-corpus-v1-pkg-100mb-32000.model
 """
 
 from __future__ import annotations
@@ -62,11 +72,37 @@ if hasattr(la, "plan_local"):
     timed(la, "plan_local", "the launcher's chunk plan")
 timed(r, "build_pipeline", "building the graph")
 timed(beam.Pipeline, "run", "Pipeline.run (translation, stages)")
+from apache_beam.runners.portability.fn_api_runner import fn_runner
+timed(fn_runner.FnApiRunner, "_execute_bundle", "  of which the stages' bundles")
 timed(r, "print_summary", "the summary")
+counts = {}
+inner_run = fn_runner.FnApiRunner.run_via_runner_api
+def counted(self, proto, options):
+    transforms = proto.components.transforms.values()
+    counts["ParDo steps (count)"] = sum(t.spec.urn == "beam:transform:pardo:v1"
+                                        for t in transforms)
+    return inner_run(self, proto, options)
+fn_runner.FnApiRunner.run_via_runner_api = counted
+inner_bundle = fn_runner.FnApiRunner._execute_bundle
+each = []
+def bundle(*a, **k):
+    counts["stages run (count)"] = counts.get("stages run (count)", 0) + 1
+    s = time.perf_counter()
+    try:
+        return inner_bundle(*a, **k)
+    finally:
+        each.append(time.perf_counter() - s)
+fn_runner.FnApiRunner._execute_bundle = bundle
+sys.modules.setdefault("IPython", None)  # as the command does (pipeline.run.cli)
 r.main(sys.argv[1:])
 total = time.perf_counter() - t0
+order = ["checks before any work", "the launcher's chunk plan", "building the graph",
+         "Pipeline.run (translation, stages)", "  of which the stages' bundles", "the summary"]
+spent["  of which the two longest stages"] = sum(sorted(each)[-2:])
+order.insert(5, "  of which the two longest stages")
 print(json.dumps({"importing the job (Beam and its modules)": t1 - t0,
-                  **spent, "whole job after start-up": total}), file=sys.stderr)
+                  **{k: spent[k] for k in order if k in spent}, "whole job after start-up": total,
+                  **counts}), file=sys.stderr)
 """
 
 
@@ -83,8 +119,8 @@ def _env(tree: Path) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(tree)}
 
 
-def run_once(python: str, tree: Path, output: Path) -> dict[str, float | str]:
-    cmd = [python, "-m", "pipeline", *SAMPLE, "--output", str(output), "--overwrite"]
+def run_once(python: str, tree: Path, output: Path, job: list[str]) -> dict[str, float | str]:
+    cmd = [python, "-m", "pipeline", *job, "--output", str(output), "--overwrite"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(cmd, env=_env(tree), capture_output=True, text=True, cwd=tree)
@@ -96,11 +132,11 @@ def run_once(python: str, tree: Path, output: Path) -> dict[str, float | str]:
     return {"wall": wall, "cpu": cpu, "digest": digest(output)}
 
 
-def phases(python: str, tree: Path, output: Path) -> dict[str, float]:
+def phases(python: str, tree: Path, output: Path, job: list[str]) -> dict[str, float]:
     start = time.perf_counter()
     subprocess.run([python, "-c", "pass"], env=_env(tree), check=True)
     bare = time.perf_counter() - start
-    done = subprocess.run([python, "-c", PHASES, *SAMPLE, "--output", str(output),
+    done = subprocess.run([python, "-c", PHASES, *job, "--output", str(output),
                            "--overwrite"], env=_env(tree), capture_output=True, text=True,
                           cwd=tree)
     if done.returncode:
@@ -117,7 +153,15 @@ def main(argv: list[str] | None = None) -> None:
                         help="NAME=PATH: a Python environment (default: this one, as 'env')")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--phases", action="store_true", help="break one run of each down")
+    parser.add_argument("--corpus", help="PATTERN: another job's input instead of the sample's "
+                        "(with --model; window 512, stride 256, ids from 'id')")
+    parser.add_argument("--model", help="that job's tokenizer")
     args = parser.parse_args(argv)
+    # Absolute: each tree's job runs in that tree.
+    model = os.path.abspath(args.model) if args.model else "bytes"
+    job = SAMPLE if args.corpus is None else [
+        "--input", os.path.abspath(args.corpus), "--tokenizer", model, "--id-field", "id",
+        "--window", "512", "--stride", "256"]
     trees = {n: Path(p).resolve() for n, p in (t.split("=", 1) for t in args.tree)} or {
         "this": ROOT}
     pythons = dict(p.split("=", 1) for p in args.python) or {"env": sys.executable}
@@ -125,11 +169,11 @@ def main(argv: list[str] | None = None) -> None:
     out = {c: WORK / "startup-out" / f"{c[0]}-{c[1]}" for c in combos}
     print(f"load average {os.getloadavg()[0]:.1f}; warming up", flush=True)
     for (py, tree), output in out.items():
-        run_once(pythons[py], trees[tree], output)  # bytecode written, caches warm
+        run_once(pythons[py], trees[tree], output, job)  # bytecode written, caches warm
     runs: list[dict[str, object]] = []
     for r in range(args.rounds):
         for (py, tree), output in out.items():
-            got = run_once(pythons[py], trees[tree], output)
+            got = run_once(pythons[py], trees[tree], output, job)
             runs.append({"round": r, "python": py, "tree": tree, **got})
             print(f"round {r} {py:>6} {tree:>8}: {got['wall']:5.2f} s wall, "
                   f"{got['cpu']:5.2f} s CPU, load {os.getloadavg()[0]:.1f}", flush=True)
@@ -153,8 +197,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.phases:
         for py, tree in combos:
             print(f"\nwhere {py} / {tree} spends its time (seconds, one run):")
-            for name, seconds in phases(pythons[py], trees[tree], out[(py, tree)]).items():
-                print(f"  {name:<40} {seconds:6.3f}")
+            for name, value in phases(pythons[py], trees[tree], out[(py, tree)], job).items():
+                print(f"  {name:<40} {value:6d}" if isinstance(value, int)
+                      else f"  {name:<40} {value:6.3f}")
     WORK.mkdir(exist_ok=True)
     saved = WORK / f"startup-{time.strftime('%Y%m%d-%H%M%S')}.json"
     saved.write_text(json.dumps(runs, indent=1))

@@ -7,8 +7,13 @@ package still imports, so that ``python -m pipeline`` can say what to install in
 traceback; its names then raise that message.
 """
 
+import ast
+import gc
+import importlib.machinery
 import logging
 import sys
+import threading
+from types import ModuleType
 from typing import Any
 
 NO_BEAM = ("token-windows: the job needs Apache Beam, which is not installed in this "
@@ -25,6 +30,78 @@ if _KEEP_OUT:
     sys.modules["IPython"] = None  # type: ignore[assignment]
 
 
+# Beam's ``apache_beam.io`` package imports every connector Beam ships as Beam loads: Avro
+# (fastavro), MongoDB (pymongo), and BigQuery, Pub/Sub and GCS, whose client libraries
+# (requests, urllib3 …; with the gcp extra, google-cloud-bigquery) load even where a job uses
+# none of them: about a sixth of Beam's import time in a lean environment and a quarter with
+# the gcp extra (docs/performance.md#start-up). While Beam loads for the job, that package runs
+# without those imports; the first look-up of a name it does not hold yet (``from
+# apache_beam.io import ReadFromBigQuery``, ``beam.io.WriteToAvro``, ``dir``, ``import *``)
+# first runs the package's own code in full, so every name Beam defines there is there, bound
+# to what one whole run binds, for any program that looks.
+_CONNECTORS = ("apache_beam.io.avroio", "apache_beam.io.mongodbio", "apache_beam.io.gcp",
+               "apache_beam.transforms.xlang")
+
+
+def _is_connector(node: ast.stmt) -> bool:
+    """Whether a statement of ``apache_beam/io/__init__.py`` only imports connectors."""
+    names = [n.module or "" for n in ast.walk(node) if isinstance(n, ast.ImportFrom)]
+    names += [a.name for n in ast.walk(node) if isinstance(n, ast.Import) for a in n.names]
+    return bool(names) and all(
+        any(name == c or name.startswith(c + ".") for c in _CONNECTORS) for name in names)
+
+
+class _DeferredConnectors(importlib.machinery.SourceFileLoader):
+    """Loads ``apache_beam.io`` without its connectors; its whole code runs on first need.
+
+    Only a package body made of imports alone is split (running it whole later then binds
+    exactly what one run would have); any other loads whole at once, as Beam's loader would.
+    """
+
+    def exec_module(self, module: ModuleType) -> None:
+        tree = ast.parse(self.get_data(self.path), self.path)
+        body = tree.body[1:] if ast.get_docstring(tree) is not None else tree.body
+        if not all(isinstance(node, ast.Import | ast.ImportFrom | ast.Try) for node in body):
+            super().exec_module(module)
+            return
+        lock = threading.Lock()
+
+        def complete() -> None:
+            with lock:
+                if module.__dict__.pop("__getattr__", None) is not None:
+                    del module.__dict__["__dir__"]
+                    super(_DeferredConnectors, self).exec_module(module)
+
+        def __getattr__(name: str) -> object:  # PEP 562: a name the module does not hold
+            complete()
+            try:
+                return module.__dict__[name]
+            except KeyError:
+                raise AttributeError(
+                    f"module {module.__name__!r} has no attribute {name!r}") from None
+
+        def __dir__() -> list[str]:
+            complete()
+            return sorted(module.__dict__)
+
+        eager = ast.Module([node for node in body if not _is_connector(node)], type_ignores=[])
+        exec(compile(eager, self.path, "exec"), module.__dict__)
+        module.__dict__.update(__getattr__=__getattr__, __dir__=__dir__)
+
+
+class _DeferConnectors:
+    """A meta path finder for ``apache_beam.io`` alone, installed while Beam loads."""
+
+    @staticmethod
+    def find_spec(name: str, path: Any, target: Any = None) -> Any:
+        if name != "apache_beam.io":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and type(spec.loader) is importlib.machinery.SourceFileLoader:
+            spec.loader = _DeferredConnectors(name, spec.loader.path)
+        return spec
+
+
 class _BeamImportNotices(logging.Handler):
     """Beam's import-time log records, while Beam loads in a program that has set up no
     logging: its notice that BigQuery's client libraries are missing (where the gcp extra is
@@ -38,27 +115,50 @@ class _BeamImportNotices(logging.Handler):
             logging.lastResort.handle(record)  # type: ignore[union-attr]
 
 
-_NOTICES = None if logging.getLogger().handlers else _BeamImportNotices()
-if _NOTICES is not None:
-    logging.getLogger().addHandler(_NOTICES)
+# Loading Beam and the job's modules makes some 80,000 objects that the cyclic collector
+# tracks, and almost no garbage; the collector would run about two hundred times meanwhile,
+# for a tenth of the import time, and walk them all again at its next run. It is paused
+# while they load (unless the program has it off already), and what is loaded is then left
+# out of later collections (`pipeline.heap`, as each worker's steps do in their setup).
+_COLLECTING = gc.isenabled()
+_LOADED = False
+gc.disable()
 try:
-    import apache_beam  # noqa: F401
-except ModuleNotFoundError as e:
-    if e.name != "apache_beam":
-        raise
-    _HAVE_BEAM = False
-else:
-    _HAVE_BEAM = True
-finally:
-    if _KEEP_OUT and sys.modules.get("IPython", 0) is None:
-        del sys.modules["IPython"]
+    _NOTICES = None if logging.getLogger().handlers else _BeamImportNotices()
     if _NOTICES is not None:
-        logging.getLogger().removeHandler(_NOTICES)
+        logging.getLogger().addHandler(_NOTICES)
+    _DEFER = "apache_beam.io" not in sys.modules
+    if _DEFER:
+        sys.meta_path.insert(0, _DeferConnectors)  # type: ignore[arg-type]
+    try:
+        import apache_beam  # noqa: F401
+    except ModuleNotFoundError as e:
+        if e.name != "apache_beam":
+            raise
+        _HAVE_BEAM = False
+    else:
+        _HAVE_BEAM = True
+    finally:
+        if _DEFER:
+            sys.meta_path.remove(_DeferConnectors)  # type: ignore[arg-type]
+        if _KEEP_OUT and sys.modules.get("IPython", 0) is None:
+            del sys.modules["IPython"]
+        if _NOTICES is not None:
+            logging.getLogger().removeHandler(_NOTICES)
 
-if _HAVE_BEAM:
-    from pipeline.graph import build_pipeline
-    from pipeline.run import main, run
-else:
+    if _HAVE_BEAM:
+        from pipeline.graph import build_pipeline
+        from pipeline.heap import leave_loaded_out
+        from pipeline.run import main, run
+
+        _LOADED = True
+finally:
+    if _COLLECTING:
+        if _LOADED:
+            leave_loaded_out()
+        gc.enable()
+
+if not _HAVE_BEAM:
 
     def __getattr__(name: str) -> Any:
         if name in __all__:

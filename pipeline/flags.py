@@ -60,10 +60,19 @@ def parser() -> argparse.ArgumentParser:
     return out
 
 
-def _option_strings() -> tuple[set[str], set[str]]:
-    """(our flags, every flag Beam's options classes know)."""
+def _flags(parser: argparse.ArgumentParser) -> set[str]:
+    return {o for o in parser._option_string_actions if o.startswith("--")}
+
+
+def _our_flags() -> set[str]:
     ours = argparse.ArgumentParser(add_help=False)
     TokenWindowsOptions._add_argparse_args(ours)
+    return _flags(ours)
+
+
+def _beam_flags() -> set[str]:
+    """Every flag Beam's options classes know (a parser of all of them: most of the checks'
+    time, so built only for a command line that has a flag not ours)."""
     beam_all = argparse.ArgumentParser(add_help=False, allow_abbrev=False,
                                        conflict_handler="resolve")
     seen, stack = set(), list(PipelineOptions.__subclasses__())
@@ -77,11 +86,7 @@ def _option_strings() -> tuple[set[str], set[str]]:
             cls._add_argparse_args(beam_all)
         except Exception:  # a third-party options class that cannot add its flags here
             continue
-
-    def flags(parser: argparse.ArgumentParser) -> set[str]:
-        return {o for o in parser._option_string_actions if o.startswith("--")}
-
-    return flags(ours), flags(beam_all)
+    return _flags(beam_all)
 
 
 def check_flags(argv: Sequence[str], options: PipelineOptions) -> None:
@@ -94,16 +99,17 @@ def check_flags(argv: Sequence[str], options: PipelineOptions) -> None:
     Raises:
         ValueError: naming the flag and the suggestion.
     """
+    ours = _our_flags()
+    given = [arg.split("=", 1)[0] for arg in argv if arg.startswith("--") and arg != "--"]
+    if all(flag in ours for flag in given):
+        return
     if runner_name(options) == "daskrunner":
         # DaskOptions (--dask_client_address …) exist once the runner's module is imported.
         with contextlib.suppress(ImportError):
             import apache_beam.runners.dask.dask_runner  # noqa: F401
-    ours, known = _option_strings()
+    known = _beam_flags()
     forward = runner_name(options) in _PASS_THROUGH_RUNNERS
-    for arg in argv:
-        if not arg.startswith("--") or arg == "--":
-            continue
-        flag = arg.split("=", 1)[0]
+    for flag in given:
         if flag in known or flag in ours:
             continue
         dashed = "--" + flag[2:].replace("_", "-")

@@ -55,6 +55,7 @@ def build_pipeline(
     *,
     expected_files: ExpectedFiles | None = None,
     chunks: list[Chunk] | None = None,
+    spread_chunks: bool = True,
 ) -> beam.PCollection:
     """Wire the job into ``p``; returns the PCollection holding the manifest.
 
@@ -68,12 +69,15 @@ def build_pipeline(
         chunks: the input chunks as the launcher planned and numbered them
             (`transforms.launch`): the graph starts from one element per chunk instead of
             matching the patterns on a worker (`pipeline.read.SplitInputs`; the launcher
-            passes them to Beam's DaskRunner only).
+            plans them for Beam's DaskRunner and for the local runner, `pipeline.launch`).
+        spread_chunks: whether the runner spreads those chunks over several workers; False
+            for one worker (the local runner ``in_memory``), whose graph then has no step
+            between the chunks and their encoding (`pipeline.read.SplitInputs`).
     """
     config = context.config
     chunks = p | "SplitInputs" >> SplitInputs(config.inputs, spec=config.read,
                                               chunk_bytes=context.tuning.chunk_bytes,
-                                              chunks=chunks)
+                                              chunks=chunks, spread=spread_chunks)
     encoded = chunks | "EncodeChunks" >> EncodeChunks(context)
     if context.spill_dir is not None:
         # Only the spill files' paths go on; the shard writers read their parts from them.

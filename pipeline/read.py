@@ -112,13 +112,19 @@ class SplitInputs(beam.PTransform):
             source's partitions (Beam's DaskRunner, ``--dask_npartitions``) spreads them;
             they are embedded in the graph. None: the graph starts from the patterns, which
             the workers match (``MatchFiles``). Either way the same chunks, named the same.
+        spread: with ``chunks``, whether the runner spreads them over several workers (a
+            ``Create``, which Beam's DaskRunner partitions and the local runner's
+            ``multi_processing`` mode reshuffles). False, for a runner with one worker (the
+            local runner ``in_memory``): the chunks come out of one step, fused with their
+            encoding, and no stage moves them (each step and stage is a fixed cost there).
     """
 
     def __init__(self, patterns: Iterable[str], *, spec: ReadSpec,
                  chunk_bytes: int = CHUNK_BYTES,
-                 chunks: Iterable[Chunk] | None = None) -> None:
+                 chunks: Iterable[Chunk] | None = None, spread: bool = True) -> None:
         super().__init__()
         self._patterns = list(patterns)
+        self._spread = spread
         self._spec = spec
         self._chunk_bytes = chunk_bytes
         self._chunks = None if chunks is None else list(chunks)
@@ -129,6 +135,10 @@ class SplitInputs(beam.PTransform):
                 "first line: number the launcher's chunks (count_chunk_lines) first")
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+        if self._chunks is not None and not self._spread:
+            return (pbegin
+                    | "Start" >> beam.Impulse()
+                    | "AsChunks" >> beam.FlatMap(_launched, self._chunks))
         if self._chunks is not None:
             # Planned and numbered at launch: nothing to group, so the runner's partitions of
             # this Create are the encoding's (a GroupByKey would place them by key hash).
@@ -169,6 +179,10 @@ def _from_fields(values: list[object]) -> Chunk:
     fields = dict(zip(_CHUNK_FIELDS, values, strict=True))
     fields["files"] = tuple(_from_fields(f) for f in fields["files"])  # type: ignore[union-attr]
     return Chunk(**fields)  # type: ignore[arg-type]
+
+
+def _launched(_: bytes, chunks: list[Chunk]) -> list[Chunk]:
+    return chunks
 
 
 def _as_row(chunk: Chunk) -> bytes:

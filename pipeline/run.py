@@ -118,7 +118,9 @@ def _start(job: _Prepared) -> Submitted:
                                          interval=context.tuning.progress_interval)
             context = dataclasses.replace(context, progress_dir=reporter.directory)
         p = beam.Pipeline(runner=runner_for(options), options=options)
-        build_pipeline(p, context, expected_files=files, chunks=chunks)
+        # The local runner in_memory has one worker: nothing to spread the chunks over.
+        spread = planned is not None or local_mode(options) != "in_memory"
+        build_pipeline(p, context, expected_files=files, chunks=chunks, spread_chunks=spread)
         if dry_run and not is_dataflow(options):
             p.to_runner_api()  # the graph translates; nothing runs
             return Submitted(context, None, dry_run, started)

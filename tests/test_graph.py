@@ -69,3 +69,25 @@ def test_a_split_job_s_plan_numbers_every_split_in_one_range():
     assert got.splits == (("val", 1), ("train", 3)) and got.num_shards == 4
     assert [got.locate(i) for i in range(4)] == [("val", 0, 1), ("train", 0, 3),
                                                   ("train", 1, 3), ("train", 2, 3)]
+
+
+def _step_labels(*, spread_chunks: bool) -> list[str]:
+    """SplitInputs' and EncodeChunks' step labels in a graph started from two launched chunks."""
+    from transforms.chunks import Chunk
+
+    chunks = [Chunk(path=f"/c/{name}.jsonl", rel=f"{name}.jsonl", fmt="jsonl", compression=None,
+                    start=0, end=100, first=1, size=100, extent=100) for name in ("a", "b")]
+    p = beam.Pipeline()
+    build_pipeline(p, context_of(files=FILES, tmp_dir="/o/.tmp/a"), expected_files=FILES,
+                   chunks=chunks, spread_chunks=spread_chunks)
+    return sorted(label for label in p.applied_labels
+                  if label.startswith("SplitInputs/") and label.count("/") == 1)
+
+
+def test_one_worker_s_chunks_come_out_of_one_step():
+    # Spread over workers: a Create (which Beam's DaskRunner partitions and the local
+    # runner's multi_processing mode reshuffles), then each row parsed back into a Chunk.
+    assert _step_labels(spread_chunks=True) == ["SplitInputs/AsChunks", "SplitInputs/Chunks"]
+    # One worker (the local runner in_memory): one element becomes the chunks, in the step
+    # fused with their encoding; no Create, no Reshuffle.
+    assert _step_labels(spread_chunks=False) == ["SplitInputs/AsChunks", "SplitInputs/Start"]

@@ -112,3 +112,81 @@ def test_beams_bigquery_notice_is_dropped_and_its_other_records_printed(capsys) 
                         "despite the import not raising an ImportError."))
     notices.emit(record("another notice"))
     assert capsys.readouterr().err == "another notice\n"
+
+
+# `apache_beam.io` in a fresh interpreter, after FIRST and then LOOK (a way of looking a name
+# up), as JSON: {"modules": the connectors loaded then, "names": {every name dir() lists: the
+# object's module and name}}. The loader is left out: the job's loads the package in two steps.
+BEAM_IO = """
+import json, sys
+{first}
+import apache_beam.io as io
+{look}
+def ident(value):
+    return [getattr(value, "__module__", None),
+            getattr(value, "__qualname__", getattr(value, "__name__", type(value).__name__))]
+connectors = {{"apache_beam.io.avroio", "apache_beam.io.mongodbio",
+              "apache_beam.io.gcp.bigquery", "apache_beam.io.gcp.pubsub"}}
+modules = sorted(connectors & set(sys.modules))
+names = {{name: ident(getattr(io, name)) for name in dir(io) if name != "__loader__"}}
+print(json.dumps({{"modules": modules, "names": names}}))
+"""
+
+
+def beam_io(first: str, look: str = "") -> dict:
+    done = subprocess.run([sys.executable, "-c", BEAM_IO.format(first=first, look=look)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def beam_alone() -> dict:
+    return beam_io("import apache_beam")
+
+
+@pytest.mark.slow  # fresh interpreters
+def test_the_job_loads_beam_without_its_connectors(beam_alone: dict) -> None:
+    # Loaded without them, until a name is looked up.
+    assert beam_alone["modules"] == ["apache_beam.io.avroio", "apache_beam.io.gcp.bigquery",
+                                     "apache_beam.io.gcp.pubsub", "apache_beam.io.mongodbio"]
+    looked_up = "io.WriteToText; from apache_beam.io import filesystems"
+    assert beam_io("import pipeline", looked_up)["modules"] == []
+    assert beam_io("import pipeline.run", looked_up)["modules"] == []
+
+
+@pytest.mark.slow  # fresh interpreters
+@pytest.mark.parametrize("look", [
+    "",  # dir(io)
+    "from apache_beam.io import ReadFromBigQuery",
+    "import apache_beam as beam; beam.io.WriteToAvro",
+    "exec('from apache_beam.io import *', found := {}); assert 'ReadFromMongoDB' in found",
+    "assert not hasattr(io, 'NoSuchName')",
+])
+def test_beams_io_names_are_all_there_once_looked_up(beam_alone: dict, look: str) -> None:
+    assert beam_io("import pipeline", look)["names"] == beam_alone["names"]
+
+
+COLLECTOR = """
+import gc, json, sys
+{first}
+during = []  # collections while Beam loaded
+gc.callbacks.append(lambda phase, info: phase == "start" and "apache_beam" in sys.modules
+                    and "pipeline.run" not in sys.modules and during.append(info))
+import pipeline
+print(json.dumps([len(during), gc.isenabled(), gc.get_freeze_count() > 0]))
+"""
+
+
+@pytest.mark.slow  # fresh interpreters
+@pytest.mark.parametrize(("first", "want"), [
+    ("", [0, True, True]),  # paused while Beam loads, what it loaded left out afterwards
+    ("gc.disable()", [0, False, False]),  # a program that has it off keeps it off
+])
+def test_the_collector_is_paused_while_beam_loads(first: str, want: list) -> None:
+    done = subprocess.run([sys.executable, "-c", COLLECTOR.format(first=first)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == want

@@ -78,6 +78,9 @@ def test_from_the_launcher_s_chunks_the_same_chunks_as_from_the_patterns(tmp_pat
         assert_that(by_patterns, equal_to(launched), label="CheckPatterns")
         by_chunks = p | "ByChunks" >> SplitInputs(patterns, spec=ReadSpec(), chunks=launched)
         assert_that(by_chunks, equal_to(launched), label="CheckChunks")
+        one_step = p | "InOneStep" >> SplitInputs(patterns, spec=ReadSpec(), chunks=launched,
+                                                  spread=False)
+        assert_that(one_step, equal_to(launched), label="CheckOneStep")
 
 
 def test_unnumbered_chunks_are_refused(tmp_path):

@@ -177,3 +177,28 @@ def test_a_failure_while_running_is_one_line_exit_1(tmp_path, capsys):
                           str(tmp_path / "o"))
     assert code == 1 and err.startswith(f"error: the job failed: cannot read input file {src}")
     assert sorted(os.listdir(tmp_path / "o")) == []  # claim and temporary files removed
+
+
+@pytest.mark.parametrize(("mode", "spread"), [
+    ((), False),  # the local runner in_memory: one worker, the chunks fused with encoding
+    (("--direct_running_mode", "multi_processing", "--direct_num_workers", "2"), True),
+])
+def test_the_local_runner_spreads_the_chunks_only_over_several_workers(
+        corpus, tmp_path, monkeypatch, mode, spread):
+    run_module = sys.modules["pipeline.run"]  # `pipeline.run` the attribute is the function
+    built = {}
+
+    class Built(Exception):
+        pass
+
+    def build(p, context, **kwargs):
+        built.update(kwargs)
+        raise Built
+
+    monkeypatch.setattr(run_module, "build_pipeline", build)
+    with pytest.raises(Built):
+        run_module.submit(["--input", str(corpus), "--tokenizer", "bytes", "--output",
+                           str(tmp_path / "o"), *mode])
+    assert [c.rel for c in built["chunks"]] == [corpus.name]
+    assert built["spread_chunks"] is spread
+    assert not (tmp_path / "o" / ".claim").exists()  # released: nothing ran

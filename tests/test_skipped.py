@@ -54,10 +54,27 @@ def test_over_the_share_lists_the_reasons_most_first_and_the_detail_of_a_non_obj
 
 
 def test_every_record_skipped_fails_even_when_the_share_allows_it() -> None:
-    with pytest.raises(RuntimeError, match=r"^all 2 records skipped as unreadable_record: "
-                                           r"see rejects/unreadable_record\.jsonl; no manifest"):
+    # A reason no flag fixes: the failed job keeps no reject file to point at.
+    with pytest.raises(RuntimeError) as info:
         check_skipped_share(records=2, skipped={"unreadable_record": 2}, first={},
                             max_share=1.0)
+    assert str(info.value) == (
+        "all 2 records skipped as unreadable_record: a failed job keeps no reject files, and a "
+        "job that skips every record fails whatever --max-skipped-share says; no manifest was "
+        "written")
+
+
+def test_a_reason_no_flag_fixes_says_how_to_keep_its_records() -> None:
+    with pytest.raises(RuntimeError) as info:
+        check_skipped_share(records=4, skipped={"unreadable_record": 3},
+                            first={"unreadable_record": reject("unreadable_record", "x",
+                                                               detail="TypeError: bad")},
+                            max_share=0.5)
+    assert str(info.value) == (
+        "3 of 4 records (75.0 %) skipped as unreadable_record, more than --max-skipped-share "
+        "0.5; the first record (in.jsonl:1): TypeError: bad: a failed job keeps no reject "
+        "files: with --max-skipped-share 1 the job finishes and writes every such record to "
+        "_rejects/unreadable_record.jsonl in --output; no manifest was written")
 
 
 def test_a_tie_names_the_reason_first_in_alphabetical_order() -> None:

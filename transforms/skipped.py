@@ -16,6 +16,7 @@ import json
 from collections.abc import Mapping
 
 from transforms.documents import Reject
+from transforms.schema import REJECTS_DIR
 
 __all__ = ["FIXES", "check_skipped_share"]
 
@@ -77,5 +78,17 @@ def check_skipped_share(*, records: int, skipped: dict[str, int], first: Mapping
         keys = _keys_of(reject.record)
         where = f"; the first record ({reject.source})"
         where += f" has keys {keys}" if keys is not None else f": {reject.detail}"
-    fix = FIXES.get(top, "see rejects/" + top + ".jsonl")
-    raise RuntimeError(f"{head}{where}: {fix}; no manifest was written")
+    raise RuntimeError(f"{head}{where}: {_fix(top, everything=total == records)}; "
+                       "no manifest was written")
+
+
+def _fix(reason: str, *, everything: bool) -> str:
+    """The advice for ``reason``; for one no flag fixes, where its records can be seen. A job
+    that fails removes what it wrote, its reject files too (`pipeline.output.release`)."""
+    if reason in FIXES:
+        return FIXES[reason]
+    if everything:
+        return ("a failed job keeps no reject files, and a job that skips every record fails "
+                "whatever --max-skipped-share says")
+    return (f"a failed job keeps no reject files: with --max-skipped-share 1 the job finishes "
+            f"and writes every such record to {REJECTS_DIR}/{reason}.jsonl in --output")
