@@ -37,6 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.utils import shared
 
@@ -247,13 +248,21 @@ class _EncodeChunkFn(beam.DoFn):
                 continue
             stream.in_flight -= 1
             tokens = encoding.result()
-            self._progress.encoded(chunk, docs, sum(map(len, tokens)))
-            return self._emit(stream.held.add(docs, tokens), stream.spill)
+            lengths = np.fromiter(map(len, tokens), np.int64, len(tokens))
+            self._progress.encoded(chunk, docs, int(lengths.sum()))
+            return self._emit(stream.held.add(docs, tokens, lengths), stream.spill)
         return []
 
     def _drain(self, stream: _Stream) -> list[tuple[str, tuple[int, bytes]]]:
-        """Every batch in flight taken in, then what the stream holds packed."""
+        """Every batch in flight taken in, then what the stream holds packed.
+
+        With a spill file (a bundle's end), what the stream holds is packed first, while
+        the encoders finish the batches in flight, and then theirs: the cores would
+        otherwise sit idle while the whole buffer is packed (a second, small parcel per
+        part is the price)."""
         out = []
+        if stream.spill is not None and stream.in_flight:
+            out += self._emit(stream.held.flush(), stream.spill)
         while stream.pending:
             out += self._next(stream)
         return out + self._emit(stream.held.flush(), stream.spill)

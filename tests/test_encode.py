@@ -8,19 +8,25 @@ three outputs, and several batches encoding at once on one model.
 from __future__ import annotations
 
 import json
+import os
+from concurrent.futures import Future
 
 import apache_beam as beam
 import pytest
 import sentencepiece as spm
 from apache_beam.testing.util import assert_that, equal_to
 
+from pipeline import encode as encode_module
 from pipeline.context import Tuning
 from pipeline.encode import EncodeChunks, load_tokenizer
 from pipeline.read import SplitInputs
+from pipeline.tagged import PARCELS, RECEIPTS
 from tests.conftest import DATA, fn_api_pipeline, parcel_documents
 from tests.job_data import context_of
+from transforms.chunks import open_local, plan_chunks
 from transforms.keys import doc_key, shard_of
 from transforms.params import WindowSpec
+from transforms.spill import ShardParts
 from transforms.windows import plan_windows
 
 WINDOWS = WindowSpec(window=8, stride=4)
@@ -82,3 +88,85 @@ def test_load_tokenizer_names_the_path_it_cannot_read(tmp_path):
         load_tokenizer(str(tmp_path / "gone.model"))
     assert load_tokenizer(None).kind == "bytes"
     assert load_tokenizer(str(DATA / "tiny.model")).bos_id == 1
+
+
+class _Taken(Future):
+    """A batch's encoding, done at once; taking its result in is logged."""
+
+    def __init__(self, log, batch):
+        super().__init__()
+        self._log, self._batch = log, batch
+
+    def result(self, timeout=None):
+        self._log.append(("taken", self._batch))
+        return super().result(timeout)
+
+
+class _LoggingPool:
+    """Encodes each batch as it is submitted and logs (event, first letter of the batch's
+    texts, batch number): what was in flight at each moment."""
+
+    def __init__(self):
+        self.log = []
+
+    def submit(self, fn, texts):
+        batch = (texts[0][0], sum(e == "submitted" for e, _ in self.log))
+        self.log.append(("submitted", batch))
+        future = _Taken(self.log, batch)
+        future.set_result(fn(texts))
+        return future
+
+    def shutdown(self, **_):
+        pass
+
+
+def test_a_bundles_batches_stay_in_flight_across_its_chunks(tmp_path, monkeypatch):
+    """With the file shuffle, the batches of a bundle's chunk are still being encoded when
+    the next chunk's are submitted (the encoders never wait at a chunk's end), and every
+    document still reaches the bundle's spill file, once."""
+    monkeypatch.setattr(encode_module, "leave_loaded_out", lambda: None)  # no gc.freeze here
+    paths = []
+    for letter in "ab":
+        path = tmp_path / f"{letter}.jsonl"
+        path.write_text("".join(json.dumps({"text": f"{letter}{i} " + "x" * 30}) + "\n"
+                                for i in range(40)))
+        paths.append(str(path))
+    out = tmp_path / "out"
+    files = {p: (os.path.getsize(p), None) for p in paths}
+    context = context_of("--input", str(tmp_path / "*.jsonl"), "--output", str(out),
+                         "--window", "8", "--stride", "4", "--num-shards", "2",
+                         "--shuffle", "files", files=files,
+                         tuning=Tuning(batch_chars=200, encoding_ahead=2))
+    fn = encode_module._EncodeChunkFn(context)
+    fn.setup()
+    pool = fn._pool = _LoggingPool()
+    fn.start_bundle()
+    emitted = []
+    for path in paths:
+        (chunk,) = plan_chunks(path, rel=os.path.basename(path), size=files[path][0],
+                               spec=context.config.read, open_file=open_local)
+        emitted += list(fn.process(chunk))
+    fn.finish_bundle()
+    fn.teardown()
+
+    events = pool.log
+    a_batches = {b for e, b in events if e == "submitted" and b[0] == "a"}
+    assert len(a_batches) >= 4 and len(events) == 2 * sum(e == "taken" for e, _ in events)
+    first_b = events.index(next(x for x in events if x[0] == "submitted" and x[1][0] == "b"))
+    last_a = max(i for i, (e, b) in enumerate(events) if e == "taken" and b[0] == "a")
+    assert first_b < last_a  # chunk a's batches were still in flight when b's began
+    # Taken in order, never more than encoding_ahead + 1 in flight.
+    taken = [b for e, b in events if e == "taken"]
+    assert taken == [b for e, b in events if e == "submitted"]
+    in_flight = 0
+    for e, _ in events:
+        in_flight += 1 if e == "submitted" else -1
+        assert in_flight <= 3
+    (spill,) = [v for tag, v in emitted if tag == PARCELS]
+    assert [v.records for tag, v in emitted if tag == RECEIPTS] == [40, 40]
+    ids = [doc_id for shard in range(2)
+           for rows in ShardParts([spill], shard=shard, num_shards=2,
+                                  parts_per_shard=context.plan.parts_per_shard,
+                                  open_file=open_local)
+           for doc_id in rows.table(0, rows.num_rows).column("doc_id").to_pylist()]
+    assert sorted(set(ids)) == sorted(f"{x}.jsonl:{i}" for x in "ab" for i in range(1, 41))

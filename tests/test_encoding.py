@@ -240,3 +240,42 @@ def test_part_buffer_refuses_a_plan_with_splits_but_no_split_definition():
     plan = ShardPlan(num_shards=3, splits=(("val", 1), ("train", 2)))
     with pytest.raises(ValueError, match=r"the plan has splits: give their definition"):
         PartBuffer(windows=WINDOWS, plan=plan)
+
+
+@pytest.mark.parametrize("num_shards", [1, 5])
+def test_part_buffer_once_full_packs_its_fullest_parts_an_eighth_at_a_time(num_shards):
+    """Not the whole buffer at once: the parts holding the most, until an eighth of it (and
+    what the batch brought over) is packed, so the buffer then holds at most 7/8 of it."""
+    parts_per_shard, max_tokens = 4, 4000
+    docs = [Document(doc_id=f"d{i}", text="abcdefg" * (i % 9 + 1), source=f"f:{i + 1}")
+            for i in range(1200)]
+    buffer = PartBuffer(windows=WINDOWS, plan=ShardPlan(num_shards=num_shards),
+                        parts_per_shard=parts_per_shard, max_tokens=max_tokens)
+    held: dict[int, int] = {}  # tokens held by part, followed outside the buffer
+    packs = 0
+    for lo in range(0, len(docs), 30):
+        batch = docs[lo : lo + 30]
+        tokens = TOK.encode_batch([d.text for d in batch])
+        for d, z in zip(batch, tokens, strict=True):
+            part = part_of(doc_key(WINDOWS.seed, d.doc_id), num_shards, parts_per_shard)
+            held[part] = held.get(part, 0) + len(z)
+        got = buffer.add(batch, tokens)
+        total = sum(held.values())
+        if total <= max_tokens:
+            assert got.parcels == []
+            continue
+        packs += 1
+        packed = [part for part, _ in got.parcels]
+        assert packed == sorted(packed)
+        counts = sorted((held[p] for p in packed), reverse=True)
+        # The fullest parts ...
+        assert min(counts) >= max(n for p, n in held.items() if p not in packed)
+        # ... just enough of them to pack the goal.
+        goal = total - max_tokens + max_tokens // 8
+        assert sum(counts) >= goal > sum(counts[:-1])
+        assert got.tokens == sum(counts)
+        for part, parcel in got.parcels:
+            assert int(read_parcel(parcel).doc_tokens.sum()) == held.pop(part)
+        assert sum(held.values()) <= max_tokens - max_tokens // 8
+    assert packs >= 5 if num_shards == 5 else packs >= 3
+    assert buffer.flush().tokens == sum(held.values())

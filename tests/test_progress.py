@@ -107,6 +107,19 @@ def test_a_reporter_writes_its_own_file_and_without_a_directory_nothing(tmp_path
     assert silent.file is None and silent.documents == 0
 
 
+def test_a_large_batch_estimates_its_bytes_from_a_sample_of_its_texts(tmp_path):
+    # Up to 64 documents: their exact UTF-8 bytes; more: their characters times the bytes
+    # per character of every k-th text (here every second: all "道c", 4 bytes in 2).
+    reporter = progress.Reporter(str(tmp_path), write_every=0.0)
+    reporter.encoded(_chunk(size=10**6, end=10**6, extent=10**6),
+                     [_doc("道c"), _doc("ab")] * 32, 1)
+    assert reporter.open_bytes[("f.jsonl", 0)] == 32 * 6
+    reporter.chunk_done(_chunk(size=10**6, end=10**6, extent=10**6))
+    reporter.encoded(_chunk(size=10**6, end=10**6, extent=10**6),
+                     [_doc("道c"), _doc("ab")] * 64, 1)
+    assert reporter.open_bytes[("f.jsonl", 0)] == 256 * 4 // 2  # exact: 64 * 6
+
+
 def test_totals_sum_the_processes_and_a_chunk_counts_its_exact_share():
     stream = io.StringIO()
     with progress.Progress(total_bytes=300, stream=stream, interval=3600) as p:

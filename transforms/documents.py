@@ -51,13 +51,19 @@ class Document(typing.NamedTuple):
     """One document. ``source`` is the full file path and position, for messages.
 
     A NamedTuple, the cheapest record Python has, since there is one per input record; build
-    it (and `Reject`) with keywords.
+    it (and `Reject`) with keywords, except on `parse_lines`' path for plain JSONL lines,
+    which makes it from the tuple of its four fields at once (``_new_document``).
     """
 
     doc_id: str
     text: str
     source: str
     repaired: bool = False  # undecodable bytes were replaced by U+FFFD
+
+
+# tuple.__new__(Document, (doc_id, text, source, repaired)): a Document without the
+# keyword-taking constructor's Python frame, for the one place that makes one per line.
+_new_document = tuple.__new__
 
 
 class Reject(typing.NamedTuple):
@@ -184,36 +190,6 @@ def _record_id(record: JsonObject, spec: ReadSpec, source: str, raw: str) -> str
     return str(value)
 
 
-def _plain_jsonl_document(
-    raw: bytes, number: int, path: str, rel: str, spec: ReadSpec
-) -> Document | None:
-    """The document of an unremarkable JSONL line, parsed by orjson; None for any other line.
-
-    Unremarkable: valid UTF-8 holding a JSON object whose text is a non-empty string (short
-    enough not to need a size check) and whose id, if asked for, is a non-empty string or an
-    integer. orjson refuses what `json` would read differently (lone surrogates, NaN, huge
-    numbers), so every other line, good or bad, takes the `json` path and gets exactly the
-    document or reject it always got.
-    """
-    try:
-        record = _orjson.loads(raw)  # type: ignore[union-attr]
-    except _orjson.JSONDecodeError:  # type: ignore[union-attr]
-        return None
-    if type(record) is not dict:
-        return None
-    text = record.get(spec.text_field)
-    if type(text) is not str or not text or len(text) * 4 > spec.max_doc_bytes:
-        return None
-    if spec.id_field is None:
-        return Document(doc_id=f"{rel}:{number}", text=text, source=f"{path}:{number}")
-    value = record.get(spec.id_field)
-    if type(value) is str and value:
-        return Document(doc_id=value, text=text, source=f"{path}:{number}")
-    if type(value) is int:
-        return Document(doc_id=str(value), text=text, source=f"{path}:{number}")
-    return None
-
-
 def parse_lines(
     data: bytes,
     *,
@@ -224,6 +200,12 @@ def parse_lines(
     spec: ReadSpec,
 ) -> Iterator[Document | Reject]:
     """Parse complete lines (``lines`` or ``jsonl``) that begin at line ``first_line``.
+
+    An unremarkable JSONL line is parsed by orjson when it is installed: valid UTF-8 holding
+    a JSON object whose text is a non-empty string (short enough not to need a size check)
+    and whose id, if asked for, is a non-empty string or an integer. orjson refuses what
+    `json` would read differently (lone surrogates, NaN, huge numbers), so every other line,
+    good or bad, takes the `json` path and gets exactly the document or reject it always got.
 
     Args:
         data: whole lines of the file, newline-terminated except perhaps the file's last.
@@ -236,14 +218,29 @@ def parse_lines(
     if lines and lines[-1] == b"":
         lines.pop()
     fast = fmt == "jsonl" and _orjson is not None
+    if fast:  # the per-line work of the common case, looked up once
+        loads, invalid = _orjson.loads, _orjson.JSONDecodeError  # type: ignore[union-attr]
+        text_field, id_field, max_bytes = spec.text_field, spec.id_field, spec.max_doc_bytes
     for number, raw in enumerate(lines, start=first_line):
         if raw.endswith(b"\r"):
             raw = raw[:-1]
         if fast:
-            doc = _plain_jsonl_document(raw, number, path, rel, spec)
-            if doc is not None:
-                yield doc
-                continue
+            try:
+                record = loads(raw)
+            except invalid:
+                record = None
+            if type(record) is dict:
+                text = record.get(text_field)
+                if type(text) is str and text and len(text) * 4 <= max_bytes:
+                    if id_field is None:
+                        doc_id: str | None = f"{rel}:{number}"
+                    else:
+                        value = record.get(id_field)
+                        doc_id = (value if type(value) is str and value else
+                                  str(value) if type(value) is int else None)
+                    if doc_id is not None:
+                        yield _new_document(Document, (doc_id, text, f"{path}:{number}", False))
+                        continue
         source = f"{path}:{number}"
         try:
             yield _line_item(raw, fmt=fmt, doc_id=f"{rel}:{number}", source=source, spec=spec)

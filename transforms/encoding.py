@@ -15,8 +15,9 @@ parcel holding z = [256, 97, 98, 99, 100, 101, 257] and windows (0, 4), (4, 2);
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple
+import operator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -45,8 +46,10 @@ __all__ = [
 # keep a few batches in flight per worker.
 BATCH_DOCS = 4096
 BATCH_CHARS = 1 << 20
-# A `PartBuffer` packs what it holds once it holds this many tokens (int32: 64 MiB).
+# A `PartBuffer` holds about this many tokens at most (int32: 64 MiB).
 BUFFER_TOKENS = 16 << 20
+
+T = TypeVar("T")
 
 
 class Encoded(NamedTuple):
@@ -100,10 +103,11 @@ def _pack_columns(
     ids: Sequence[str], sources: Sequence[str], repaired: Sequence[bool],
     tokens: Sequence[npt.NDArray[np.int32]], *, windows: WindowSpec, num_shards: int,
     parts_per_shard: int = 1, keys: Sequence[int] | npt.NDArray[np.uint64] | None = None,
-    part: int | None = None,
+    part: int | None = None, lengths: npt.NDArray[np.int64] | None = None,
 ) -> Encoded:
-    """`pack_documents` of documents given as columns."""
-    m = np.fromiter(map(len, tokens), np.int64, len(tokens))
+    """`pack_documents` of documents given as columns. ``lengths``: each z's M, when known;
+    then ``tokens`` may also hold the z end to end, in one or several arrays."""
+    m = np.fromiter(map(len, tokens), np.int64, len(tokens)) if lengths is None else lengths
     plans = plan_windows_batch(m - 1, windows, ids)
     parcels = pack_parcels(
         doc_keys=doc_keys(windows.seed, ids) if keys is None else keys,
@@ -113,6 +117,7 @@ def _pack_columns(
         plans=plans,
         repaired=repaired,
         num_shards=1 if part is not None else num_shards * parts_per_shard,
+        doc_tokens=m,
     )
     if part is not None:
         parcels = [(part, parcel) for _, parcel in parcels]
@@ -128,13 +133,17 @@ def encode_documents(
 
 
 class PartBuffer:
-    """Encoded documents held by the part (or shard) they go to, packed one parcel per part
-    once about ``max_tokens`` tokens are held, or when the caller flushes.
+    """Encoded documents held by the part (or shard) they go to, packed one parcel per part.
 
     Packing each batch alone would cut it into one parcel per part it touches; with many
     parts (a large corpus) most parcels would hold a document or two, and a shard writer
-    would read and decode hundreds of thousands of them. Held by part, a chunk gives about
-    one parcel per part and flush. What the parcels hold never reaches the output.
+    would read and decode hundreds of thousands of them. Held by part, a part's parcels hold
+    about ``max_tokens`` ÷ parts tokens each. What the parcels hold never reaches the output.
+
+    Once more than ``max_tokens`` tokens are held, `add` packs the parts holding the most
+    until it holds at most 7/8 of ``max_tokens``: a few parts at a time, not all at once,
+    so that the caller's encoders, still busy with the batches after, never wait for a whole
+    buffer to be packed. `flush` packs every part.
 
     Args:
         windows: the window parameters (and the seed of the keys).
@@ -142,7 +151,7 @@ class PartBuffer:
             part, `ShardPlan.part_of`.
         parts_per_shard: parts per shard (1: a part is a shard).
         splits: the split definition, which a plan with splits needs.
-        max_tokens: flush once this many tokens are held.
+        max_tokens: hold at most about this many tokens.
 
     Raises:
         ValueError: the plan has splits but no ``splits`` are given.
@@ -158,37 +167,67 @@ class PartBuffer:
         self._splits = splits if plan.splits else None
         self._max_tokens = max_tokens
         # Held by part, as columns: the text is encoded already, so only the id, source,
-        # flag, z and key of each document are kept (no object per document).
+        # flag, z, its length and key of each document are kept (no object per document).
         self._held_parts: dict[int, _Held] = {}
         self._held = 0
 
-    def add(self, docs: Sequence[Document], tokens: Sequence[npt.NDArray[np.int32]]) -> Encoded:
-        """Hold documents (their z in ``tokens``); returns the parcels of a flush, if the
-        buffer filled up, else none (``Encoded.tokens``/``windows`` count what was packed)."""
+    def add(self, docs: Sequence[Document], tokens: Sequence[npt.NDArray[np.int32]],
+            lengths: npt.NDArray[np.int64] | None = None) -> Encoded:
+        """Hold documents (their z in ``tokens``, whose lengths the caller may know); returns
+        the parcels packed if the buffer filled up, else none (``Encoded.tokens``/``windows``
+        count what was packed)."""
+        if lengths is None:
+            lengths = np.fromiter(map(len, tokens), np.int64, len(tokens))
         ids = [d.doc_id for d in docs]
         keys = doc_keys(self._windows.seed, ids)
         parts = self._parts_of(keys, ids)
+        sources, repaired = [d.source for d in docs], [d.repaired for d in docs]
+        # Each part's z are held end to end in one array per batch, copied here from the
+        # tokenizer's arrays (one per document, freed now), while the encoders work on the
+        # batches after: packing a part then copies a few large arrays, not thousands.
         if len(parts) and parts[0] == parts[-1] and (parts == parts[0]).all():
-            groups = [(int(parts[0]), None)]
-        else:
+            self._hold(int(parts[0]), ids, sources, repaired, np.concatenate(tokens), keys,
+                       lengths)
+        elif len(parts):
             order = np.argsort(parts, kind="stable")
             present, first = np.unique(parts[order], return_index=True)
             bounds = [*first.tolist(), len(order)]
-            groups = [(int(p), order[bounds[i] : bounds[i + 1]].tolist())
-                      for i, p in enumerate(present.tolist())]
-        sources, repaired = [d.source for d in docs], [d.repaired for d in docs]
-        for part, which in groups:
-            held = self._held_parts.get(part)
-            if held is None:
-                held = self._held_parts[part] = _Held()
-            for column, values in ((held.ids, ids), (held.sources, sources),
-                                   (held.repaired, repaired), (held.tokens, tokens)):
-                column.extend(values if which is None else [values[i] for i in which])
-            held.keys.append(keys if which is None else keys[which])
-        self._held += sum(map(len, tokens))
-        if self._held >= self._max_tokens:
-            return self.flush()
-        return Encoded(parcels=[], tokens=0, windows=0)
+            z = np.concatenate(_picker(order.tolist())(tokens))  # in part order
+            ends = np.cumsum(lengths[order]).tolist()
+            for i, part in enumerate(present.tolist()):
+                lo, hi = bounds[i], bounds[i + 1]
+                which = order[lo:hi]
+                pick = _picker(which.tolist())
+                self._hold(part, pick(ids), pick(sources), pick(repaired),
+                           z[ends[lo - 1] if lo else 0 : ends[hi - 1]], keys[which],
+                           lengths[which])
+        self._held += int(lengths.sum())
+        if self._held <= self._max_tokens:
+            return Encoded(parcels=[], tokens=0, windows=0)
+        # The fullest parts first, until at most 7/8 of max_tokens are held.
+        goal = self._held - self._max_tokens + self._max_tokens // 8
+        chosen, packed = [], 0
+        for part in sorted(self._held_parts, key=lambda p: -self._held_parts[p].count):
+            if packed >= goal:
+                break
+            chosen.append(part)
+            packed += self._held_parts[part].count
+        return self._pack(sorted(chosen))
+
+    def _hold(self, part: int, ids: list[str], sources: list[str], repaired: list[bool],
+              z: npt.NDArray[np.int32], keys: npt.NDArray[np.uint64],
+              lengths: npt.NDArray[np.int64]) -> None:
+        """Hold documents of one part (``z``: theirs end to end)."""
+        held = self._held_parts.get(part)
+        if held is None:
+            held = self._held_parts[part] = _Held()
+        held.ids += ids
+        held.sources += sources
+        held.repaired += repaired
+        held.tokens.append(z)
+        held.keys.append(keys)
+        held.lengths.append(lengths)
+        held.count += int(lengths.sum())
 
     def _parts_of(self, keys: npt.NDArray[np.uint64], ids: list[str]) -> npt.NDArray[np.int64]:
         """The part of each document (`transforms.keys.ShardPlan.part_of`)."""
@@ -201,29 +240,45 @@ class PartBuffer:
 
     def flush(self) -> Encoded:
         """One parcel per part held, in part order; the buffer is empty afterwards."""
+        return self._pack(sorted(self._held_parts))
+
+    def _pack(self, parts: list[int]) -> Encoded:
+        """One parcel for each of ``parts`` (in that order), no longer held."""
         parcels: list[tuple[int, bytes]] = []
         tokens = windows = 0
-        for part in sorted(self._held_parts):
+        for part in parts:
             held = self._held_parts.pop(part)
             packed = _pack_columns(held.ids, held.sources, held.repaired, held.tokens,
                                    windows=self._windows, num_shards=self._plan.num_shards,
                                    parts_per_shard=self._parts_per_shard,
-                                   keys=np.concatenate(held.keys), part=part)
+                                   keys=np.concatenate(held.keys), part=part,
+                                   lengths=np.concatenate(held.lengths))
             parcels += packed.parcels
             tokens += packed.tokens
             windows += packed.windows
-        self._held = 0
+            self._held -= held.count
         return Encoded(parcels=parcels, tokens=tokens, windows=windows)
 
 
-class _Held:
-    """One part's documents held by a `PartBuffer`, as columns."""
+def _picker(which: list[int]) -> Callable[[Sequence[T]], list[T]]:
+    """The items of a sequence at the indices ``which``, as a list (at C speed)."""
+    if len(which) == 1:
+        (i,) = which
+        return lambda values: [values[i]]
+    get = operator.itemgetter(*which)
+    return lambda values: list(get(values))
 
-    __slots__ = ("ids", "keys", "repaired", "sources", "tokens")
+
+class _Held:
+    """One part's documents held by a `PartBuffer`, as columns, and their tokens (Σ M)."""
+
+    __slots__ = ("count", "ids", "keys", "lengths", "repaired", "sources", "tokens")
 
     def __init__(self) -> None:
         self.ids: list[str] = []
         self.sources: list[str] = []
         self.repaired: list[bool] = []
-        self.tokens: list[npt.NDArray[np.int32]] = []
+        self.tokens: list[npt.NDArray[np.int32]] = []  # z end to end, an array per batch
         self.keys: list[npt.NDArray[np.uint64]] = []
+        self.lengths: list[npt.NDArray[np.int64]] = []
+        self.count = 0

@@ -44,15 +44,15 @@ def doc_key(seed: int, doc_id: str) -> int:
 
 
 def doc_keys(seed: int, doc_ids: Sequence[str]) -> npt.NDArray[np.uint64]:
-    """`doc_key` of each id (the keyed hash state is set up once, then copied)."""
-    base = _hasher(seed)
-
-    def one(doc_id: str) -> int:
-        h = base.copy()
+    """`doc_key` of each id (the keyed hash state is set up once, then copied; the digests
+    are read as big-endian integers at once, not one by one)."""
+    copy = _hasher(seed).copy
+    digests = bytearray()
+    for doc_id in doc_ids:
+        h = copy()
         h.update(doc_id.encode("utf-8"))
-        return int.from_bytes(h.digest(), "big")
-
-    return np.fromiter(map(one, doc_ids), np.uint64, len(doc_ids))
+        digests += h.digest()
+    return np.frombuffer(digests, ">u8").astype(np.uint64)
 
 
 def shard_of(key: int, num_shards: int) -> int:

@@ -43,6 +43,8 @@ __all__ = ["Parcel", "pack_parcels", "read_parcel"]
 _HEADER = struct.Struct("<4sIqqqqq")
 _MAGIC = b"TWB1"
 _WIDE = 1  # flag: tokens are int32 (else uint16)
+_ZEROS = bytes(8)
+_FEW = 64  # token arrays checked one by one (`_joined`)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -73,6 +75,7 @@ def pack_parcels(
     plans: WindowPlans,
     repaired: Sequence[bool],
     num_shards: int,
+    doc_tokens: npt.NDArray[np.int64] | None = None,
 ) -> list[tuple[int, bytes]]:
     """Documents and their windows packed by the shard of their key.
 
@@ -81,12 +84,14 @@ def pack_parcels(
             its whole z).
         plans: the documents' windows, end to end (`transforms.windows.plan_windows_batch`).
         num_shards: the job's shard count.
+        doc_tokens: the length M of each z, when the caller has them already; then
+            ``tokens`` may also be every z end to end, in one or several arrays.
 
     Returns:
         (shard, parcel of its documents in their order) for each shard that has documents, in
         shard order.
     """
-    batch = _Batch.of(doc_keys, doc_ids, sources, tokens, plans, repaired)
+    batch = _Batch.of(doc_keys, doc_ids, sources, tokens, plans, repaired, doc_tokens)
     if not len(batch.keys):
         return []
     if num_shards == 1:
@@ -107,21 +112,21 @@ class _Batch:
     doc_tokens: npt.NDArray[np.int64]
     ids: list[str]
     sources: list[str]
-    z: npt.NDArray[np.int32]  # every z end to end
+    z: np.ndarray  # every z end to end: uint16 when every id is < 2**16, else int32
     plans: WindowPlans
     repaired: npt.NDArray[np.uint8]
 
     @classmethod
     def of(cls, doc_keys: Sequence[int] | np.ndarray, doc_ids: Sequence[str],
            sources: Sequence[str], tokens: Sequence[npt.NDArray[np.int32]], plans: WindowPlans,
-           repaired: Sequence[bool]) -> _Batch:
+           repaired: Sequence[bool], doc_tokens: npt.NDArray[np.int64] | None = None) -> _Batch:
         count = len(doc_ids)
         return cls(
             np.array(doc_keys, dtype=np.uint64).reshape(-1),
-            np.fromiter(map(len, tokens), np.int64, count),
-            list(doc_ids),
-            list(sources),
-            np.concatenate(tokens) if count else np.empty(0, np.int32),
+            np.fromiter(map(len, tokens), np.int64, count) if doc_tokens is None else doc_tokens,
+            doc_ids if isinstance(doc_ids, list) else list(doc_ids),
+            sources if isinstance(sources, list) else list(sources),
+            _joined(tokens) if count else np.empty(0, np.uint16),
             plans,
             np.fromiter(repaired, np.uint8, count),
         )
@@ -140,6 +145,19 @@ class _Batch:
         )
 
 
+def _joined(tokens: Sequence[npt.NDArray[np.int32]]) -> np.ndarray:
+    """The arrays end to end: as uint16 (the parcel's narrow tokens) when every id is
+    < 2**16, else as they are. A few large arrays (a `transforms.encoding.PartBuffer`'s)
+    are checked one by one and cast while they are copied; many (one per document) are
+    joined first, then checked and cast."""
+    if len(tokens) > _FEW:
+        z = np.concatenate(tokens)
+        return z.astype(np.uint16) if int(z.max()) < 1 << 16 else z
+    if all(int(z.max()) < 1 << 16 for z in tokens if len(z)):
+        return np.concatenate(tokens, dtype=np.uint16, casting="unsafe")
+    return np.concatenate(tokens)
+
+
 def _blob(strings: list[str]) -> tuple[bytes, npt.NDArray[np.int64]]:
     """The strings as UTF-8 end to end, and the end of each."""
     joined = "".join(strings)
@@ -153,29 +171,37 @@ def _blob(strings: list[str]) -> tuple[bytes, npt.NDArray[np.int64]]:
 
 
 def _pack(batch: _Batch) -> bytes:
-    wide = len(batch.z) > 0 and int(batch.z.max()) >= 1 << 16
+    z = batch.z
+    wide = z.dtype != np.uint16 and len(z) > 0 and int(z.max()) >= 1 << 16
     (ids, id_ends), (sources, src_ends) = _blob(batch.ids), _blob(batch.sources)
-    parts: list[bytes] = [
+    parts: list[bytes | memoryview] = [
         _HEADER.pack(_MAGIC, _WIDE if wide else 0, len(batch.keys), len(batch.z),
                      len(batch.plans.starts), len(ids), len(sources))
     ]
 
-    def add(data: bytes) -> None:
-        parts.extend((data, b"\0" * (-len(data) % 8)))
+    def add(data: bytes | memoryview) -> None:
+        parts.append(data)
+        if pad := -len(data) % 8:
+            parts.append(_ZEROS[:pad])
+
+    def add_array(array: np.ndarray, dtype: str) -> None:
+        # The array's own buffer, joined once below: no bytes copy of each column first.
+        data = memoryview(np.ascontiguousarray(array, dtype=dtype)).cast("B")
+        add(data)
 
     for array, dtype in (
         (batch.keys, "<u8"), (batch.doc_tokens, "<i8"), (batch.plans.counts, "<i8"),
         (batch.plans.covered, "<i8"), (id_ends, "<i8"), (src_ends, "<i8"),
         (batch.repaired, "u1"),
     ):
-        add(np.ascontiguousarray(array, dtype=dtype).tobytes())
+        add_array(array, dtype)
     add(ids)
     add(sources)
     for array, dtype in (
         (batch.z, "<i4" if wide else "<u2"), (batch.plans.starts, "<i8"),
         (batch.plans.lengths, "<i4"), (batch.plans.loss_starts, "<i4"),
     ):
-        add(np.ascontiguousarray(array, dtype=dtype).tobytes())
+        add_array(array, dtype)
     return b"".join(parts)
 
 
