@@ -242,8 +242,8 @@ def _shard_batches(item: tuple[None, Iterable[str]], plan: ShardPlan, at_once: i
     """(batch number, (shard indexes, every spill file)): the plan's shards in the fewest
     batches of at most ``at_once``, their sizes as even as can be (`shard_batches`)."""
     spills = sorted(item[1])
-    for lo, batch in enumerate(shard_batches(plan.num_shards, at_once)):
-        yield lo, (batch, spills)
+    for number, batch in enumerate(shard_batches(plan.num_shards, at_once)):
+        yield number, (batch, spills)
 
 
 def shard_batches(num_shards: int, at_once: int) -> list[list[int]]:
