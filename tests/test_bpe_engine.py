@@ -289,16 +289,56 @@ def test_a_disagreement_on_the_probe_falls_back_with_a_warning(files, monkeypatc
 @settings(max_examples=200, deadline=None)
 @given(text=TEXT)
 def test_the_buffer_encode_is_tiktokens_ordinary_encode(files, text):
-    """The engine reads tiktoken's buffer (one never-allowed special token, so nothing is
-    split out); it must be ``encode_ordinary``, even where that token is in the text."""
-    from transforms.bpe_engine import _NEVER, _NONE_ALLOWED
+    """Alone, a text is encoded from tiktoken's buffer with its special token (the batch
+    separator) not allowed, so nothing is split out: that must be ``encode_ordinary``, even
+    where the separator's text is in the text."""
+    from transforms.bpe_engine import _NONE_ALLOWED, _SEP
 
     fast, ref = _engines(files, "gpt2")
     core = fast._fast._core
-    for t in (text, f"{text}{_NEVER}{text}", _NEVER):
+    for t in (text, f"{text}{_SEP}{text}", _SEP):
         got = np.frombuffer(core.encode_to_tiktoken_buffer(t, _NONE_ALLOWED), np.uint32)
         assert got.tolist() == core.encode_ordinary(t)
         assert fast.encode(t)[1:-1].tolist() == ref.encode(t, add_special_tokens=False).ids
+
+
+@settings(max_examples=100, deadline=None)
+@given(text=TEXT)
+def test_the_fast_gpt2_pattern_splits_as_the_gpt2_pattern(text):
+    """tiktoken runs ByteLevel's split in a faster form: the same matches on every text."""
+    import regex
+
+    from transforms.bpe_engine import GPT2_FAST, GPT2_PATTERN
+
+    for t in (text, text + "\n  x", "  " + text + " \t"):
+        assert regex.findall(GPT2_FAST, t) == regex.findall(GPT2_PATTERN, t)
+
+
+@pytest.mark.parametrize("layout", ["gpt2", "llama3", "shuffled", "nfkc"])
+def test_a_batch_is_encoded_joined_and_cut_apart_exactly(files, layout, monkeypatch):
+    """A batch goes to tiktoken as one text joined by its separator: empty texts, texts at
+    the batch's ends, texts holding the separator or an added token (encoded alone, in
+    their place), an added token only spanning a join; a lone surrogate goes to tokenizers
+    (which refuses it)."""
+    from transforms.bpe_engine import _SEP
+
+    fast, ref = _engines(files, layout)
+    texts = ["", "a  \n", " b", "", f"x{_SEP}y", "c<|endoftext|>d", "<|endof", "text|>e", "",
+             "ﬁnal word", "\n\n", TEXTS[0], ""]
+    for batch in (texts, texts[1:3], [""], [_SEP], ["<|endof", "text|>"], []):
+        got = fast._fast.encode_batch(batch, bos=-7, eos=-9)
+        assert [z.dtype for z in got] == [np.dtype(np.int32)] * len(batch)
+        assert [z.tolist() for z in got] == [
+            [-7, *ref.encode(t, add_special_tokens=False).ids, -9] for t in batch]
+    with pytest.raises(TypeError, match="TextInputSequence must be str"):
+        fast._fast.encode_batch(["a", "\ud800"], bos=-7, eos=-9)
+    # Only the texts holding the separator or an added token went alone (all of them with a
+    # normalizer).
+    alone, real = [], type(fast._fast).encode_array
+    monkeypatch.setattr(type(fast._fast), "encode_array",
+                        lambda self, t: alone.append(t) or real(self, t))
+    fast._fast.encode_batch(texts, bos=-7, eos=-9)
+    assert alone == (texts if layout == "nfkc" else [f"x{_SEP}y", "c<|endoftext|>d"])
 
 
 @pytest.mark.parametrize("layout", ["shuffled", "llama3", "nfkc"])

@@ -52,6 +52,10 @@ __all__ = ["ENGINES", "GPT2_PATTERN", "PROBE", "BpeTables", "TiktokenEngine", "b
 ENGINES = ("auto", "tokenizers", "tiktoken")
 # ByteLevel's own split (tokenizers' pre_tokenizers/byte_level.rs), as the GPT-2 encoder had it.
 GPT2_PATTERN = (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+")
+# The same matches, in the form tiktoken's fancy_regex runs fastest: the ten branches that never
+# match at one place together grouped (no look-ahead: the regex crate tries them as one search),
+# and the last `\s+` as `\s` (only a lone whitespace character before a non-space reaches it).
+GPT2_FAST = (r"(?:'(?:s|t|re|ve|m|ll|d)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+)|\s+(?!\S)|\s")
 # The load-time self-check's text: scripts, digits, whitespace runs, emoji, contractions.
 PROBE = (
     "The quick brown fox can't, won't, shouldn't; he'd've I'M YOU'RE it's 'tis o'clock.\n"
@@ -68,16 +72,10 @@ PROBE = (
 
 def byte_decoder() -> dict[str, int]:
     """ByteLevel's characters → bytes: the inverse of GPT-2's ``bytes_to_unicode``."""
-    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-                 + list(range(ord("®"), ord("ÿ") + 1)))
-    chars, extra = {}, 0
-    for b in range(256):
-        if b in printable:
-            chars[b] = chr(b)
-        else:
-            chars[b] = chr(256 + extra)
-            extra += 1
-    return {c: b for b, c in chars.items()}
+    printable = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)}
+    others = iter(range(256, 512))  # the other bytes' characters, in byte order
+    return {chr(b) if b in printable else chr(next(others)): b for b in range(256)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,13 +242,11 @@ def convert(data: bytes | str | dict[str, Any], tokenizers_bpe: Any) -> BpeTable
     table = {t.translate(spell).encode("latin-1"): rank_of[t] for t in keep}
     top = max(ranks)
     rank_bytes = np.zeros(top + 1, dtype=np.int64)
-    for b, r in table.items():
-        rank_bytes[r] = len(b)
+    rank_bytes[list(table.values())] = [len(b) for b in table]
     rank_ids = None
     if any(rank_of[t] != keep[t] for t in keep):
         rank_ids = np.full(top + 1, -1, dtype=np.int32)
-        for t, r in rank_of.items():
-            rank_ids[r] = keep[t]
+        rank_ids[list(rank_of.values())] = [keep[t] for t in rank_of]
     added.sort(key=lambda a: -len(a.content))
     return BpeTables(pattern=pattern, ranks=table, rank_ids=rank_ids, rank_bytes=rank_bytes,
                      added=tuple(added), normalizer=kind, add_prefix_space=add_prefix_space)
@@ -272,8 +268,13 @@ def _ranks(keep: dict[str, int], made: dict[str, int]) -> tuple[list[int], dict[
 
 
 _CORES: dict[int, tuple[BpeTables, Any]] = {}
-_NEVER = "\x00<|token-windows: never allowed|>\x00"
+# tiktoken's one special token: it joins a batch's texts (`TiktokenEngine.encode_batch`) and
+# is allowed only there; with none allowed, tiktoken's buffer encode is `encode_ordinary` into
+# an array (an empty special set would be a pattern matching everywhere). Its first character
+# occurs in it once, so two of its occurrences never overlap.
+_SEP = "\x00<|token-windows: a text ends here|>\x01"
 _NONE_ALLOWED: frozenset[str] = frozenset()
+_SEP_ALLOWED = frozenset({_SEP})
 
 
 def _core(tables: BpeTables) -> Any:
@@ -285,22 +286,18 @@ def _core(tables: BpeTables) -> Any:
     if held is None or held[0] is not tables:
         while len(_CORES) >= 4:
             _CORES.pop(next(iter(_CORES)))
-        # One special token, never allowed (`_NONE_ALLOWED`): tiktoken's buffer encode then
-        # splits nothing out and is `encode_ordinary` into an array, without a Python int per
-        # token (an empty special set would be a pattern matching everywhere).
-        never = {_NEVER: max(tables.ranks.values(), default=-1) + 1}
-        core = tiktoken.Encoding("token-windows", pat_str=tables.pattern,
-                                 mergeable_ranks=tables.ranks, special_tokens=never)._core_bpe
+        pattern = GPT2_FAST if tables.pattern == GPT2_PATTERN else tables.pattern
+        core = tiktoken.Encoding("token-windows", pat_str=pattern, mergeable_ranks=tables.ranks,
+                                 special_tokens={_SEP: len(tables.rank_bytes)})._core_bpe
         held = _CORES[id(tables)] = (tables, core)
     return held[1]
 
 
 def _splitter(tokens: Sequence[AddedToken]) -> re.Pattern[str] | None:
     # Longest first, so that the leftmost match is also the longest there (tokenizers'
-    # Aho-Corasick LeftmostLongest).
-    if not tokens:
-        return None
-    return re.compile("|".join(re.escape(t.content) for t in tokens))
+    # Aho-Corasick LeftmostLongest); one group, so that `re.split` keeps the matches.
+    return re.compile("(" + "|".join(re.escape(t.content) for t in tokens) + ")") if (
+        tokens) else None
 
 
 class TiktokenEngine:
@@ -315,28 +312,27 @@ class TiktokenEngine:
 
     def __init__(self, tables: BpeTables, *, normalize: Any, fallback: Any) -> None:
         self._core = _core(tables)
-        self._tables = tables
         self._normalize = normalize if tables.normalizer else None
         self._fallback = fallback
         # tokenizers splits in two passes: tokens with normalized false out of the raw text,
-        # then the others out of each remaining piece once normalized.
-        # (tokenizers normalizes the latter's own text too).
+        # then the others (their text normalized too) out of each piece once normalized.
         raw = [a for a in tables.added if not a.normalized]
         late = [a if self._normalize is None else
                 dataclasses.replace(a, content=self._normalize(a.content))
                 for a in tables.added if a.normalized]
         late.sort(key=lambda a: -len(a.content))
         self._raw, self._late = _splitter(raw), _splitter(late)
-        self._ids = {a.content: a.id for a in raw}
-        self._late_ids = {a.content: a.id for a in late}
+        self._ids, self._late_ids = ({a.content: a.id for a in x} for x in (raw, late))
         self._prefix = tables.add_prefix_space
         self._plain = self._normalize is None and not self._prefix
-        self._rank_ids = tables.rank_ids
-        # ByteLevel's own split matches every character (its classes \p{L}, \p{N},
-        # [^\s\p{L}\p{N}] and \s cover them all); a file's Split pattern may not, and what
-        # no match covers tiktoken drops: then the text goes to tokenizers.
+        # The rank tables with one more place, the separator's (`_SEP`): no id, no bytes.
+        self._sep = len(tables.rank_bytes)
+        self._rank_ids = (None if tables.rank_ids is None else
+                          np.append(tables.rank_ids, np.int32(-1)))
+        # ByteLevel's own split matches every character (\p{L}, \p{N}, [^\s\p{L}\p{N}], \s);
+        # a file's Split pattern may not, and tiktoken drops what no match covers.
         self._lengths = (None if tables.pattern == GPT2_PATTERN else
-                         np.asarray(tables.rank_bytes, np.int64))
+                         np.append(np.asarray(tables.rank_bytes, np.int64), 0))
 
     def encode(self, text: str) -> list[int]:
         """``tokenizers``' ``encode(text, add_special_tokens=False).ids``."""
@@ -344,15 +340,50 @@ class TiktokenEngine:
 
     def encode_array(self, text: str) -> npt.NDArray[np.integer]:
         """`encode` as an array, made from tiktoken's own buffer: no Python int per token."""
-        try:
-            if self._plain and not (self._raw and self._raw.search(text)) and not (
-                    self._late and self._late.search(text)):
-                ids = self._piece(text)  # the common case: one piece, nothing to split out
-            else:
-                ids = self._encode(text)
+        try:  # the common case: one piece, nothing to split out
+            ids = (self._piece(text) if self._plain and not self._added_in(text) else
+                   self._encode(text))
         except UnicodeEncodeError:  # a lone surrogate: whatever tokenizers does with it
             ids = None
         return np.asarray(self._fallback(text), np.int64) if ids is None else ids
+
+    def encode_batch(self, texts: Sequence[str], *, bos: int,
+                     eos: int) -> list[npt.NDArray[np.int32]]:
+        """``[bos] + encode(text) + [eos]`` of each text, as int32 arrays (views of one): the
+        texts joined by `_SEP` in one tiktoken call that releases the GIL for the whole batch
+        (its pattern runs on each stretch between special tokens alone, so each text is still
+        encoded on its own). A text holding `_SEP` or an added token, or a file with a
+        normalizer or ``add_prefix_space``, goes through `encode_array`."""
+        alone = [not self._plain or _SEP in t or self._added_in(t) for t in texts]
+        joined = self._joined([t for t, a in zip(texts, alone, strict=True) if not a], bos, eos)
+        if joined is None:  # a lone surrogate, or a gap between matches (`_piece`)
+            alone, joined = [True] * len(alone), []
+        rest = iter(joined)
+        return [_wrap(self.encode_array(t), bos, eos) if a else next(rest)
+                for t, a in zip(texts, alone, strict=True)]
+
+    def _joined(self, texts: list[str], bos: int, eos: int) -> list[npt.NDArray[np.int32]] | None:
+        if not texts:
+            return []
+        joined = _SEP.join(texts)
+        try:
+            ranks = np.frombuffer(self._core.encode_to_tiktoken_buffer(joined, _SEP_ALLOWED),
+                                  np.uint32)
+        except UnicodeEncodeError:
+            return None
+        n = len(texts)
+        if self._lengths is not None and int(self._lengths[ranks].sum()) != (
+                len(joined.encode("utf-8")) - (n - 1) * len(_SEP)):
+            return None
+        cuts = np.flatnonzero(ranks == self._sep)
+        ids = ranks.astype(np.int32) if self._rank_ids is None else self._rank_ids[ranks]
+        ids[cuts] = eos  # each separator becomes the EOS of the text before it
+        starts = np.concatenate(([0], cuts + 1))  # of each text's ids in `ids`
+        z = np.insert(ids, np.append(starts, len(ids)), np.array([bos] * n + [eos], np.int32))
+        return np.split(z, (starts + np.arange(n))[1:])  # text i's z starts i places later
+
+    def _added_in(self, text: str) -> bool:
+        return bool(self._raw and self._raw.search(text) or self._late and self._late.search(text))
 
     def _encode(self, text: str) -> npt.NDArray[np.integer] | None:
         out: list[npt.NDArray[np.integer]] = []
@@ -381,31 +412,25 @@ class TiktokenEngine:
         return ranks if self._rank_ids is None else self._rank_ids[ranks]
 
 
+def _wrap(ids: npt.NDArray[np.integer], bos: int, eos: int) -> npt.NDArray[np.int32]:
+    z = np.empty(len(ids) + 2, np.int32)
+    z[0], z[1:-1], z[-1] = bos, ids, eos
+    return z
+
+
 def _split(pattern: re.Pattern[str] | None, text: str) -> list[tuple[str, bool]]:
     """``text`` as (piece, is an added token) in order; no empty piece."""
-    if pattern is None:
-        return [(text, False)] if text else []
-    out, at = [], 0
-    for m in pattern.finditer(text):
-        if m.start() > at:
-            out.append((text[at : m.start()], False))
-        out.append((m.group(), True))
-        at = m.end()
-    if at < len(text):
-        out.append((text[at:], False))
-    return out
+    return [(p, i % 2 == 1) for i, p in enumerate(pattern.split(text) if pattern else [text])
+            if p]
 
 
 def first_difference(texts: Sequence[str], a: Any, b: Any) -> str | None:
     """Where two encoders (text → ids) first disagree on ``texts``, or None."""
     for text in texts:
-        x, y = list(a(text)), list(b(text))
+        x, y = [*a(text), "missing"], [*b(text), "missing"]
         if x != y:
-            at = next((i for i, (p, q) in enumerate(zip(x, y, strict=False)) if p != q),
-                      min(len(x), len(y)))
-            return (f"on {text[:40]!r}: id {at} is "
-                    f"{x[at] if at < len(x) else 'missing'} against "
-                    f"{y[at] if at < len(y) else 'missing'}")
+            at = next(i for i, (p, q) in enumerate(zip(x, y, strict=False)) if p != q)
+            return f"on {text[:40]!r}: id {at} is {x[at]} against {y[at]}"
     return None
 
 

@@ -223,9 +223,8 @@ class HFTokenizer:
         where: its path, for error messages and the manifest.
         bos_token, eos_token: the BOS and EOS token strings (may be the same token).
         num_threads: above 1, batches go through ``encode_batch_fast``, which encodes each
-            text on its own on the library's thread pool (or, with tiktoken, on this many
-            threads); 1 encodes them one by one on the calling thread. The ids are the same
-            either way.
+            text on its own on the library's thread pool, or to tiktoken in this many slices
+            at once; 1 encodes on the calling thread. The ids are the same either way.
         engine: ``auto`` encodes with tiktoken when the file converts to it exactly and the
             self-check agrees (`transforms.bpe_engine`), else with ``tokenizers``;
             ``tokenizers`` always uses the library; ``tiktoken`` refuses a file that does not
@@ -294,17 +293,19 @@ class HFTokenizer:
         return self._wrap(self._tok.encode(text, add_special_tokens=False).ids)
 
     def encode_batch(self, texts: Sequence[str]) -> list[npt.NDArray[np.int32]]:
-        if self._num_threads == 1:
-            return [self.encode(t) for t in texts]
         texts = texts if isinstance(texts, list) else list(texts)
-        if self._pool is None:  # tokenizers, on its own thread pool
-            return [self._wrap(e.ids)
-                    for e in self._tok.encode_batch_fast(texts, add_special_tokens=False)]
-        # tiktoken: contiguous slices, one per thread.
-        step = max(1, -(-len(texts) // self._num_threads))
-        slices = self._pool.map(lambda i: [self.encode(t) for t in texts[i : i + step]],
-                                range(0, len(texts), step))
-        return [z for part in slices for z in part]
+        if self._fast is None:  # tokenizers: on its own thread pool, or one by one
+            return [self._wrap(e.ids) for e in self._tok.encode_batch_fast(
+                texts, add_special_tokens=False)] if self._num_threads > 1 else [
+                self.encode(t) for t in texts]
+        if self._pool is None or len(texts) < 2:
+            return self._fast.encode_batch(texts, bos=self.bos_id, eos=self.eos_id)
+        # tiktoken: contiguous slices of about as many characters, one per thread.
+        ends, k = np.cumsum([len(t) for t in texts]), self._num_threads
+        cuts = [0, *np.searchsorted(ends, ends[-1] / k * np.arange(1, k)).tolist(), len(texts)]
+        parts = self._pool.map(lambda lo, hi: self._fast.encode_batch(
+            texts[lo:hi], bos=self.bos_id, eos=self.eos_id), cuts, cuts[1:])
+        return [z for part in parts for z in part]
 
     def _wrap(self, ids: Sequence[int] | npt.NDArray[np.integer]) -> npt.NDArray[np.int32]:
         z = np.empty(len(ids) + 2, dtype=np.int32)
@@ -356,17 +357,18 @@ def _fast_engine(data: bytes, tok: Any, *, where: str, pinned: bool) -> Any:
     def body(text: str) -> list[int]:
         return tok.encode(text, add_special_tokens=False).ids
 
-    normalizer = tok.normalizer
     try:
-        engine = TiktokenEngine(tables, normalize=None if normalizer is None else
-                                normalizer.normalize_str, fallback=body)
+        engine = TiktokenEngine(tables, fallback=body,
+                                normalize=getattr(tok.normalizer, "normalize_str", None))
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as e:  # tiktoken's Rust side panics (a BaseException) on a bad table
         return without(f"tiktoken refused its table ({type(e).__name__}: {e})")
     probes = [PROBE, *PROBE.splitlines(keepends=True)]
     probes += [f"x{a.content}y {a.content}\n{a.content}{a.content} z" for a in tables.added]
-    difference = first_difference(probes, engine.encode, body)
+    batch = engine.encode_batch(probes, bos=-1, eos=-1)  # as a job encodes them: joined
+    difference = first_difference(probes, engine.encode, body) or first_difference(
+        probes, lambda t: batch[probes.index(t)][1:-1], body)
     if difference is None:
         return engine
     if pinned:
