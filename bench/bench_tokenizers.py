@@ -184,7 +184,10 @@ def main() -> None:
             times[f"{engine} alone"].append(seconds)
         if ids["tokenizers"] != ids["tiktoken"]:
             raise SystemExit("tiktoken's ids differ from tokenizers' alone")
-        print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items())
+        # Each run's CPU seconds beside its wall: a slow round with no more CPU than the
+        # others was the machine, not the run.
+        print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s ({CPU[k][-1]:.1f} CPU s)"
+                                             for k, v in times.items())
               + f"; rows identical ({hashes['auto'][0][:12]})", file=sys.stderr)
     med = {k: statistics.median(v) for k, v in times.items()}
     cpu = {k: statistics.median(v) for k, v in CPU.items() if v}
