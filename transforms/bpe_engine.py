@@ -52,9 +52,9 @@ __all__ = ["ENGINES", "GPT2_PATTERN", "PROBE", "BpeTables", "TiktokenEngine", "b
 ENGINES = ("auto", "tokenizers", "tiktoken")
 # ByteLevel's own split (tokenizers' pre_tokenizers/byte_level.rs), as the GPT-2 encoder had it.
 GPT2_PATTERN = (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+")
-# The same matches, in the form tiktoken's fancy_regex runs fastest: the ten branches that never
-# match at one place together grouped (no look-ahead: the regex crate tries them as one search),
-# and the last `\s+` as `\s` (only a lone whitespace character before a non-space reaches it).
+# The same matches, in the form tiktoken's fancy_regex runs fastest: the ten branches without
+# look-ahead grouped, in order (the regex crate takes the first that matches, as backtracking
+# does, in one search), and `\s+` last as `\s` (reached by one whitespace before a non-space).
 GPT2_FAST = (r"(?:'(?:s|t|re|ve|m|ll|d)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+)|\s+(?!\S)|\s")
 # The load-time self-check's text: scripts, digits, whitespace runs, emoji, contractions.
 PROBE = (
