@@ -266,6 +266,10 @@ def run_one(tool: str, size: float, rnd: int, corpus: Path, model: Path, idle_s:
         wait_idle(idle_s)
     env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1",
                HF_DATASETS_CACHE=str(cache), TOKENIZERS_PARALLELISM="false")
+    # Bytecode is cached, as Python does by default and an installed package has it: with
+    # PYTHONDONTWRITEBYTECODE set (some containers set it) every job would compile the
+    # project's modules again, which the one-file reference never does.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     # `python -m` puts its working directory first on sys.path, before PYTHONPATH: each tree's
     # job runs from that tree, or "job before" would import this one.
     code = BEFORE[0] if tool == "job before" else ROOT

@@ -84,7 +84,9 @@ def run_job(tree: Path, inputs: Path, output: Path, shuffle: str) -> dict[str, f
            "--window", "512", "--output", str(output)]
     if shuffle == "runner":
         cmd += ["--shuffle", "runner"]
+    # Bytecode cached, as Python does by default (bench_job.py says why).
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     before = psutil.Process().cpu_times()
     start = time.perf_counter()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tree)

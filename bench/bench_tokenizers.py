@@ -88,7 +88,9 @@ def run_job(corpus: pathlib.Path, tokenizer: pathlib.Path, engine: str,
     cmd = [sys.executable, "-m", "pipeline", "--input", str(corpus / "*.jsonl"), "--id-field",
            "id", "--tokenizer", str(tokenizer), "--window", "512", "--stride", "256",
            "--tokenizer-engine", engine, "--output", str(out), "--overwrite"]
+    # Bytecode cached, as Python does by default (bench_job.py says why).
     env = {**os.environ, "PYTHONPATH": str(code)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     before = _children_cpu()
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, cwd=code, env=env, capture_output=True, timeout=7200)
