@@ -18,7 +18,7 @@ import apache_beam as beam
 
 from pipeline import fs
 from pipeline.output import check_claim, remove_job_files
-from pipeline.tagged import RECEIPTS, REJECTS, SHARDS
+from pipeline.tagged import RECEIPTS, REJECTS, SHARDS, StepFn
 from pipeline.write import RejectCount, place_shard, write_placed_shard
 from transforms.input_names import shown_name
 from transforms.keys import ShardPlan
@@ -50,7 +50,7 @@ __all__ = ["ExpectedFiles", "FinalizeDataset"]
 ExpectedFiles = dict[str, tuple[int, float | None]] | dict[str, int]
 
 
-class _FinalizeFn(beam.DoFn):
+class _FinalizeFn(StepFn):
     def __init__(self, context: JobContext, expected_files: ExpectedFiles | None) -> None:
         config = context.config
         self._output = context.output
@@ -267,10 +267,8 @@ class FinalizeDataset(beam.PTransform):
         self._parts = {SHARDS: shards, REJECTS: reject_counts, RECEIPTS: receipts}
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
-        tagged = [
-            pcoll | f"Tag{tag.capitalize()}" >> beam.Map(_tag_for_finalize, tag)
-            for tag, pcoll in self._parts.items()
-        ]
+        tagged = [pcoll | f"Tag{tag.capitalize()}" >> beam.ParDo(_TagFn(tag))
+                  for tag, pcoll in self._parts.items()]
         return (
             tagged
             | "Everything" >> beam.Flatten()
@@ -279,5 +277,11 @@ class FinalizeDataset(beam.PTransform):
         )
 
 
-def _tag_for_finalize(value: Any, tag: str) -> tuple[None, tuple[str, Any]]:
-    return None, (tag, value)
+class _TagFn(StepFn):
+    """value → (None, (tag, value)): one key for all, the tag saying what the value is."""
+
+    def __init__(self, tag: str) -> None:
+        self._tag = tag
+
+    def process(self, value: Any) -> Iterator[tuple[None, tuple[str, Any]]]:
+        yield None, (self._tag, value)
