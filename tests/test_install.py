@@ -229,3 +229,35 @@ def test_what_loads_on_first_use_works_once_used() -> None:
     lazy, loaded = json.loads(done.stdout)
     assert loaded == "module"
     assert lazy in ([], ["dateutil.parser", "httplib2"])
+
+
+BEARTYPE = """
+import json, sys
+{first}
+import pipeline
+import apache_beam.typehints.typehints as th
+loaded = "beartype" in sys.modules
+{look}
+class A: pass
+class B(A): pass
+checks = [th.is_consistent_with(B, A), th.is_consistent_with(A, B)]
+from beartype.door import is_subhint
+from beartype.roar import BeartypeDoorException
+print(json.dumps([loaded, checks, th.is_subhint is is_subhint,
+                  th.BeartypeDoorException is BeartypeDoorException]))
+"""
+
+
+@pytest.mark.slow  # fresh interpreters
+@pytest.mark.parametrize(("first", "look", "loaded"), [
+    ("", "", False),  # loaded by the first comparison Beam hands to beartype
+    ("", "from apache_beam.typehints.typehints import BeartypeDoorException", False),
+    ("import beartype.door", "", True),  # loaded already: Beam's module as it is
+])
+def test_beartype_loads_when_beams_type_hints_first_need_it(first: str, look: str,
+                                                            loaded: bool) -> None:
+    done = subprocess.run([sys.executable, "-c", BEARTYPE.format(first=first, look=look)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [loaded, [True, False], True, True]
