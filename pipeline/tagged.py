@@ -22,10 +22,9 @@ import apache_beam as beam
 
 __all__ = ["PARCELS", "RECEIPTS", "REJECTS", "SHARDS", "Outputs", "SplitTags", "StepFn"]
 
-# The tags, the same in every step that emits or groups them. EncodeChunks emits PARCELS (a
-# shard's parcels, or a spill file's path), REJECTS and RECEIPTS (one per chunk); WriteShards
-# SHARDS (each written shard) and REJECTS (duplicate ids); FinalizeDataset groups SHARDS,
-# REJECTS (WriteRejects' counts by reason) and RECEIPTS.
+# The tags, the same in every step that emits them. EncodeChunks emits PARCELS (a shard's
+# parcels, or a spill file's path), REJECTS and RECEIPTS (one per chunk); WriteShards SHARDS
+# (each written shard) and REJECTS (duplicate ids).
 PARCELS = "parcels"
 REJECTS = "rejects"
 RECEIPTS = "receipts"
