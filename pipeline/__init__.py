@@ -10,6 +10,7 @@ traceback; its names then raise that message.
 import ast
 import gc
 import importlib.machinery
+import importlib.util
 import logging
 import sys
 import threading
@@ -89,16 +90,85 @@ class _DeferredConnectors(importlib.machinery.SourceFileLoader):
         module.__dict__.update(__getattr__=__getattr__, __dir__=__dir__)
 
 
+# Two libraries Beam imports as it loads and calls only on paths a local job never takes:
+# httplib2 (with pyparsing, which it imports: about 45 ms), Beam's HTTP client for Dataflow
+# submissions and Google's APIs, and dateutil's parser (8 ms), for RFC 3339 timestamps. While
+# Beam loads for the job, each is imported lazily (`importlib.util.LazyLoader`): the module
+# object is there at once, its code runs, whole, at the first look-up of any attribute.
+# Nothing else Beam imports is left for later: a module looked up as Beam loads (the
+# proto-plus library, yaml) or imported with ``from … import`` would load anyway.
+_ON_FIRST_USE = ("httplib2", "dateutil.parser")
+
+
+# Beam's type hints import beartype (about 70 ms: its decorators load with it) for one
+# function, `is_subhint`, which Beam calls only to compare two classes it has no rule for
+# (`apache_beam.typehints.typehints.is_consistent_with`), as the job's graph never does. While
+# Beam loads for the job, that module (the only one of Beam's to import beartype) runs, as
+# compiled, with a stand-in for beartype's two names: its `is_subhint` loads beartype on its
+# first call, and from then on the module holds beartype's own `is_subhint` and
+# `BeartypeDoorException`, which a look-up also loads. Where beartype is loaded already,
+# the module loads as it is.
+_BEARTYPE_USER = "apache_beam.typehints.typehints"
+
+
+class _BeartypeOnFirstUse(importlib.machinery.SourceFileLoader):
+    """Loads `_BEARTYPE_USER` with beartype's two names bound on first use."""
+
+    def exec_module(self, module: ModuleType) -> None:
+        if "beartype" in sys.modules:
+            super().exec_module(module)
+            return
+        names = module.__dict__
+
+        def load() -> None:
+            from beartype.door import is_subhint
+            from beartype.roar import BeartypeDoorException
+
+            names.pop("__getattr__", None)
+            names.update(is_subhint=is_subhint, BeartypeDoorException=BeartypeDoorException)
+
+        def is_subhint(subhint: object, superhint: object) -> bool:
+            load()
+            return names["is_subhint"](subhint, superhint)  # type: ignore[no-any-return]
+
+        def __getattr__(name: str) -> object:  # PEP 562: BeartypeDoorException, until loaded
+            if name == "BeartypeDoorException":
+                load()
+                return names[name]
+            raise AttributeError(f"module {module.__name__!r} has no attribute {name!r}")
+
+        stubs = {name: ModuleType(name) for name in ("beartype", "beartype.door", "beartype.roar")}
+        stubs["beartype.door"].is_subhint = is_subhint  # type: ignore[attr-defined]
+        stubs["beartype.roar"].BeartypeDoorException = None  # type: ignore[attr-defined]
+        sys.modules.update(stubs)
+        try:
+            super().exec_module(module)
+        finally:
+            for name, stub in stubs.items():
+                if sys.modules.get(name) is stub:
+                    del sys.modules[name]
+        if names.get("BeartypeDoorException", 0) is None:
+            del names["BeartypeDoorException"]
+            names["__getattr__"] = __getattr__
+
+
 class _DeferConnectors:
-    """A meta path finder for ``apache_beam.io`` alone, installed while Beam loads."""
+    """A meta path finder for ``apache_beam.io``, `_BEARTYPE_USER` and `_ON_FIRST_USE`,
+    installed while Beam loads."""
 
     @staticmethod
     def find_spec(name: str, path: Any, target: Any = None) -> Any:
-        if name != "apache_beam.io":
+        if name not in ("apache_beam.io", _BEARTYPE_USER, *_ON_FIRST_USE):
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is not None and type(spec.loader) is importlib.machinery.SourceFileLoader:
+        if spec is None or type(spec.loader) is not importlib.machinery.SourceFileLoader:
+            return spec
+        if name == "apache_beam.io":
             spec.loader = _DeferredConnectors(name, spec.loader.path)
+        elif name == _BEARTYPE_USER:
+            spec.loader = _BeartypeOnFirstUse(name, spec.loader.path)
+        else:
+            spec.loader = importlib.util.LazyLoader(spec.loader)
         return spec
 
 

@@ -18,7 +18,7 @@ import apache_beam as beam
 
 from pipeline import fs
 from pipeline.output import check_claim, remove_job_files
-from pipeline.tagged import RECEIPTS, REJECTS, SHARDS
+from pipeline.tagged import StepFn
 from pipeline.write import RejectCount, place_shard, write_placed_shard
 from transforms.input_names import shown_name
 from transforms.keys import ShardPlan
@@ -50,7 +50,7 @@ __all__ = ["ExpectedFiles", "FinalizeDataset"]
 ExpectedFiles = dict[str, tuple[int, float | None]] | dict[str, int]
 
 
-class _FinalizeFn(beam.DoFn):
+class _FinalizeFn(StepFn):
     def __init__(self, context: JobContext, expected_files: ExpectedFiles | None) -> None:
         config = context.config
         self._output = context.output
@@ -67,12 +67,23 @@ class _FinalizeFn(beam.DoFn):
         self._footer_threads = context.tuning.footer_threads
         self._splits = context.splits
 
-    def process(self, group: tuple[None, Iterable[tuple[str, Any]]]) -> Iterator[dict]:
-        found: dict[str, list[Any]] = {SHARDS: [], REJECTS: [], RECEIPTS: []}
-        for tag, value in group[1]:
-            found[tag].append(value)
-        yield self._finalize(shards=found[SHARDS], rejects=dict(found[REJECTS]),
-                             receipts=found[RECEIPTS], plan=self._plan)
+    def process(self, group: tuple[None, Iterable[Any]]) -> Iterator[dict]:
+        shards: list[WrittenShard] = []
+        receipts: list[Receipt] = []
+        rejects: dict[str, RejectCount] = {}
+        for value in group[1]:  # what each value is, its type says
+            if isinstance(value, WrittenShard):
+                shards.append(value)
+            elif isinstance(value, Receipt):
+                receipts.append(value)
+            elif (isinstance(value, tuple) and len(value) == 2
+                  and isinstance(value[1], RejectCount)):
+                rejects[value[0]] = value[1]
+            else:
+                raise TypeError(f"FinalizeDataset got a {type(value).__name__}, which is no "
+                                "written shard, input receipt or (reason, RejectCount)")
+        yield self._finalize(shards=shards, rejects=rejects, receipts=receipts,
+                             plan=self._plan)
 
     def _finalize(self, *, shards: list[WrittenShard], rejects: dict[str, RejectCount],
                   receipts: list[Receipt], plan: ShardPlan) -> Manifest | SplitsRecord:
@@ -235,9 +246,9 @@ def _versions() -> dict[str, str]:
 class FinalizeDataset(beam.PTransform):
     """Writes ``_manifest.json`` once every shard and reject file is written, then cleans up.
 
-    The shards, reject counts and input receipts arrive as one group (each tagged,
-    flattened, grouped under one key), so the runner cannot start this step before they are
-    complete. Not side inputs: Beam's DaskRunner computes a side input inside the task that
+    The shards, reject counts and input receipts arrive as one group (flattened, grouped
+    under one key; each told apart by its type), so the runner cannot start this step before
+    they are complete. Not side inputs: Beam's DaskRunner computes a side input inside the task that
     reads it, again for each reader, so three side inputs here ran EncodeChunks three times
     and WriteShards twice there (docs/cost.md#dask). It fails the job, writing no manifest,
     if any input was not read exactly once (`transforms.chunks.account_inputs`, checked
@@ -264,20 +275,22 @@ class FinalizeDataset(beam.PTransform):
                  receipts: beam.PCollection) -> None:
         super().__init__()
         self._fn = _FinalizeFn(context, expected_files)
-        self._parts = {SHARDS: shards, REJECTS: reject_counts, RECEIPTS: receipts}
+        self._parts = (shards, reject_counts, receipts)
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
-        tagged = [
-            pcoll | f"Tag{tag.capitalize()}" >> beam.Map(_tag_for_finalize, tag)
-            for tag, pcoll in self._parts.items()
-        ]
+        # One step keys them all after the Flatten, not one per input before it: each step is
+        # a fixed cost of the job (pipeline.tagged.StepFn).
         return (
-            tagged
+            self._parts
             | "Everything" >> beam.Flatten()
+            | "OneKey" >> beam.ParDo(_OneKeyFn())
             | "AllAtOnce" >> beam.GroupByKey()
             | "WriteManifest" >> beam.ParDo(self._fn)
         )
 
 
-def _tag_for_finalize(value: Any, tag: str) -> tuple[None, tuple[str, Any]]:
-    return None, (tag, value)
+class _OneKeyFn(StepFn):
+    """value → (None, value): one key for all."""
+
+    def process(self, value: Any) -> Iterator[tuple[None, Any]]:
+        yield None, value

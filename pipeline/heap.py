@@ -12,19 +12,31 @@ Nothing about the output depends on it: reference counting frees objects as befo
 the collector still collects every cycle the work makes. What it no longer collects are
 cycles that were already garbage when it was called, which the launcher and each worker
 call once, after loading (a few kB at most).
+
+It also lets the youngest generation grow to `YOUNG` objects before a collection, not
+CPython's 700: a worker parses records into dicts and documents by the hundred thousand, and
+a batch alive across young collections is walked again in the middle generation: about 360
+collections in the encoding step at 100 MB, 0.18-0.22 s, where 10,000 leaves a handful
+(26-30 ms; peak memory the same). Cycles are collected as before, a little later.
 """
 
 from __future__ import annotations
 
 import gc
 
-__all__ = ["leave_loaded_out"]
+__all__ = ["YOUNG", "leave_loaded_out"]
+
+YOUNG = 10_000  # the youngest generation's threshold (CPython's default: 700)
 
 
 def leave_loaded_out() -> None:
     """Leave every object alive now out of later cyclic collections (``gc.freeze``).
 
     Cheap (it moves lists, it walks nothing) and safe to call more than once: the launcher
-    calls it once its modules are loaded, each worker's steps in their ``setup``.
+    calls it once its modules are loaded, each worker's steps in their ``setup``. Raises
+    the youngest generation's threshold to `YOUNG` (never lowers one set higher).
     """
     gc.freeze()
+    young, *older = gc.get_threshold()
+    if young < YOUNG:
+        gc.set_threshold(YOUNG, *older)

@@ -39,3 +39,14 @@ def test_max_skipped_share_fails_a_mostly_rejected_job(tmp_path):
     with pytest.raises(Exception, match=r"2 of 3 records \(66.7 %\) skipped as missing_text"):
         run_job(tmp_path / "o", "--input", str(src), "--tokenizer", "bytes",
                 "--max-skipped-share", "0.5")
+
+
+def test_a_value_of_no_known_type_fails_the_last_step_before_anything_is_written():
+    from pipeline.finalize import _FinalizeFn
+
+    fn = _FinalizeFn.__new__(_FinalizeFn)  # process sorts the group before it reads the context
+    with pytest.raises(TypeError, match=r"FinalizeDataset got a str, which is no written "
+                                        r"shard, input receipt or \(reason, RejectCount\)"):
+        next(fn.process((None, ["shard?"])))
+    with pytest.raises(TypeError, match="got a tuple"):
+        next(fn.process((None, [("missing_text", 3)])))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from pipeline.heap import leave_loaded_out
+from pipeline.heap import YOUNG, leave_loaded_out
 
 
 class _Node:
@@ -29,3 +29,17 @@ def test_what_is_alive_is_frozen_and_a_cycle_made_later_is_still_collected():
     finally:
         gc.unfreeze()  # this test's process is not a job: give the objects back
     assert gc.get_freeze_count() == 0
+
+
+def test_the_youngest_generation_grows_to_young_objects_and_a_higher_threshold_stays():
+    saved = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        leave_loaded_out()
+        assert gc.get_threshold() == (YOUNG, 10, 10)
+        gc.set_threshold(50_000, 5, 5)
+        leave_loaded_out()
+        assert gc.get_threshold() == (50_000, 5, 5)
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*saved)

@@ -190,3 +190,74 @@ def test_the_collector_is_paused_while_beam_loads(first: str, want: list) -> Non
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == want
+
+
+def test_two_libraries_beam_loads_are_imported_on_first_use() -> None:
+    import importlib.util
+
+    import dateutil
+
+    from pipeline import _DeferConnectors
+
+    spec = _DeferConnectors.find_spec("dateutil.parser", dateutil.__path__)
+    assert isinstance(spec.loader, importlib.util.LazyLoader)
+    assert _DeferConnectors.find_spec("dateutil.tz", dateutil.__path__) is None
+
+
+LAZY = """
+import json, sys
+import pipeline
+lazy = sorted(n for n in ("httplib2", "dateutil.parser")
+              if type(sys.modules.get(n)).__name__ == "_LazyModule")
+from apache_beam.internal.http_client import get_new_http
+from apache_beam.utils.timestamp import Timestamp
+import httplib2
+assert isinstance(get_new_http(), httplib2.Http)
+assert Timestamp.from_rfc3339("2020-01-01T00:00:00Z") == Timestamp(1577836800)
+print(json.dumps([lazy, type(sys.modules["httplib2"]).__name__]))
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_what_loads_on_first_use_works_once_used() -> None:
+    # Lazy where nothing else imported them first (a lean environment: ['dateutil.parser',
+    # 'httplib2']; with the gcp extra, Google's clients load both as Beam loads).
+    done = subprocess.run([sys.executable, "-c", LAZY], cwd=REPO, capture_output=True,
+                          text=True, timeout=300,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    lazy, loaded = json.loads(done.stdout)
+    assert loaded == "module"
+    assert lazy in ([], ["dateutil.parser", "httplib2"])
+
+
+BEARTYPE = """
+import json, sys
+{first}
+import pipeline
+import apache_beam.typehints.typehints as th
+loaded = "beartype" in sys.modules
+{look}
+class A: pass
+class B(A): pass
+checks = [th.is_consistent_with(B, A), th.is_consistent_with(A, B)]
+from beartype.door import is_subhint
+from beartype.roar import BeartypeDoorException
+print(json.dumps([loaded, checks, th.is_subhint is is_subhint,
+                  th.BeartypeDoorException is BeartypeDoorException]))
+"""
+
+
+@pytest.mark.slow  # fresh interpreters
+@pytest.mark.parametrize(("first", "look", "loaded"), [
+    ("", "", False),  # loaded by the first comparison Beam hands to beartype
+    ("", "from apache_beam.typehints.typehints import BeartypeDoorException", False),
+    ("import beartype.door", "", True),  # loaded already: Beam's module as it is
+])
+def test_beartype_loads_when_beams_type_hints_first_need_it(first: str, look: str,
+                                                            loaded: bool) -> None:
+    done = subprocess.run([sys.executable, "-c", BEARTYPE.format(first=first, look=look)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [loaded, [True, False], True, True]

@@ -81,3 +81,22 @@ def test_an_input_inside_the_output_is_refused_and_nothing_claimed(tmp_path):
         f"--output {out} lies where --input {tmp_path}/**.jsonl matches: the job would read "
         "its own output; choose an output outside the input pattern")
     assert sorted(os.listdir(out)) == ["old.jsonl"]
+
+
+def test_the_tokenizer_loads_beside_the_match_and_a_pattern_error_comes_first(tmp_path):
+    # The model loads on a helper thread while the inputs are matched: the input error is
+    # still the one reported, and a bad model is reported once the inputs are fine.
+    src = corpus(tmp_path / "in")
+    (tmp_path / "bad.model").write_bytes(b"not a model")
+    with pytest.raises(ValueError, match=r"--input .*/none/\*\.jsonl matches no file"):
+        launch("--input", f"{tmp_path}/none/*.jsonl", "--tokenizer",
+               str(tmp_path / "bad.model"), "--output", str(tmp_path / "o1"))
+    with pytest.raises(ValueError, match=r"bad\.model is not a SentencePiece model"):
+        launch("--input", f"{src}/*.jsonl", "--tokenizer", str(tmp_path / "bad.model"),
+               "--output", str(tmp_path / "o2"))
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+    model = pathlib.Path(__file__).resolve().parents[1] / "samples" / "spm.model"
+    job = launch("--input", f"{src}/*.jsonl", "--tokenizer", str(model), "--output",
+                 str(tmp_path / "o3"))
+    assert (job.context.tokenizer.kind, job.context.tokenizer.vocab_size) == (
+        "sentencepiece", 8000)

@@ -6,7 +6,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline.tagged import Outputs, SplitTags
+from pipeline.tagged import Outputs, SplitTags, StepFn
 from tests.conftest import fn_api_pipeline
 
 
@@ -41,3 +41,55 @@ def test_a_tag_that_no_output_receives_fails_the_pipeline():
                                          r"\['parcels', 'rejects'\]"),
           fn_api_pipeline() as p):
         _ = p | beam.Create(pairs) | SplitTags(["parcels", "rejects"])
+
+
+def test_a_step_fn_lists_its_own_methods_and_attributes_not_beams():
+    class _Keep(StepFn):
+        def __init__(self, tag: str) -> None:
+            self.tag = tag
+
+        def process(self, value):
+            yield self.tag, value
+
+        def _helper(self):
+            return None
+
+    names = dir(_Keep("x"))
+    assert {"process", "_helper", "tag", "__init__"} <= set(names)
+    assert not {"with_input_types", "display_data", "to_runner_api", "setup"} & set(names)
+
+
+def test_beams_own_dofn_methods_declare_no_state_or_timer_parameter():
+    # What StepFn leaves out of dir: Beam would find nothing there (a later Beam may change it).
+    from apache_beam.runners.common import MethodWrapper
+    from apache_beam.transforms.core import _DoFnParam
+
+    dofn = beam.DoFn()
+    methods = [name for name in dir(dofn) if callable(getattr(dofn, name))
+               and getattr(type(dofn), name, None) is not None and not name.startswith("__")]
+    assert len(methods) > 20
+    for name in methods:
+        if isinstance(getattr(dofn, name), type(dofn.process)):
+            defaults = MethodWrapper(dofn, name).defaults
+            assert not [d for d in defaults if isinstance(d, _DoFnParam)], name
+
+
+def test_beam_still_finds_the_state_and_timers_of_a_step_fn():
+    from apache_beam.coders import VarIntCoder
+    from apache_beam.transforms import userstate
+    from apache_beam.transforms.timeutil import TimeDomain
+
+    count = userstate.ReadModifyWriteStateSpec("count", VarIntCoder())
+    flush = userstate.TimerSpec("flush", TimeDomain.WATERMARK)
+    state_param, timer_param = beam.DoFn.StateParam(count), beam.DoFn.TimerParam(flush)
+
+    class _Counting(StepFn):
+        def process(self, item, state=state_param, timer=timer_param):
+            yield item
+
+        @userstate.on_timer(flush)
+        def _flushed(self):
+            yield 0
+
+    assert userstate.get_dofn_specs(_Counting()) == ({count}, {flush})
+    userstate.validate_stateful_dofn(_Counting())

@@ -33,3 +33,18 @@ def test_a_value_set_on_one_view_is_seen_by_every_view():
     assert options.view_as(StandardOptions).runner == "FnApiRunner"
     assert options.view_as(TokenWindowsOptions).get_all_options()["runner"] == "FnApiRunner"
     assert options.get_all_options()["runner"] == "FnApiRunner"
+
+
+def test_a_copy_has_the_same_values_and_views_of_its_own():
+    import copy
+
+    options = JobOptions(ARGV)
+    view = options.view_as(StandardOptions)
+    twin = copy.deepcopy(options)  # as beam.Pipeline copies the options it is given
+    assert type(twin) is JobOptions
+    assert twin.get_all_options() == options.get_all_options()
+    assert twin.view_as(StandardOptions) is not view
+    assert twin.view_as(StandardOptions) is twin.view_as(StandardOptions)
+    twin.view_as(StandardOptions).runner = "FnApiRunner"
+    assert twin.view_as(TokenWindowsOptions).get_all_options()["runner"] == "FnApiRunner"
+    assert view.runner == "DirectRunner"
