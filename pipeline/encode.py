@@ -202,9 +202,10 @@ class _EncodeChunkFn(beam.DoFn):
             bundle.abandon()
 
     def _stream(self, plan: ShardPlan, spill: SpillWriter | None) -> _Stream:
+        # Spilled parcels are written piece by piece, never joined into one byte string.
         return _Stream(PartBuffer(windows=self._windows, plan=plan,
                                   parts_per_shard=1 if spill is None else plan.parts_per_shard,
-                                  splits=self._splits), spill)
+                                  splits=self._splits, joined=spill is None), spill)
 
     def _encode(self, chunk: Chunk, stream: _Stream, *, last: bool) -> Iterator[Any]:
         """Parse the chunk's batches and start encoding them, taking in the batches encoded
@@ -259,13 +260,26 @@ class _EncodeChunkFn(beam.DoFn):
         With a spill file (a bundle's end), what the stream holds is packed first, while
         the encoders finish the batches in flight, and then theirs: the cores would
         otherwise sit idle while the whole buffer is packed (a second, small parcel per
-        part is the price)."""
+        part is the price). Its parts are packed on the encoders' threads, once they are
+        free, while this thread spills each parcel packed before."""
         out = []
-        if stream.spill is not None and stream.in_flight:
-            out += self._emit(stream.held.flush(), stream.spill)
+        if stream.spill is None:
+            while stream.pending:
+                out += self._next(stream)
+            return out + self._emit(stream.held.flush(), stream.spill)
+        if stream.in_flight:
+            self._spill_parts(stream)
         while stream.pending:
             out += self._next(stream)
-        return out + self._emit(stream.held.flush(), stream.spill)
+        self._spill_parts(stream)
+        return out
+
+    def _spill_parts(self, stream: _Stream) -> None:
+        """Pack every part the stream holds on the pool's threads, spilling each parcel in
+        part order as it comes."""
+        packing = [self._pool.submit(pack) for pack in stream.held.flush_parts()]
+        for future in packing:
+            self._emit(future.result(), stream.spill)
 
     def _emit(self, encoded: Encoded,
               spill: SpillWriter | None) -> list[tuple[str, tuple[int, bytes]]]:

@@ -15,6 +15,7 @@ parcel holding z = [256, 97, 98, 99, 100, 101, 257] and windows (0, 4), (4, 2);
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple, TypeVar
@@ -25,7 +26,7 @@ import numpy.typing as npt
 from transforms.documents import Document, Reject
 from transforms.keys import ShardPlan, doc_keys, parts_of
 from transforms.params import WindowSpec
-from transforms.parcels import pack_parcels
+from transforms.parcels import Pieces, pack_parcels
 from transforms.splits import SplitSpec
 from transforms.tokenizers import Tokenizer
 from transforms.windows import plan_windows_batch
@@ -55,7 +56,7 @@ T = TypeVar("T")
 class Encoded(NamedTuple):
     """A batch's parcels, (shard, parcel) in shard order, and what they hold."""
 
-    parcels: list[tuple[int, bytes]]  # (shard, or part, parcel)
+    parcels: list[tuple[int, bytes]] | list[tuple[int, Pieces]]  # (shard, or part, parcel)
     tokens: int  # Σ M
     windows: int
 
@@ -104,9 +105,11 @@ def _pack_columns(
     tokens: Sequence[npt.NDArray[np.int32]], *, windows: WindowSpec, num_shards: int,
     parts_per_shard: int = 1, keys: Sequence[int] | npt.NDArray[np.uint64] | None = None,
     part: int | None = None, lengths: npt.NDArray[np.int64] | None = None,
+    joined: bool = True,
 ) -> Encoded:
     """`pack_documents` of documents given as columns. ``lengths``: each z's M, when known;
-    then ``tokens`` may also hold the z end to end, in one or several arrays."""
+    then ``tokens`` may also hold the z end to end, in one or several arrays. ``joined``:
+    as `transforms.parcels.pack_parcels`'."""
     m = np.fromiter(map(len, tokens), np.int64, len(tokens)) if lengths is None else lengths
     plans = plan_windows_batch(m - 1, windows, ids)
     parcels = pack_parcels(
@@ -118,6 +121,7 @@ def _pack_columns(
         repaired=repaired,
         num_shards=1 if part is not None else num_shards * parts_per_shard,
         doc_tokens=m,
+        joined=joined,
     )
     if part is not None:
         parcels = [(part, parcel) for _, parcel in parcels]
@@ -152,13 +156,16 @@ class PartBuffer:
         parts_per_shard: parts per shard (1: a part is a shard).
         splits: the split definition, which a plan with splits needs.
         max_tokens: hold at most about this many tokens.
+        joined: each parcel as one byte string; False: as its `transforms.parcels.Pieces`,
+            for a caller that writes each out before it adds or flushes again.
 
     Raises:
         ValueError: the plan has splits but no ``splits`` are given.
     """
 
     def __init__(self, *, windows: WindowSpec, plan: ShardPlan, parts_per_shard: int = 1,
-                 splits: SplitSpec | None = None, max_tokens: int = BUFFER_TOKENS) -> None:
+                 splits: SplitSpec | None = None, max_tokens: int = BUFFER_TOKENS,
+                 joined: bool = True) -> None:
         if plan.splits and splits is None:
             raise ValueError("the plan has splits: give their definition (splits=)")
         self._windows = windows
@@ -166,6 +173,7 @@ class PartBuffer:
         self._parts_per_shard = parts_per_shard
         self._splits = splits if plan.splits else None
         self._max_tokens = max_tokens
+        self._joined = joined
         # Held by part, as columns: the text is encoded already, so only the id, source,
         # flag, z, its length and key of each document are kept (no object per document).
         self._held_parts: dict[int, _Held] = {}
@@ -242,22 +250,35 @@ class PartBuffer:
         """One parcel per part held, in part order; the buffer is empty afterwards."""
         return self._pack(sorted(self._held_parts))
 
+    def flush_parts(self) -> list[Callable[[], Encoded]]:
+        """`flush`, one part at a time: a function per part held, in part order, each
+        packing that part's parcel when called, on any thread (the buffer is empty at once,
+        and the functions share nothing with it or with each other)."""
+        return [functools.partial(self._pack_one, part, self._take(part))
+                for part in sorted(self._held_parts)]
+
+    def _take(self, part: int) -> _Held:
+        held = self._held_parts.pop(part)
+        self._held -= held.count
+        return held
+
     def _pack(self, parts: list[int]) -> Encoded:
         """One parcel for each of ``parts`` (in that order), no longer held."""
-        parcels: list[tuple[int, bytes]] = []
+        parcels: list = []
         tokens = windows = 0
         for part in parts:
-            held = self._held_parts.pop(part)
-            packed = _pack_columns(held.ids, held.sources, held.repaired, held.tokens,
-                                   windows=self._windows, num_shards=self._plan.num_shards,
-                                   parts_per_shard=self._parts_per_shard,
-                                   keys=np.concatenate(held.keys), part=part,
-                                   lengths=np.concatenate(held.lengths))
+            packed = self._pack_one(part, self._take(part))
             parcels += packed.parcels
             tokens += packed.tokens
             windows += packed.windows
-            self._held -= held.count
         return Encoded(parcels=parcels, tokens=tokens, windows=windows)
+
+    def _pack_one(self, part: int, held: _Held) -> Encoded:
+        return _pack_columns(held.ids, held.sources, held.repaired, held.tokens,
+                             windows=self._windows, num_shards=self._plan.num_shards,
+                             parts_per_shard=self._parts_per_shard,
+                             keys=np.concatenate(held.keys), part=part,
+                             lengths=np.concatenate(held.lengths), joined=self._joined)
 
 
 def _picker(which: list[int]) -> Callable[[Sequence[T]], list[T]]:

@@ -48,6 +48,7 @@ import numpy as np
 
 from transforms.chunks import Opener
 from transforms.documents import Reject
+from transforms.parcels import Pieces
 from transforms.rows import ShardCounts, ShardRows
 
 __all__ = ["RejectRun", "ShardParts", "SpillWriter", "disk_full_message", "read_run",
@@ -86,12 +87,21 @@ class SpillWriter:
         self._at = 0
         self._written: list[tuple[int, int, int]] = []  # (part, offset, length)
 
-    def write(self, part: int, parcel: bytes) -> None:
+    def write(self, part: int, parcel: bytes | Pieces) -> None:
+        """Append a parcel of ``part``: its bytes, or its pieces end to end
+        (`transforms.parcels.Pieces`, written one after the other: no joined copy)."""
         if not 0 <= part < self._parts:
             raise ValueError(f"part must be in [0, {self._parts}), but got {part}")
-        self._sink.write(parcel)
-        self._written.append((part, self._at, len(parcel)))
-        self._at += len(parcel)
+        if isinstance(parcel, list):
+            size = 0
+            for piece in parcel:
+                self._sink.write(piece)
+                size += len(piece)
+        else:
+            self._sink.write(parcel)
+            size = len(parcel)
+        self._written.append((part, self._at, size))
+        self._at += size
 
     def finish(self) -> int:
         """Write the index and footer; returns the bytes of parcels written."""
@@ -113,6 +123,24 @@ def _read(f: BinaryIO, offset: int, length: int, path: str) -> bytes:
         raise OSError(f"spill file {path} ends at {offset + len(data)}, before the end of "
                       f"[{offset}, {offset + length}); it was truncated")
     return data
+
+
+def _read_into(f: BinaryIO, offset: int, out: memoryview, path: str) -> None:
+    """Fill ``out`` with the bytes at ``offset`` (a file without ``readinto`` is read)."""
+    f.seek(offset)
+    readinto = getattr(f, "readinto", None)
+    got = 0
+    while got < len(out):
+        if readinto is not None:
+            n = readinto(out[got:])
+        else:
+            data = f.read(len(out) - got)
+            n = len(data)
+            out[got : got + n] = data
+        if not n:
+            raise OSError(f"spill file {path} ends at {offset + got}, before the end of "
+                          f"[{offset}, {offset + len(out)}); it was truncated")
+        got += n
 
 
 def _index(f: BinaryIO, path: str, lo: int, hi: int, parts: int) -> list[np.ndarray]:
@@ -141,6 +169,9 @@ class ShardParts:
     part being yielded is in memory (and, per spill file, its index entries for this shard).
     After the iteration, ``counts`` and ``rejects`` are the whole shard's.
 
+    A part's parcels are read into one buffer that the next part reuses (`ShardRows` copies
+    what it keeps), so a shard takes its memory for parcels once, not once per part.
+
     Args:
         spills: the paths of every spill file of the job, in any order.
         shard: the shard's index; parts_per_shard: the shard plan's.
@@ -163,16 +194,23 @@ class ShardParts:
         for path in self._spills:
             with self._open(path) as f:
                 indexes.append(_index(f, path, lo, hi, self._parts))
+        buffer = np.empty(0, np.uint8)
         for j in range(self._k):
-            parcels = []
+            size = sum(int(index[j][:, 1].sum()) for index in indexes)
+            if not size:
+                continue
+            if len(buffer) < size:
+                buffer = np.empty(size + size // 8, np.uint8)  # room for a larger part
+            view, parcels, at = memoryview(buffer), [], 0
             for path, index in zip(self._spills, indexes, strict=True):
                 if len(index[j]):
                     with self._open(path) as f:
-                        parcels += [_read(f, int(o), int(n), path) for o, n in index[j]]
-            if not parcels:
-                continue
+                        for o, n in index[j].tolist():
+                            _read_into(f, o, view[at : at + n], path)
+                            parcels.append(view[at : at + n])
+                            at += n
             rows = ShardRows(parcels)
-            del parcels
+            del parcels, view
             self.counts += rows.counts
             self.rejects.extend(rows.rejects)
             yield rows
