@@ -129,10 +129,10 @@ class _WriteShardFn(beam.DoFn):
     from every spill file one part at a time (`transforms.spill`), the batch written about
     as many at a time as the process has cores, in waves that end together
     (`write_in_waves`). Shards are written on the helper threads of a pool shared by the
-    worker process (pyarrow encodes and compresses off the GIL), at most ``shards_at_once`` at a time (the job's
-    `pipeline.context.Tuning`) and fewer than twice its cores. Nothing is left to emit when
-    ``process`` returns: runners that drop what ``finish_bundle`` emits (Beam's DaskRunner)
-    get every shard.
+    worker process (pyarrow encodes and compresses off the GIL), at most
+    ``shards_at_once`` at a time (the job's `pipeline.context.Tuning`) and fewer than twice
+    its cores. Nothing is left to emit when ``process`` returns: runners that drop what
+    ``finish_bundle`` emits (Beam's DaskRunner) get every shard.
     """
 
     def __init__(self, context: JobContext, *, spilled: bool = False) -> None:
