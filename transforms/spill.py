@@ -169,9 +169,6 @@ class ShardParts:
     part being yielded is in memory (and, per spill file, its index entries for this shard).
     After the iteration, ``counts`` and ``rejects`` are the whole shard's.
 
-    A part's parcels are read into one buffer that the next part reuses (`ShardRows` copies
-    what it keeps), so a shard takes its memory for parcels once, not once per part.
-
     Args:
         spills: the paths of every spill file of the job, in any order.
         shard: the shard's index; parts_per_shard: the shard plan's.
@@ -194,14 +191,12 @@ class ShardParts:
         for path in self._spills:
             with self._open(path) as f:
                 indexes.append(_index(f, path, lo, hi, self._parts))
-        buffer = np.empty(0, np.uint8)
         for j in range(self._k):
             size = sum(int(index[j][:, 1].sum()) for index in indexes)
             if not size:
                 continue
-            if len(buffer) < size:
-                buffer = np.empty(size + size // 8, np.uint8)  # room for a larger part
-            view, parcels, at = memoryview(buffer), [], 0
+            # The part's parcels end to end in one array, each read straight into its place.
+            view, parcels, at = memoryview(np.empty(size, np.uint8)), [], 0
             for path, index in zip(self._spills, indexes, strict=True):
                 if len(index[j]):
                     with self._open(path) as f:
@@ -210,7 +205,7 @@ class ShardParts:
                             parcels.append(view[at : at + n])
                             at += n
             rows = ShardRows(parcels)
-            del parcels, view
+            del parcels, view  # `ShardRows` copies what it keeps
             self.counts += rows.counts
             self.rejects.extend(rows.rejects)
             yield rows
