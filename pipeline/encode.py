@@ -276,10 +276,17 @@ class _EncodeChunkFn(beam.DoFn):
 
     def _spill_parts(self, stream: _Stream) -> None:
         """Pack every part the stream holds on the pool's threads, spilling each parcel in
-        part order as it comes."""
-        packing = [self._pool.submit(pack) for pack in stream.held.flush_parts()]
-        for future in packing:
-            self._emit(future.result(), stream.spill)
+        part order as it comes; only a part per thread is packed ahead of the spilling, so
+        the parcels packed and not yet spilled never hold the whole buffer again."""
+        packs = stream.held.flush_parts()[::-1]  # popped in part order, each dropped once run
+        packing = collections.deque(self._pool.submit(packs.pop())
+                                    for _ in range(min(self._ahead, len(packs))))
+        while packing:
+            encoded = packing.popleft().result()
+            if packs:
+                packing.append(self._pool.submit(packs.pop()))
+            self._emit(encoded, stream.spill)
+            del encoded
 
     def _emit(self, encoded: Encoded,
               spill: SpillWriter | None) -> list[tuple[str, tuple[int, bytes]]]:
