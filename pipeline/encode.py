@@ -260,33 +260,13 @@ class _EncodeChunkFn(beam.DoFn):
         With a spill file (a bundle's end), what the stream holds is packed first, while
         the encoders finish the batches in flight, and then theirs: the cores would
         otherwise sit idle while the whole buffer is packed (a second, small parcel per
-        part is the price). Its parts are packed on the encoders' threads, once they are
-        free, while this thread spills each parcel packed before."""
+        part is the price)."""
         out = []
-        if stream.spill is None:
-            while stream.pending:
-                out += self._next(stream)
-            return out + self._emit(stream.held.flush(), stream.spill)
-        if stream.in_flight:
-            self._spill_parts(stream)
+        if stream.spill is not None and stream.in_flight:
+            out += self._emit(stream.held.flush(), stream.spill)
         while stream.pending:
             out += self._next(stream)
-        self._spill_parts(stream)
-        return out
-
-    def _spill_parts(self, stream: _Stream) -> None:
-        """Pack every part the stream holds on the pool's threads, spilling each parcel in
-        part order as it comes; only a part per thread is packed ahead of the spilling, so
-        the parcels packed and not yet spilled never hold the whole buffer again."""
-        packs = stream.held.flush_parts()[::-1]  # popped in part order, each dropped once run
-        packing = collections.deque(self._pool.submit(packs.pop())
-                                    for _ in range(min(self._ahead, len(packs))))
-        while packing:
-            encoded = packing.popleft().result()
-            if packs:
-                packing.append(self._pool.submit(packs.pop()))
-            self._emit(encoded, stream.spill)
-            del encoded
+        return out + self._emit(stream.held.flush(), stream.spill)
 
     def _emit(self, encoded: Encoded,
               spill: SpillWriter | None) -> list[tuple[str, tuple[int, bytes]]]:

@@ -279,33 +279,3 @@ def test_part_buffer_once_full_packs_its_fullest_parts_an_eighth_at_a_time(num_s
         assert sum(held.values()) <= max_tokens - max_tokens // 8
     assert packs >= 5 if num_shards == 5 else packs >= 3
     assert buffer.flush().tokens == sum(held.values())
-
-
-@pytest.mark.parametrize("joined", [True, False])
-def test_part_buffer_flushed_part_by_part_packs_what_flush_packs(joined):
-    """`PartBuffer.flush_parts`: a packing per part, in part order, the buffer empty at once;
-    their parcels are `flush`'s (as pieces with ``joined=False``)."""
-    docs = [Document(doc_id=f"d{i}", text="abcdefg" * (i % 9 + 1), source=f"f:{i + 1}")
-            for i in range(300)]
-
-    def filled():
-        buffer = PartBuffer(windows=WINDOWS, plan=ShardPlan(num_shards=3),
-                            parts_per_shard=4, joined=joined)
-        for lo in range(0, len(docs), 30):
-            batch = docs[lo : lo + 30]
-            assert buffer.add(batch, TOK.encode_batch([d.text for d in batch])).parcels == []
-        return buffer
-
-    whole = filled().flush()
-    buffer = filled()
-    packings = buffer.flush_parts()
-    assert buffer.flush().parcels == []
-    parts = [packing() for packing in packings]
-    assert [p for e in parts for p, _ in e.parcels] == [p for p, _ in whole.parcels]
-    assert sum(e.tokens for e in parts) == whole.tokens
-    assert sum(e.windows for e in parts) == whole.windows
-    if joined:
-        assert [b for e in parts for _, b in e.parcels] == [b for _, b in whole.parcels]
-    else:
-        assert ([b"".join(b) for e in parts for _, b in e.parcels]
-                == [b"".join(b) for _, b in whole.parcels])

@@ -93,33 +93,8 @@ def test_parts_give_the_rows_counts_rejects_and_bytes_of_the_whole_shard(tmp_pat
     assert documents == 120
 
 
-class _ReadOnly(io.RawIOBase):
-    """A file object without ``readinto`` (some object stores' readers)."""
-
-    def __init__(self, path):
-        self._f = open(path, "rb")  # noqa: SIM115 (closed by close)
-
-    def read(self, n=-1):
-        return self._f.read(n)
-
-    def seek(self, offset, whence=0):
-        return self._f.seek(offset, whence)
-
-    def tell(self):
-        return self._f.tell()
-
-    def close(self):
-        self._f.close()
-
-    def __getattribute__(self, name):
-        if name == "readinto":
-            raise AttributeError(name)
-        return super().__getattribute__(name)
-
-
-def test_parcels_spilled_as_pieces_read_back_from_any_file_as_the_same_shard(tmp_path):
-    """Pieces (`transforms.parcels.Pieces`) make the same spill file as joined parcels; a
-    reader without ``readinto`` reads the same parts."""
+def test_parcels_spilled_as_pieces_read_back_as_the_same_shard(tmp_path):
+    """Pieces (`transforms.parcels.Pieces`) make the same spill file as joined parcels."""
     texts = [f"text {i} " + "abc" * (i % 11) for i in range(60)]
     joined = blocks(texts, partitions=6)
     with open(tmp_path / "p.spill", "wb") as f:
@@ -132,7 +107,7 @@ def test_parcels_spilled_as_pieces_read_back_from_any_file_as_the_same_shard(tmp
     for shard in range(3):
         whole = ShardRows([b for part, b in joined if part // 2 == shard])
         got = ShardParts([path], shard=shard, num_shards=3, parts_per_shard=2,
-                         open_file=_ReadOnly)
+                         open_file=open_local)
         assert shard_bytes(got) == shard_bytes(whole)
 
 

@@ -15,7 +15,6 @@ parcel holding z = [256, 97, 98, 99, 100, 101, 257] and windows (0, 4), (4, 2);
 
 from __future__ import annotations
 
-import functools
 import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple, TypeVar
@@ -250,35 +249,22 @@ class PartBuffer:
         """One parcel per part held, in part order; the buffer is empty afterwards."""
         return self._pack(sorted(self._held_parts))
 
-    def flush_parts(self) -> list[Callable[[], Encoded]]:
-        """`flush`, one part at a time: a function per part held, in part order, each
-        packing that part's parcel when called, on any thread (the buffer is empty at once,
-        and the functions share nothing with it or with each other)."""
-        return [functools.partial(self._pack_one, part, self._take(part))
-                for part in sorted(self._held_parts)]
-
-    def _take(self, part: int) -> _Held:
-        held = self._held_parts.pop(part)
-        self._held -= held.count
-        return held
-
     def _pack(self, parts: list[int]) -> Encoded:
         """One parcel for each of ``parts`` (in that order), no longer held."""
         parcels: list = []
         tokens = windows = 0
         for part in parts:
-            packed = self._pack_one(part, self._take(part))
+            held = self._held_parts.pop(part)
+            packed = _pack_columns(held.ids, held.sources, held.repaired, held.tokens,
+                                   windows=self._windows, num_shards=self._plan.num_shards,
+                                   parts_per_shard=self._parts_per_shard,
+                                   keys=np.concatenate(held.keys), part=part,
+                                   lengths=np.concatenate(held.lengths), joined=self._joined)
             parcels += packed.parcels
             tokens += packed.tokens
             windows += packed.windows
+            self._held -= held.count
         return Encoded(parcels=parcels, tokens=tokens, windows=windows)
-
-    def _pack_one(self, part: int, held: _Held) -> Encoded:
-        return _pack_columns(held.ids, held.sources, held.repaired, held.tokens,
-                             windows=self._windows, num_shards=self._plan.num_shards,
-                             parts_per_shard=self._parts_per_shard,
-                             keys=np.concatenate(held.keys), part=part,
-                             lengths=np.concatenate(held.lengths), joined=self._joined)
 
 
 def _picker(which: list[int]) -> Callable[[Sequence[T]], list[T]]:

@@ -219,7 +219,7 @@ def _pieces(batch: _Batch) -> Pieces:
     return parts
 
 
-def read_parcel(data: bytes | memoryview) -> Parcel:
+def read_parcel(data: bytes) -> Parcel:
     """The columns of a parcel written by `pack_parcels`.
 
     Raises:

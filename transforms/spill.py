@@ -125,24 +125,6 @@ def _read(f: BinaryIO, offset: int, length: int, path: str) -> bytes:
     return data
 
 
-def _read_into(f: BinaryIO, offset: int, out: memoryview, path: str) -> None:
-    """Fill ``out`` with the bytes at ``offset`` (a file without ``readinto`` is read)."""
-    f.seek(offset)
-    readinto = getattr(f, "readinto", None)
-    got = 0
-    while got < len(out):
-        if readinto is not None:
-            n = readinto(out[got:])
-        else:
-            data = f.read(len(out) - got)
-            n = len(data)
-            out[got : got + n] = data
-        if not n:
-            raise OSError(f"spill file {path} ends at {offset + got}, before the end of "
-                          f"[{offset}, {offset + len(out)}); it was truncated")
-        got += n
-
-
 def _index(f: BinaryIO, path: str, lo: int, hi: int, parts: int) -> list[np.ndarray]:
     """Ranges of parts lo … hi − 1 of one spill file: a (offset, length) array per part."""
     f.seek(0, 2)
@@ -192,20 +174,15 @@ class ShardParts:
             with self._open(path) as f:
                 indexes.append(_index(f, path, lo, hi, self._parts))
         for j in range(self._k):
-            size = sum(int(index[j][:, 1].sum()) for index in indexes)
-            if not size:
-                continue
-            # The part's parcels end to end in one array, each read straight into its place.
-            view, parcels, at = memoryview(np.empty(size, np.uint8)), [], 0
+            parcels = []
             for path, index in zip(self._spills, indexes, strict=True):
                 if len(index[j]):
                     with self._open(path) as f:
-                        for o, n in index[j].tolist():
-                            _read_into(f, o, view[at : at + n], path)
-                            parcels.append(view[at : at + n])
-                            at += n
+                        parcels += [_read(f, int(o), int(n), path) for o, n in index[j]]
+            if not parcels:
+                continue
             rows = ShardRows(parcels)
-            del parcels, view  # `ShardRows` copies what it keeps
+            del parcels
             self.counts += rows.counts
             self.rejects.extend(rows.rejects)
             yield rows
