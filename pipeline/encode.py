@@ -202,9 +202,10 @@ class _EncodeChunkFn(beam.DoFn):
             bundle.abandon()
 
     def _stream(self, plan: ShardPlan, spill: SpillWriter | None) -> _Stream:
+        # Spilled parcels are written piece by piece, never joined into one byte string.
         return _Stream(PartBuffer(windows=self._windows, plan=plan,
                                   parts_per_shard=1 if spill is None else plan.parts_per_shard,
-                                  splits=self._splits), spill)
+                                  splits=self._splits, joined=spill is None), spill)
 
     def _encode(self, chunk: Chunk, stream: _Stream, *, last: bool) -> Iterator[Any]:
         """Parse the chunk's batches and start encoding them, taking in the batches encoded

@@ -124,17 +124,19 @@ class _WriteShardFn(beam.DoFn):
     (`pipeline.tagged`). Metrics are bumped here, on the bundle thread.
 
     A shard arrives as (index, its parcels), written before the next; or, with the file
-    shuffle, as (a batch of indexes, every spill file), its parts then read from every spill
-    file one part at a time (`transforms.spill`), the batch written about as many at a
-    time as the process has cores, in waves that end together (`write_in_waves`). Shards
-    are written on the helper threads of a pool shared by the worker process (pyarrow
-    encodes and compresses off the GIL), at most ``shards_at_once`` at a time (the job's
-    `pipeline.context.Tuning`) and fewer than twice its cores. Nothing is left to emit when
-    ``process`` returns: runners that drop what ``finish_bundle`` emits (Beam's DaskRunner)
-    get every shard.
+    shuffle (``spilled``), in a batch of shards as the shuffle that spreads the batches
+    groups it, (batch number, [(shard indexes, every spill file)]), its parts then read
+    from every spill file one part at a time (`transforms.spill`), the batch written about
+    as many at a time as the process has cores, in waves that end together
+    (`write_in_waves`). Shards are written on the helper threads of a pool shared by the
+    worker process (pyarrow encodes and compresses off the GIL), at most
+    ``shards_at_once`` at a time (the job's `pipeline.context.Tuning`) and fewer than twice
+    its cores. Nothing is left to emit when ``process`` returns: runners that drop what
+    ``finish_bundle`` emits (Beam's DaskRunner) get every shard.
     """
 
-    def __init__(self, context: JobContext) -> None:
+    def __init__(self, context: JobContext, *, spilled: bool = False) -> None:
+        self._spilled = spilled
         self._output = context.output
         self._window = context.config.windows.window
         self._plan = context.plan
@@ -153,17 +155,18 @@ class _WriteShardFn(beam.DoFn):
             tag="write-shard")
         leave_loaded_out()
 
-    def process(self, item: tuple[int, Iterable[bytes]] | tuple[list[int], list[str]]
+    def process(self, item: tuple[int, Iterable[bytes]]
+                | tuple[int, Iterable[tuple[list[int], list[str]]]]
                 ) -> Iterator[tuple[str, Any]]:
         plan = self._plan
-        if not isinstance(item[0], list):
-            index, parcels = item  # type: ignore[misc]
+        if not self._spilled:
+            index, parcels = item
             # On the process's pool all the same: however many bundle threads a runner runs
             # in a process (Dataflow: a dozen), at most `_at_once` shards are written at once.
-            rows = ShardRows(list(parcels))
+            rows = ShardRows(list(parcels))  # type: ignore[arg-type]
             yield from self._finished(self._pool.submit(self._write, index, rows, plan).result())
             return
-        indexes, spills = item
+        ((indexes, spills),) = item[1]  # type: ignore[misc]  # one batch per batch number
 
         def start(index: int) -> Future[tuple[list[Reject], WrittenShard]]:
             return self._pool.submit(
@@ -224,11 +227,11 @@ class WriteShards(beam.PTransform):
                       | "AllSpills" >> beam.GroupByKey()
                       | "EveryShard" >> beam.FlatMap(_shard_batches, self._context.plan,
                                                      self._context.tuning.shards_at_once)
-                      | "SpreadShards" >> beam.GroupByKey()
-                      | "Batches" >> beam.Map(_batch))
+                      | "SpreadShards" >> beam.GroupByKey())
         return (
             groups
-            | "WriteShard" >> beam.ParDo(_WriteShardFn(self._context))
+            | "WriteShard" >> beam.ParDo(_WriteShardFn(self._context,
+                                                       spilled=self._spills is not None))
             | "ByTag" >> SplitTags([SHARDS, REJECTS])
         )
 
@@ -287,12 +290,6 @@ def write_in_waves(start: Callable[[int], Future[T]], shards: list[int], *,
                 shard = pending.pop(0)
                 running[start(shard)] = shard
     return done
-
-
-def _batch(item: tuple[int, Iterable[tuple[list[int], list[str]]]]
-           ) -> tuple[list[int], list[str]]:
-    (batch,) = item[1]
-    return batch
 
 
 def _key_by_reason(reject: Reject | RejectRun) -> tuple[str, Reject | RejectRun]:

@@ -44,7 +44,7 @@ def docs_of(texts, *, spec=SPEC, seed=0, wide_at=None):
     return docs
 
 
-def pack(docs, num_shards=1):
+def pack(docs, num_shards=1, joined=True):
     """`pack_parcels` of plain documents (their plans end to end)."""
     plans = WindowPlans(
         counts=np.array([len(d["starts"]) for d in docs], np.int64),
@@ -57,7 +57,7 @@ def pack(docs, num_shards=1):
         doc_keys=[d["doc_key"] for d in docs], doc_ids=[d["doc_id"] for d in docs],
         sources=[d["source"] for d in docs],
         tokens=[np.array(d["tokens"], np.int32) for d in docs], plans=plans,
-        repaired=[d["repaired"] for d in docs], num_shards=num_shards,
+        repaired=[d["repaired"] for d in docs], num_shards=num_shards, joined=joined,
     )
 
 
@@ -128,6 +128,15 @@ def test_pack_parcels_moves_each_document_to_its_key_range(num_shards, wide_at):
         mine = [d for d in docs if shard_of(d["doc_key"], num_shards) == shard]
         assert got[shard] == mine
         assert got[shard] == [parcel_documents(parcel_of([d]))[0] for d in mine]
+
+
+@pytest.mark.parametrize("wide_at", [None, 3])
+def test_a_parcel_s_pieces_end_to_end_are_its_bytes(wide_at):
+    docs = docs_of([f"text {i} " * (i % 7) for i in range(60)], seed=7, wide_at=wide_at)
+    for (shard, parcel), (same, pieces) in zip(pack(docs, 5), pack(docs, 5, joined=False),
+                                               strict=True):
+        assert shard == same and isinstance(pieces, list)
+        assert b"".join(pieces) == parcel
 
 
 def test_pack_parcels_of_no_documents_is_no_parcel():

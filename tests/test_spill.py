@@ -93,6 +93,24 @@ def test_parts_give_the_rows_counts_rejects_and_bytes_of_the_whole_shard(tmp_pat
     assert documents == 120
 
 
+def test_parcels_spilled_as_pieces_read_back_as_the_same_shard(tmp_path):
+    """Pieces (`transforms.parcels.Pieces`) make the same spill file as joined parcels."""
+    texts = [f"text {i} " + "abc" * (i % 11) for i in range(60)]
+    joined = blocks(texts, partitions=6)
+    with open(tmp_path / "p.spill", "wb") as f:
+        writer = SpillWriter(f, num_parts=6)
+        for part, parcel in joined:
+            writer.write(part, [parcel[:5], memoryview(parcel)[5:]])
+        writer.finish()
+    path = spill([joined], tmp_path / "j.spill", 6)
+    assert (tmp_path / "p.spill").read_bytes() == (tmp_path / "j.spill").read_bytes()
+    for shard in range(3):
+        whole = ShardRows([b for part, b in joined if part // 2 == shard])
+        got = ShardParts([path], shard=shard, num_shards=3, parts_per_shard=2,
+                         open_file=open_local)
+        assert shard_bytes(got) == shard_bytes(whole)
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.text(max_size=30), min_size=0, max_size=40), st.integers(1, 9),
        st.integers(1, 7))

@@ -25,7 +25,7 @@ import numpy.typing as npt
 from transforms.documents import Document, Reject
 from transforms.keys import ShardPlan, doc_keys, parts_of
 from transforms.params import WindowSpec
-from transforms.parcels import pack_parcels
+from transforms.parcels import Pieces, pack_parcels
 from transforms.splits import SplitSpec
 from transforms.tokenizers import Tokenizer
 from transforms.windows import plan_windows_batch
@@ -55,7 +55,7 @@ T = TypeVar("T")
 class Encoded(NamedTuple):
     """A batch's parcels, (shard, parcel) in shard order, and what they hold."""
 
-    parcels: list[tuple[int, bytes]]  # (shard, or part, parcel)
+    parcels: list[tuple[int, bytes]] | list[tuple[int, Pieces]]  # (shard, or part, parcel)
     tokens: int  # Σ M
     windows: int
 
@@ -104,9 +104,11 @@ def _pack_columns(
     tokens: Sequence[npt.NDArray[np.int32]], *, windows: WindowSpec, num_shards: int,
     parts_per_shard: int = 1, keys: Sequence[int] | npt.NDArray[np.uint64] | None = None,
     part: int | None = None, lengths: npt.NDArray[np.int64] | None = None,
+    joined: bool = True,
 ) -> Encoded:
     """`pack_documents` of documents given as columns. ``lengths``: each z's M, when known;
-    then ``tokens`` may also hold the z end to end, in one or several arrays."""
+    then ``tokens`` may also hold the z end to end, in one or several arrays. ``joined``:
+    as `transforms.parcels.pack_parcels`'."""
     m = np.fromiter(map(len, tokens), np.int64, len(tokens)) if lengths is None else lengths
     plans = plan_windows_batch(m - 1, windows, ids)
     parcels = pack_parcels(
@@ -118,6 +120,7 @@ def _pack_columns(
         repaired=repaired,
         num_shards=1 if part is not None else num_shards * parts_per_shard,
         doc_tokens=m,
+        joined=joined,
     )
     if part is not None:
         parcels = [(part, parcel) for _, parcel in parcels]
@@ -152,13 +155,16 @@ class PartBuffer:
         parts_per_shard: parts per shard (1: a part is a shard).
         splits: the split definition, which a plan with splits needs.
         max_tokens: hold at most about this many tokens.
+        joined: each parcel as one byte string; False: as its `transforms.parcels.Pieces`,
+            for a caller that writes each out before it adds or flushes again.
 
     Raises:
         ValueError: the plan has splits but no ``splits`` are given.
     """
 
     def __init__(self, *, windows: WindowSpec, plan: ShardPlan, parts_per_shard: int = 1,
-                 splits: SplitSpec | None = None, max_tokens: int = BUFFER_TOKENS) -> None:
+                 splits: SplitSpec | None = None, max_tokens: int = BUFFER_TOKENS,
+                 joined: bool = True) -> None:
         if plan.splits and splits is None:
             raise ValueError("the plan has splits: give their definition (splits=)")
         self._windows = windows
@@ -166,6 +172,7 @@ class PartBuffer:
         self._parts_per_shard = parts_per_shard
         self._splits = splits if plan.splits else None
         self._max_tokens = max_tokens
+        self._joined = joined
         # Held by part, as columns: the text is encoded already, so only the id, source,
         # flag, z, its length and key of each document are kept (no object per document).
         self._held_parts: dict[int, _Held] = {}
@@ -244,7 +251,7 @@ class PartBuffer:
 
     def _pack(self, parts: list[int]) -> Encoded:
         """One parcel for each of ``parts`` (in that order), no longer held."""
-        parcels: list[tuple[int, bytes]] = []
+        parcels: list = []
         tokens = windows = 0
         for part in parts:
             held = self._held_parts.pop(part)
@@ -252,7 +259,7 @@ class PartBuffer:
                                    windows=self._windows, num_shards=self._plan.num_shards,
                                    parts_per_shard=self._parts_per_shard,
                                    keys=np.concatenate(held.keys), part=part,
-                                   lengths=np.concatenate(held.lengths))
+                                   lengths=np.concatenate(held.lengths), joined=self._joined)
             parcels += packed.parcels
             tokens += packed.tokens
             windows += packed.windows

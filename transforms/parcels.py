@@ -38,13 +38,18 @@ import numpy.typing as npt
 from transforms.keys import shard_of
 from transforms.windows import WindowPlans
 
-__all__ = ["Parcel", "pack_parcels", "read_parcel"]
+__all__ = ["Parcel", "Pieces", "pack_parcels", "read_parcel"]
 
 _HEADER = struct.Struct("<4sIqqqqq")
 _MAGIC = b"TWB1"
 _WIDE = 1  # flag: tokens are int32 (else uint16)
 _ZEROS = bytes(8)
 _FEW = 64  # token arrays checked one by one (`_joined`)
+
+# A parcel as the buffers it is made of, end to end (`pack_parcels` with ``joined=False``):
+# a caller that writes it to a file writes them one after the other, with no copy of the
+# whole parcel made first.
+Pieces = list[bytes | memoryview]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -76,7 +81,8 @@ def pack_parcels(
     repaired: Sequence[bool],
     num_shards: int,
     doc_tokens: npt.NDArray[np.int64] | None = None,
-) -> list[tuple[int, bytes]]:
+    joined: bool = True,
+) -> list[tuple[int, bytes]] | list[tuple[int, Pieces]]:
     """Documents and their windows packed by the shard of their key.
 
     Args:
@@ -86,22 +92,26 @@ def pack_parcels(
         num_shards: the job's shard count.
         doc_tokens: the length M of each z, when the caller has them already; then
             ``tokens`` may also be every z end to end, in one or several arrays.
+        joined: each parcel as one byte string; False: as its `Pieces`, for a caller that
+            writes them out at once (their buffers may be the caller's arrays: not to be
+            kept once those change).
 
     Returns:
         (shard, parcel of its documents in their order) for each shard that has documents, in
         shard order.
     """
+    pack = _pack if joined else _pieces
     batch = _Batch.of(doc_keys, doc_ids, sources, tokens, plans, repaired, doc_tokens)
     if not len(batch.keys):
         return []
     if num_shards == 1:
-        return [(0, _pack(batch))]
+        return [(0, pack(batch))]
     shards = np.fromiter((shard_of(k, num_shards) for k in batch.keys.tolist()), np.int64,
                          len(batch.keys))
     present = np.unique(shards)
     if len(present) == 1:
-        return [(int(present[0]), _pack(batch))]
-    return [(int(shard), _pack(batch.select(shards == shard))) for shard in present]
+        return [(int(present[0]), pack(batch))]
+    return [(int(shard), pack(batch.select(shards == shard))) for shard in present]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,10 +181,14 @@ def _blob(strings: list[str]) -> tuple[bytes, npt.NDArray[np.int64]]:
 
 
 def _pack(batch: _Batch) -> bytes:
+    return b"".join(_pieces(batch))
+
+
+def _pieces(batch: _Batch) -> Pieces:
     z = batch.z
     wide = z.dtype != np.uint16 and len(z) > 0 and int(z.max()) >= 1 << 16
     (ids, id_ends), (sources, src_ends) = _blob(batch.ids), _blob(batch.sources)
-    parts: list[bytes | memoryview] = [
+    parts: Pieces = [
         _HEADER.pack(_MAGIC, _WIDE if wide else 0, len(batch.keys), len(batch.z),
                      len(batch.plans.starts), len(ids), len(sources))
     ]
@@ -185,7 +199,7 @@ def _pack(batch: _Batch) -> bytes:
             parts.append(_ZEROS[:pad])
 
     def add_array(array: np.ndarray, dtype: str) -> None:
-        # The array's own buffer, joined once below: no bytes copy of each column first.
+        # The array's own buffer: no bytes copy of each column first.
         data = memoryview(np.ascontiguousarray(array, dtype=dtype)).cast("B")
         add(data)
 
@@ -202,7 +216,7 @@ def _pack(batch: _Batch) -> bytes:
         (batch.plans.lengths, "<i4"), (batch.plans.loss_starts, "<i4"),
     ):
         add_array(array, dtype)
-    return b"".join(parts)
+    return parts
 
 
 def read_parcel(data: bytes) -> Parcel:

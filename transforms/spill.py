@@ -48,6 +48,7 @@ import numpy as np
 
 from transforms.chunks import Opener
 from transforms.documents import Reject
+from transforms.parcels import Pieces
 from transforms.rows import ShardCounts, ShardRows
 
 __all__ = ["RejectRun", "ShardParts", "SpillWriter", "disk_full_message", "read_run",
@@ -86,12 +87,21 @@ class SpillWriter:
         self._at = 0
         self._written: list[tuple[int, int, int]] = []  # (part, offset, length)
 
-    def write(self, part: int, parcel: bytes) -> None:
+    def write(self, part: int, parcel: bytes | Pieces) -> None:
+        """Append a parcel of ``part``: its bytes, or its pieces end to end
+        (`transforms.parcels.Pieces`, written one after the other: no joined copy)."""
         if not 0 <= part < self._parts:
             raise ValueError(f"part must be in [0, {self._parts}), but got {part}")
-        self._sink.write(parcel)
-        self._written.append((part, self._at, len(parcel)))
-        self._at += len(parcel)
+        if isinstance(parcel, list):
+            size = 0
+            for piece in parcel:
+                self._sink.write(piece)
+                size += len(piece)
+        else:
+            self._sink.write(parcel)
+            size = len(parcel)
+        self._written.append((part, self._at, size))
+        self._at += size
 
     def finish(self) -> int:
         """Write the index and footer; returns the bytes of parcels written."""
