@@ -43,7 +43,7 @@ from apache_beam.utils import shared
 
 from pipeline import fs, progress
 from pipeline.heap import leave_loaded_out
-from pipeline.tagged import PARCELS, RECEIPTS, REJECTS, Outputs, SplitTags
+from pipeline.tagged import PARCELS, RECEIPTS, REJECTS, Outputs, SplitTags, StepFn
 from transforms.chunks import Chunk, read_chunk
 from transforms.documents import Document, Reject
 from transforms.encoding import Encoded, PartBuffer, batch_documents
@@ -96,7 +96,7 @@ def load_tokenizer(spec: str | TokenizerSpec | None, num_threads: int = 1) -> To
                                 config=config, engine=spec.engine)
 
 
-class _EncodeChunkFn(beam.DoFn):
+class _EncodeChunkFn(StepFn):
     """A chunk → (shard, parcel) pairs, or (with the bundle's first chunk) the path of the
     bundle's spill file, which holds the parcels; its rejects and its receipt; each as a
     (tag, value) pair (`pipeline.tagged`).

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 import apache_beam as beam
 
 from pipeline import fs
+from pipeline.tagged import StepFn
 from transforms.chunks import CHUNK_BYTES, Chunk, count_lines, number_chunks, plan_chunks
 from transforms.codecs import compression_of
 from transforms.input_names import disambiguated_name, pattern_base, relative_name, shown_name
@@ -50,7 +51,7 @@ def _named(found: PatternMatch, bases: list[str]) -> tuple[str, tuple[str, _Matc
     return rel, (path, (index, rel, size, mtime))
 
 
-class _MatchPatternFn(beam.DoFn):
+class _MatchPatternFn(StepFn):
     """(pattern index, pattern) → `_named` per file it matches."""
 
     def __init__(self, bases: list[str]) -> None:
@@ -77,7 +78,7 @@ def _distinct_names(item: tuple[str, Iterable[tuple[str, _Match]]],
         yield path, (index, disambiguated_name(path, bases) if clash else name, size, mtime)
 
 
-class _PlanChunksFn(beam.DoFn):
+class _PlanChunksFn(StepFn):
     """(path, [(pattern index, rel, size) of each pattern that matched it]) → the file's
     chunks, read as the first pattern's."""
 

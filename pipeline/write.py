@@ -24,7 +24,7 @@ from apache_beam.utils import shared
 
 from pipeline import fs
 from pipeline.heap import leave_loaded_out
-from pipeline.tagged import REJECTS, SHARDS, Outputs, SplitTags
+from pipeline.tagged import REJECTS, SHARDS, Outputs, SplitTags, StepFn
 from transforms.documents import Reject, source_order
 from transforms.keys import ShardPlan
 from transforms.lookup import read_records
@@ -118,7 +118,7 @@ def write_placed_shard(*, plan: ShardPlan, index: int, output: str, fingerprint:
     return dataclasses.replace(shard, index=index)
 
 
-class _WriteShardFn(beam.DoFn):
+class _WriteShardFn(StepFn):
     """Writes shards and emits, from ``process`` only, (`SHARDS`, its
     `transforms.manifest.WrittenShard`) and (`REJECTS`, each reject) pairs
     (`pipeline.tagged`). Metrics are bumped here, on the bundle thread.
