@@ -47,7 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = ["ENGINES", "GPT2_PATTERN", "PROBE", "BpeTables", "TiktokenEngine", "byte_decoder",
-           "convert", "first_difference", "merged_alone"]
+           "convert", "first_difference", "merged_alone", "with_ends"]
 
 ENGINES = ("auto", "tokenizers", "tiktoken")
 # ByteLevel's own split (tokenizers' pre_tokenizers/byte_level.rs), as the GPT-2 encoder had it.
@@ -268,10 +268,9 @@ def _ranks(keep: dict[str, int], made: dict[str, int]) -> tuple[list[int], dict[
 
 
 _CORES: dict[int, tuple[BpeTables, Any]] = {}
-# tiktoken's one special token: it joins a batch's texts (`TiktokenEngine.encode_batch`) and
-# is allowed only there; with none allowed, tiktoken's buffer encode is `encode_ordinary` into
-# an array (an empty special set would be a pattern matching everywhere). Its first character
-# occurs in it once, so two of its occurrences never overlap.
+# tiktoken's one special token: it joins a batch's texts (`TiktokenEngine.encode_batch`), allowed
+# only there; with none allowed, tiktoken's buffer encode is `encode_ordinary` into an array (an
+# empty special set: a pattern matching everywhere). Its first character occurs in it once.
 _SEP = "\x00<|token-windows: a text ends here|>\x01"
 _NONE_ALLOWED: frozenset[str] = frozenset()
 _SEP_ALLOWED = frozenset({_SEP})
@@ -359,7 +358,7 @@ class TiktokenEngine:
         if joined is None:  # a lone surrogate, or a gap between matches (`_piece`)
             alone, joined = [True] * len(alone), []
         rest = iter(joined)
-        return [_wrap(self.encode_array(t), bos, eos) if a else next(rest)
+        return [with_ends(self.encode_array(t), bos, eos) if a else next(rest)
                 for t, a in zip(texts, alone, strict=True)]
 
     def _joined(self, texts: list[str], bos: int, eos: int) -> list[npt.NDArray[np.int32]] | None:
@@ -412,7 +411,8 @@ class TiktokenEngine:
         return ranks if self._rank_ids is None else self._rank_ids[ranks]
 
 
-def _wrap(ids: npt.NDArray[np.integer], bos: int, eos: int) -> npt.NDArray[np.int32]:
+def with_ends(ids: Sequence[int] | np.ndarray, bos: int, eos: int) -> npt.NDArray[np.int32]:
+    """A document's z, ``[bos, *ids, eos]``, as one int32 array (every tokenizer kind's)."""
     z = np.empty(len(ids) + 2, np.int32)
     z[0], z[1:-1], z[-1] = bos, ids, eos
     return z

@@ -39,6 +39,7 @@ from transforms.bpe_engine import (
     TiktokenEngine,
     convert,
     first_difference,
+    with_ends,
 )
 from transforms.manifest import TokenizerInfo
 
@@ -125,11 +126,8 @@ class ByteTokenizer:
     sha256 = None
 
     def encode(self, text: str) -> npt.NDArray[np.int32]:
-        body = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
-        z = np.empty(len(body) + 2, dtype=np.int32)
-        z[0], z[-1] = self.bos_id, self.eos_id
-        z[1:-1] = body
-        return z
+        return with_ends(np.frombuffer(text.encode("utf-8"), dtype=np.uint8), self.bos_id,
+                         self.eos_id)
 
     def encode_batch(self, texts: Sequence[str]) -> list[npt.NDArray[np.int32]]:
         return [self.encode(t) for t in texts]
@@ -308,10 +306,7 @@ class HFTokenizer:
         return [z for part in parts for z in part]
 
     def _wrap(self, ids: Sequence[int] | npt.NDArray[np.integer]) -> npt.NDArray[np.int32]:
-        z = np.empty(len(ids) + 2, dtype=np.int32)
-        z[0], z[-1] = self.bos_id, self.eos_id
-        z[1:-1] = ids
-        return z
+        return with_ends(ids, self.bos_id, self.eos_id)
 
     def info(self) -> TokenizerInfo:
         # The engine that encodes (docs/tokenizers.md#engines): a record of how, never part
