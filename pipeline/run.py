@@ -40,6 +40,7 @@ from pipeline.runners import (
     is_dataflow,
     is_local,
     local_mode,
+    prompt_bundle_ends,
     runner_for,
     settle_dry_run,
     settle_setup,
@@ -129,7 +130,8 @@ def _start(job: _Prepared) -> Submitted:
             reporter.start(files=len(files), shards=context.plan.num_shards,
                            tokenizer=tok.rsplit("/", 1)[-1] if tok else "bytes",
                            runner=f"local runner ({local_mode(options)})")
-        result = p.run()
+        with prompt_bundle_ends(options):
+            result = p.run()
         if reporter is not None and PipelineState.is_terminal(result.state):
             reporter.stop()  # the FnApiRunner ran the whole job inside run()
         return Submitted(context, result, dry_run, started, reporter)

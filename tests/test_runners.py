@@ -420,3 +420,49 @@ def test_local_dry_run_builds_the_graph_and_writes_nothing(tmp_path):
     job = submit(argv)
     assert job.dry_run and job.result is None
     assert not out.exists()
+
+
+_PERIODS: list[int] = []  # module-level: the pickled step below appends here, not to a copy
+
+
+def _record_period(x: int) -> int:
+    from apache_beam.runners.worker import statesampler
+
+    _PERIODS.append(statesampler.get_current_tracker().sampling_period_ms)
+    return x
+
+
+def _periods_seen(options_argv: list[str]) -> list[int]:
+    """The state sampler's period in the bundles of a tiny pipeline run in this process under
+    `prompt_bundle_ends`."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+
+    from pipeline.runners import prompt_bundle_ends
+
+    _PERIODS.clear()
+    with prompt_bundle_ends(PipelineOptions(options_argv)), beam.Pipeline(
+            runner=fn_runner.FnApiRunner()) as p:
+        _ = p | beam.Create([1, 2, 3]) | beam.Map(_record_period)
+    return list(_PERIODS)
+
+
+def test_in_process_bundles_end_without_waiting_out_the_sampler_and_beam_is_restored():
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.worker import statesampler
+
+    from pipeline.runners import SAMPLING_MS, prompt_bundle_ends
+
+    beams = statesampler.StateSampler
+    assert _periods_seen([]) == [SAMPLING_MS] * 3
+    assert statesampler.StateSampler is beams  # left as it was after the job
+    # Workers in processes of their own, and other runners, keep Beam's period.
+    assert _periods_seen(["--direct_running_mode=multi_processing"]) == [
+        statesampler.DEFAULT_SAMPLING_PERIOD_MS] * 3
+    with pytest.raises(RuntimeError, match="boom"), prompt_bundle_ends(PipelineOptions([])):
+        raise RuntimeError("boom")
+    assert statesampler.StateSampler is beams  # and after a failed one
+    with prompt_bundle_ends(PipelineOptions(["--runner=DaskRunner"])):
+        assert statesampler.StateSampler is beams
+    assert statesampler.DEFAULT_SAMPLING_PERIOD_MS > SAMPLING_MS
