@@ -55,7 +55,7 @@ T = TypeVar("T")
 class Encoded(NamedTuple):
     """A batch's parcels, (shard, parcel) in shard order, and what they hold."""
 
-    parcels: list[tuple[int, bytes]] | list[tuple[int, Pieces]]  # (shard, or part, parcel)
+    parcels: list[tuple[int, bytes | Pieces]]  # (shard or part, parcel: bytes, or its Pieces)
     tokens: int  # Σ M
     windows: int
 
@@ -251,7 +251,7 @@ class PartBuffer:
 
     def _pack(self, parts: list[int]) -> Encoded:
         """One parcel for each of ``parts`` (in that order), no longer held."""
-        parcels: list = []
+        parcels: list[tuple[int, bytes | Pieces]] = []
         tokens = windows = 0
         for part in parts:
             held = self._held_parts.pop(part)
