@@ -1,4 +1,4 @@
-"""Which runner runs the job, what each needs, and the Beam option quirks worked around.
+"""Which runner runs the job, what each needs, and the Beam quirks worked around.
 
 Without ``--runner`` the job runs on Beam's FnApiRunner (`runner_for`). Any other runner gets
 the same graph unchanged: ``--runner DataflowRunner`` (workers install the project from
