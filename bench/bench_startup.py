@@ -14,7 +14,11 @@ installed package's is (``PYTHONDONTWRITEBYTECODE`` is dropped for the job).
 interpreter's start, importing the job (Beam, then its own modules), the checks before any
 work, the launcher's chunk plan, building the graph, and ``Pipeline.run`` (translation and
 stages; of it, the time in the stages' bundles), and counts the graph's ParDo steps and the
-stages the runner ran (each a fixed cost on the FnApiRunner)::
+stages the runner ran (each a fixed cost on the FnApiRunner), and the tokenizer's loads
+(how many in the job's process, and their seconds: the launcher's runs on a helper thread).
+``--phase-rounds N`` makes that N alternating runs of each, after one unrecorded, and prints
+each phase's median per tree and, against the first tree, the median paired difference (a
+phase of tens of milliseconds stands out there, where whole runs vary by more)::
 
     python bench/bench_startup.py --tree before=/tmp/before --tree after=.
     python bench/bench_startup.py --python lean=/tmp/leanvenv/bin/python --python env=python \\
@@ -76,6 +80,17 @@ from apache_beam.runners.portability.fn_api_runner import fn_runner
 timed(fn_runner.FnApiRunner, "_execute_bundle", "  of which the stages' bundles")
 timed(r, "print_summary", "the summary")
 counts = {}
+import pipeline.encode as enc
+inner_load = enc.tokenizer_from_bytes
+def load(*a, **k):  # the launcher's (on a helper thread) and each step's that loads its own
+    counts["tokenizers loaded (count)"] = counts.get("tokenizers loaded (count)", 0) + 1
+    s = time.perf_counter()
+    try:
+        return inner_load(*a, **k)
+    finally:
+        spent["loading the tokenizer (each load)"] = (
+            spent.get("loading the tokenizer (each load)", 0) + time.perf_counter() - s)
+enc.tokenizer_from_bytes = load
 inner_run = fn_runner.FnApiRunner.run_via_runner_api
 def counted(self, proto, options):
     transforms = proto.components.transforms.values()
@@ -97,7 +112,8 @@ sys.modules.setdefault("IPython", None)  # as the command does (pipeline.run.cli
 r.main(sys.argv[1:])
 total = time.perf_counter() - t0
 order = ["checks before any work", "the launcher's chunk plan", "building the graph",
-         "Pipeline.run (translation, stages)", "  of which the stages' bundles", "the summary"]
+         "Pipeline.run (translation, stages)", "  of which the stages' bundles", "the summary",
+         "loading the tokenizer (each load)"]
 spent["  of which the two longest stages"] = sum(sorted(each)[-2:])
 order.insert(5, "  of which the two longest stages")
 print(json.dumps({"importing the job (Beam and its modules)": t1 - t0,
@@ -153,6 +169,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="NAME=PATH: a Python environment (default: this one, as 'env')")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--phases", action="store_true", help="break one run of each down")
+    parser.add_argument("--phase-rounds", type=int, default=1,
+                        help="with --phases: that many alternating runs of each (medians)")
     parser.add_argument("--corpus", help="PATTERN: another job's input instead of the sample's "
                         "(with --model; window 512, stride 256, ids from 'id')")
     parser.add_argument("--model", help="that job's tokenizer")
@@ -195,11 +213,26 @@ def main(argv: list[str] | None = None) -> None:
         if not same:
             raise SystemExit("the runs wrote different bytes")
     if args.phases:
+        n = args.phase_rounds
+        seen: dict[tuple[str, str], list[dict[str, float]]] = {c: [] for c in combos}
+        for r in range(n + (n > 1)):  # with several, a first unrecorded round
+            for py, tree in combos:
+                got = phases(pythons[py], trees[tree], out[(py, tree)], job)
+                if n == 1 or r:
+                    seen[(py, tree)].append(got)
         for py, tree in combos:
-            print(f"\nwhere {py} / {tree} spends its time (seconds, one run):")
-            for name, value in phases(pythons[py], trees[tree], out[(py, tree)], job).items():
-                print(f"  {name:<40} {value:6d}" if isinstance(value, int)
-                      else f"  {name:<40} {value:6.3f}")
+            mine, ref = seen[(py, tree)], seen[(py, base)]
+            print(f"\nwhere {py} / {tree} spends its time (seconds, "
+                  f"{'one run' if n == 1 else f'median of {n} runs'}"
+                  f"{'' if n == 1 or tree == base else f'; paired difference from {base}'}):")
+            for name, first in mine[0].items():
+                # Counts stay whole: the lower median is one of them.
+                median = statistics.median_low if isinstance(first, int) else statistics.median
+                form = "d" if isinstance(first, int) else ".3f"
+                value = median(x[name] for x in mine)
+                diff = "" if n == 1 or tree == base else " " + format(median(
+                    x[name] - y[name] for x, y in zip(mine, ref, strict=True)), "+7" + form)
+                print(f"  {name:<40} {value:6{form}}{diff}")
     WORK.mkdir(exist_ok=True)
     saved = WORK / f"startup-{time.strftime('%Y%m%d-%H%M%S')}.json"
     saved.write_text(json.dumps(runs, indent=1))

@@ -9,9 +9,9 @@ on `JobConfig`) read by the step that needs it, not a keyword threaded through f
 signatures.
 
 The context is pickled with every step's DoFn, to Dataflow, Flink, portable and Dask workers:
-it holds plain values only (no handle, no client, no tokenizer), and stays the same size
-whatever the corpus: the launcher's list of matched files, which only the last step checks,
-is handed to `FinalizeDataset` on its own.
+it holds plain values only (no client, no tokenizer; its ``tokenizer_handle`` pickles as a
+key), and stays the same size whatever the corpus: the launcher's list of matched files,
+which only the last step checks, is handed to `FinalizeDataset` on its own.
 
 Example::
 
@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+
+from apache_beam.utils import shared
 
 from pipeline import fs
 from pipeline.options import JobConfig
@@ -118,6 +120,8 @@ class JobContext:
         progress_dir: where workers report progress (`pipeline.progress`), a private
             directory of the launcher on the local runner; None: they report nothing.
         tuning: the knobs (`Tuning`).
+        tokenizer_handle: the job's tokenizer in a process (`pipeline.encode.acquire_tokenizer`):
+            a key, pickled with the steps; the launcher's tokenizer is the in-process steps'.
     """
 
     config: JobConfig
@@ -128,6 +132,8 @@ class JobContext:
     attempt: str | None = None
     progress_dir: str | None = None
     tuning: Tuning = dataclasses.field(default_factory=Tuning)
+    tokenizer_handle: shared.Shared = dataclasses.field(default_factory=shared.Shared,
+                                                        compare=False, repr=False)
 
     @property
     def output(self) -> str:
@@ -148,15 +154,18 @@ class JobContext:
 def job_context(config: JobConfig, files: Files | None, *, fingerprint: str,
                 tokenizer: TokenizerInfo | None, tmp_dir: str | None = None,
                 attempt: str | None = None, progress_dir: str | None = None,
-                tuning: Tuning | None = None) -> JobContext:
+                tuning: Tuning | None = None,
+                tokenizer_handle: shared.Shared | None = None) -> JobContext:
     """The `JobContext` of a job over ``files`` ({path: (size, mtime)} or {path: size} as the
     launcher matched them; None: a dry run), its shard plan computed here, once.
 
-    ``tmp_dir`` defaults to ``OUTPUT/.tmp/job``.
+    ``tmp_dir`` defaults to ``OUTPUT/.tmp/job``; ``tokenizer_handle`` to a new one (the
+    launcher passes the one it loaded the tokenizer through).
     """
     tuning = tuning or Tuning()
     return JobContext(
         config=config, plan=_shard_plan(config, files, tuning=tuning), tokenizer=tokenizer,
         fingerprint=fingerprint,
         tmp_dir=tmp_dir if tmp_dir is not None else fs.join(config.output, TMP_DIR, "job"),
-        attempt=attempt, progress_dir=progress_dir, tuning=tuning)
+        attempt=attempt, progress_dir=progress_dir, tuning=tuning,
+        tokenizer_handle=shared.Shared() if tokenizer_handle is None else tokenizer_handle)

@@ -53,8 +53,9 @@ from transforms.tokenizers import Tokenizer, TokenizerSpec, hf_config_path, toke
 
 if TYPE_CHECKING:
     from pipeline.context import JobContext
+    from pipeline.options import JobConfig
 
-__all__ = ["SHUFFLES", "EncodeChunks", "load_tokenizer"]
+__all__ = ["SHUFFLES", "EncodeChunks", "acquire_tokenizer", "load_tokenizer"]
 
 _LOG = logging.getLogger("token_windows")
 
@@ -96,6 +97,24 @@ def load_tokenizer(spec: str | TokenizerSpec | None, num_threads: int = 1) -> To
                                 config=config, engine=spec.engine)
 
 
+def acquire_tokenizer(handle: shared.Shared, config: JobConfig) -> Tokenizer:
+    """The job's tokenizer in this process: loaded once per ``handle`` (the job context's
+    ``tokenizer_handle``) by `load_tokenizer` with the job's spec and ``--encode-threads``,
+    then shared by whoever acquires it while someone holds it.
+
+    The launcher loads it through the handle first (`pipeline.preflight`) and holds it for
+    the run, so the steps of a runner that runs them in the launcher's process (the local
+    runner ``in_memory``) take the launcher's; a worker process of any other runner has
+    none, and loads its own. The handle pickles as a key: the tokenizer never enters the
+    graph. The spec and thread count are the tag: a different one loads anew.
+
+    Raises:
+        ValueError: the model cannot be read or is not a usable tokenizer.
+    """
+    spec, threads = config.tokenizer_spec, config.encode_threads
+    return handle.acquire(lambda: load_tokenizer(spec, threads), tag=(spec, threads))
+
+
 class _EncodeChunkFn(StepFn):
     """A chunk → (shard, parcel) pairs, or (with the bundle's first chunk) the path of the
     bundle's spill file, which holds the parcels; its rejects and its receipt; each as a
@@ -112,25 +131,22 @@ class _EncodeChunkFn(StepFn):
         self._plan = context.plan
         self._splits = context.splits
         self._windows = config.windows
-        self._tokenizer_spec = config.tokenizer_spec
-        self._threads = config.encode_threads
+        self._config = config
         self._batch_chars = context.tuning.batch_chars
         self._ahead = context.tuning.encoding_ahead
         self._spill_dir = context.spill_dir
         self._progress_dir = context.progress_dir
         self._write_every = context.tuning.progress_write_every
-        self._handle = shared.Shared()
+        self._handle = context.tokenizer_handle
         self._records = Metrics.counter("read", "records")
         self._tokens = Metrics.counter("tokenize", "tokens")
         self._windows_made = Metrics.counter("windows", "windows")
         self._spilled = Metrics.counter("shuffle", "spilled_bytes")
 
     def setup(self) -> None:
-        # One model per worker process, however many threads or DoFn instances it runs.
-        self._tokenizer = self._handle.acquire(
-            lambda: load_tokenizer(self._tokenizer_spec, self._threads),
-            tag=f"{self._tokenizer_spec!r}@{self._threads}",
-        )
+        # One model per worker process, however many threads or DoFn instances it runs; in
+        # the launcher's process, the launcher's.
+        self._tokenizer = acquire_tokenizer(self._handle, self._config)
         self._pool = ThreadPoolExecutor(self._ahead, thread_name_prefix="encode")
         self._progress = progress.Reporter(self._progress_dir, write_every=self._write_every)
         leave_loaded_out()  # the model and the worker's modules: later collections skip them

@@ -17,10 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.utils import shared
 
 from pipeline import fs, launch
 from pipeline.context import JobContext, Tuning, job_context
-from pipeline.encode import load_tokenizer
+from pipeline.encode import acquire_tokenizer
 from pipeline.options import JobConfig
 from pipeline.output import absolute, check_outside_inputs, claim_output
 from pipeline.read import PatternMatch
@@ -36,6 +37,7 @@ from transforms.chunks import Chunk
 from transforms.input_names import pattern_base, relative_name, shown_name
 from transforms.manifest_build import job_fingerprint
 from transforms.schema import TMP_DIR
+from transforms.tokenizers import Tokenizer
 
 __all__ = ["Launch", "preflight"]
 
@@ -49,6 +51,10 @@ class Launch(NamedTuple):
     matched: list[PatternMatch] | None = None
     # The input chunks as the launcher planned them (`pipeline.launch`: Dask only), else None
     chunks: list[Chunk] | None = None
+    # The tokenizer the launcher loaded through the context's handle; None: dry run. Held
+    # while the job runs: Beam's Shared keeps only a weak reference, and steps run in this
+    # process take this one (`pipeline.encode.acquire_tokenizer`).
+    tokenizer: Tokenizer | None = None
 
 
 def preflight(config: JobConfig, options: PipelineOptions, *,
@@ -75,14 +81,17 @@ def preflight(config: JobConfig, options: PipelineOptions, *,
     # SentencePiece and tokenizers parse a model with the GIL released (40 ms for a 32k
     # SentencePiece model): it loads on a helper thread while this one matches the inputs and
     # loads what the job would load later anyway (`_load_ahead`). A pattern that matches
-    # nothing is still the error reported, before any about the tokenizer.
+    # nothing is still the error reported, before any about the tokenizer. It loads as a
+    # worker's would, through the job's handle: the in-process runner's steps take it.
+    handle = shared.Shared()
     with ThreadPoolExecutor(1, thread_name_prefix="load-tokenizer") as pool:
-        loading = pool.submit(load_tokenizer, config.tokenizer_spec)
+        loading = pool.submit(acquire_tokenizer, handle, config)
         files, names, matched = _match_inputs(config)
         chunks = (launch.plan_at_launch(config, matched, chunk_bytes=tuning.chunk_bytes)
                   if launch.plans_chunks(options) else None)
         _load_ahead(options)
-        info = loading.result().info()
+        tokenizer = loading.result()
+    info = tokenizer.info()
     fingerprint = job_fingerprint(tokenizer=info, windows=config.windows.to_json(),
                                   reading=config.read.to_json(), num_shards=config.num_shards,
                                   files=names, splits=config.splits.to_json() or None)
@@ -90,8 +99,8 @@ def preflight(config: JobConfig, options: PipelineOptions, *,
     claim_output(config, attempt, fingerprint)
     context = job_context(config, files, fingerprint=fingerprint, tokenizer=info,
                           tmp_dir=fs.join(config.output, TMP_DIR, attempt), attempt=attempt,
-                          tuning=tuning)
-    return Launch(context, files, matched, chunks)
+                          tuning=tuning, tokenizer_handle=handle)
+    return Launch(context, files, matched, chunks, tokenizer)
 
 
 def _load_ahead(options: PipelineOptions) -> None:

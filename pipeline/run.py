@@ -95,7 +95,9 @@ def _prepare(argv: Sequence[str] | None, tuning: Tuning | None) -> _Prepared:
 
 
 def _start(job: _Prepared) -> Submitted:
-    options, dry_run, (context, files, matched, planned) = job
+    # `held`, the launcher's tokenizer, stays referenced until this returns: the in-process
+    # runner's steps, which run inside p.run(), take it instead of loading their own.
+    options, dry_run, (context, files, matched, planned, held) = job
     reporter = None
     try:
         settle_setup(options)

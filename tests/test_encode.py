@@ -2,26 +2,31 @@
 
 The pure steps it wraps (reading a chunk, batching, planning, packing) are tested without
 Beam in tests/test_chunks.py and tests/test_encoding.py; here, what only the DoFn does: its
-three outputs, and several batches encoding at once on one model.
+three outputs, several batches encoding at once on one model, and which tokenizer it
+encodes with (the launcher's in the launcher's process, its own elsewhere).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import pickle
 from concurrent.futures import Future
 
 import apache_beam as beam
+import cloudpickle
 import pytest
 import sentencepiece as spm
 from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.utils import shared
 
 from pipeline import encode as encode_module
 from pipeline.context import Tuning
-from pipeline.encode import EncodeChunks, load_tokenizer
+from pipeline.encode import EncodeChunks, acquire_tokenizer, load_tokenizer
 from pipeline.read import SplitInputs
 from pipeline.tagged import PARCELS, RECEIPTS
-from tests.conftest import DATA, fn_api_pipeline, parcel_documents
+from tests.conftest import DATA, dir_bytes, fn_api_pipeline, parcel_documents, run_job
 from tests.job_data import context_of
 from transforms.chunks import open_local, plan_chunks
 from transforms.keys import doc_key, shard_of
@@ -88,6 +93,78 @@ def test_load_tokenizer_names_the_path_it_cannot_read(tmp_path):
         load_tokenizer(str(tmp_path / "gone.model"))
     assert load_tokenizer(None).kind == "bytes"
     assert load_tokenizer(str(DATA / "tiny.model")).bos_id == 1
+
+
+def _count_loads(monkeypatch) -> list[tuple[str, int]]:
+    """(file name, threads) of every tokenizer made in this process from now on."""
+    made = []
+    inner = encode_module.tokenizer_from_bytes
+
+    def counted(model, *, where, num_threads=1, **kwargs):
+        made.append((os.path.basename(where), num_threads))
+        return inner(model, where=where, num_threads=num_threads, **kwargs)
+
+    monkeypatch.setattr(encode_module, "tokenizer_from_bytes", counted)
+    monkeypatch.setattr(encode_module, "leave_loaded_out", lambda: None)  # no gc.freeze here
+    return made
+
+
+def _as_a_runner_gets_it(context) -> encode_module._EncodeChunkFn:
+    """The step's DoFn pickled and unpickled, as every runner hands it to a worker."""
+    return pickle.loads(cloudpickle.dumps(encode_module._EncodeChunkFn(context)))
+
+
+def test_the_step_takes_the_launchers_tokenizer_in_its_process_and_loads_one_elsewhere(
+        monkeypatch):
+    context = context_of("--tokenizer", str(DATA / "tiny.model"), "--encode-threads", "3")
+    made = _count_loads(monkeypatch)
+    # The launcher (`pipeline.preflight`) loads it through the context's handle, and holds it.
+    launchers = acquire_tokenizer(context.tokenizer_handle, context.config)
+    here = _as_a_runner_gets_it(context)
+    here.setup()
+    assert here._tokenizer is launchers and made == [("tiny.model", 3)]
+    here.teardown()
+    # Another job's step (another handle) loads its own, even of the same file.
+    other_job = _as_a_runner_gets_it(dataclasses.replace(context,
+                                                         tokenizer_handle=shared.Shared()))
+    other_job.setup()
+    assert other_job._tokenizer is not launchers and made == [("tiny.model", 3)] * 2
+    other_job.teardown()
+    # A worker in another process (its own map of shared objects) loads its own, as the
+    # job names it.
+    monkeypatch.setattr(shared, "_shared_map", shared._SharedMap())
+    there = _as_a_runner_gets_it(context)
+    there.setup()
+    assert there._tokenizer is not launchers and made == [("tiny.model", 3)] * 3
+    assert there._tokenizer.encode("abc").tolist() == launchers.encode("abc").tolist()
+    there.teardown()
+
+
+def test_a_tokenizer_made_otherwise_is_not_taken(monkeypatch):
+    context = context_of("--tokenizer", str(DATA / "tiny.model"), "--encode-threads", "2")
+    made = _count_loads(monkeypatch)
+    launchers = acquire_tokenizer(context.tokenizer_handle, context.config)
+    one_thread = dataclasses.replace(context.config, encode_threads=1)
+    assert acquire_tokenizer(context.tokenizer_handle, one_thread) is not launchers
+    assert acquire_tokenizer(context.tokenizer_handle, context.config) is not launchers
+    assert made == [("tiny.model", 2), ("tiny.model", 1), ("tiny.model", 2)]
+
+
+@pytest.mark.slow
+def test_an_in_process_job_loads_its_tokenizer_once(tmp_path, monkeypatch):
+    made = _count_loads(monkeypatch)
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(LINES) + "\n")
+    job = ["--input", str(src), "--tokenizer", str(DATA / "tiny.model"), "--window", "8",
+           "--encode-threads", "2"]
+    run_job(tmp_path / "in_memory", *job)
+    assert made == [("tiny.model", 2)]  # the launcher's; the step encoded with it
+    # With worker processes, the launcher's stays in the launcher: the worker loads its own
+    # (counted in its process, not here) and encodes the same ids.
+    run_job(tmp_path / "processes", *job, "--direct_running_mode=multi_processing",
+            "--direct_num_workers=1")
+    assert made == [("tiny.model", 2)] * 2
+    assert dir_bytes(tmp_path / "processes") == dir_bytes(tmp_path / "in_memory")
 
 
 class _Taken(Future):

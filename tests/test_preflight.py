@@ -9,10 +9,12 @@ import pathlib
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipeline import encode
+from pipeline.encode import acquire_tokenizer
 from pipeline.options import JobConfig
 from pipeline.output import read_claim
 from pipeline.preflight import preflight
-from tests.conftest import write_jsonl
+from tests.conftest import DATA, write_jsonl
 from transforms.schema import CLAIM_NAME, TMP_DIR
 
 
@@ -64,7 +66,7 @@ def test_a_dry_run_touches_nothing(tmp_path):
     out = tmp_path / "out"
     job = launch("--input", f"{tmp_path}/none/*.jsonl", "--tokenizer", "gone.model",
                  "--output", str(out), "--dry_run=True")
-    assert (job.files, job.matched, job.chunks) == (None, None, None)
+    assert (job.files, job.matched, job.chunks, job.tokenizer) == (None, None, None, None)
     assert (job.context.fingerprint, job.context.tokenizer, job.context.attempt) == (
         "", None, None)
     assert job.context.tmp_dir == f"{out}/{TMP_DIR}/dry-run"
@@ -100,3 +102,23 @@ def test_the_tokenizer_loads_beside_the_match_and_a_pattern_error_comes_first(tm
                  str(tmp_path / "o3"))
     assert (job.context.tokenizer.kind, job.context.tokenizer.vocab_size) == (
         "sentencepiece", 8000)
+
+
+def test_the_launcher_loads_the_tokenizer_as_the_steps_would_and_holds_it(tmp_path,
+                                                                           monkeypatch):
+    made = []
+    inner = encode.tokenizer_from_bytes
+
+    def counted(model, *, where, num_threads=1, **kwargs):
+        made.append(num_threads)
+        return inner(model, where=where, num_threads=num_threads, **kwargs)
+
+    monkeypatch.setattr(encode, "tokenizer_from_bytes", counted)
+    job = launch("--input", f"{corpus(tmp_path / 'in')}/*.jsonl", "--tokenizer",
+                 str(DATA / "tiny.model"), "--encode-threads", "3", "--output",
+                 str(tmp_path / "out"))
+    assert made == [3]  # with the steps' threads (`--encode-threads`)
+    assert job.context.tokenizer == job.tokenizer.info()
+    # Through the context's handle: what a step acquires in this process is the launcher's.
+    assert acquire_tokenizer(job.context.tokenizer_handle, job.context.config) is job.tokenizer
+    assert made == [3]

@@ -319,8 +319,9 @@ class HFTokenizer:
 
 
 # `convert`'s verdict by the file's SHA-256: a pure function of the file (and the installed
-# tokenizers), asked for up to three times per job in one process (the launcher's checks,
-# the workers, the manifest) and slow for a large vocabulary. A few files at most.
+# tokenizers), slow for a large vocabulary, and asked again by each job a process runs (a
+# test session, a Python caller; one job's steps take the launcher's tokenizer in process,
+# `pipeline.encode.acquire_tokenizer`). A few files at most.
 _CONVERTED: dict[str, BpeTables | str] = {}
 
 
