@@ -19,10 +19,15 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 
 from tests.conftest import SAMPLES  # noqa: E402
 from transforms.bpe_engine import PROBE, byte_decoder, convert, merged_alone  # noqa: E402
+from transforms.bpe_patterns import (  # noqa: E402
+    GPT2_FAST,
+    LLAMA3_FAST,
+    LLAMA3_PATTERN,
+    QWEN2_FAST,
+    QWEN2_PATTERN,
+)
 from transforms.tokenizers import HFTokenizer  # noqa: E402
 
-LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+"
-          r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 SPECIAL = ["<s>", "</s>", "<|endoftext|>"]
 TEXTS = [json.loads(line)["text"] for f in sorted((SAMPLES / "corpus").glob("*.jsonl"))
          for line in f.read_text(encoding="utf-8").splitlines()]
@@ -30,11 +35,12 @@ TEXTS = [json.loads(line)["text"] for f in sorted((SAMPLES / "corpus").glob("*.j
 
 def _train(layout: str, vocab_size: int = 1500) -> str:
     """A tokenizer.json of ``layout`` trained on the bundled samples, as text."""
-    tok = Tokenizer(models.BPE(ignore_merges=layout == "llama3"))
+    tok = Tokenizer(models.BPE(ignore_merges=layout in ("llama3", "qwen2")))
     level = pre_tokenizers.ByteLevel(add_prefix_space=layout == "prefix", use_regex=True)
-    if layout == "llama3":
+    if layout in ("llama3", "qwen2"):  # the models' own Split regex (test_bpe_patterns.py)
+        split = LLAMA3_PATTERN if layout == "llama3" else QWEN2_PATTERN
         tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated", invert=False),
+            pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     else:
         tok.pre_tokenizer = level
@@ -60,7 +66,7 @@ def _shuffled_ids(text: str) -> str:
     return json.dumps(spec)
 
 
-LAYOUTS = ["gpt2", "llama3", "prefix", "nfc", "nfkc", "shuffled"]
+LAYOUTS = ["gpt2", "llama3", "qwen2", "prefix", "nfc", "nfkc", "shuffled"]
 
 
 @pytest.fixture(scope="module")
@@ -302,16 +308,20 @@ def test_the_buffer_encode_is_tiktokens_ordinary_encode(files, text):
         assert fast.encode(t)[1:-1].tolist() == ref.encode(t, add_special_tokens=False).ids
 
 
-@settings(max_examples=100, deadline=None)
-@given(text=TEXT)
-def test_the_fast_gpt2_pattern_splits_as_the_gpt2_pattern(text):
-    """tiktoken runs ByteLevel's split in a faster form: the same matches on every text."""
-    import regex
+@pytest.mark.parametrize(("layout", "pattern"), [
+    ("gpt2", GPT2_FAST), ("llama3", LLAMA3_FAST), ("qwen2", QWEN2_FAST), ("nfc", GPT2_FAST)])
+def test_tiktoken_runs_the_fast_form_of_the_files_pattern(files, layout, pattern, monkeypatch):
+    """So every differential test of these layouts runs the fast form through tiktoken's own
+    regex engine (the forms' matches: tests/test_bpe_patterns.py)."""
+    import tiktoken
 
-    from transforms.bpe_engine import GPT2_FAST, GPT2_PATTERN
+    from transforms.bpe_engine import _core
 
-    for t in (text, text + "\n  x", "  " + text + " \t"):
-        assert regex.findall(GPT2_FAST, t) == regex.findall(GPT2_PATTERN, t)
+    given, real = [], tiktoken.Encoding
+    monkeypatch.setattr(tiktoken, "Encoding",
+                        lambda *a, **k: given.append(k["pat_str"]) or real(*a, **k))
+    _core(_convert(files[layout]))
+    assert given == [pattern]
 
 
 @pytest.mark.parametrize("layout", ["gpt2", "llama3", "shuffled", "nfkc"])

@@ -9,7 +9,8 @@ caller keeps ``tokenizers`` (docs/tokenizers.md#engines). What the file must sho
   ``end_of_word_suffix``, and holds the 256 byte characters of the ByteLevel alphabet;
 * the pre-tokenizer is ByteLevel with its GPT-2 split (``use_regex``), or a ``Split`` on a
   regex (``Isolated``, not inverted) followed by ByteLevel without a regex (the Llama 3 and
-  Qwen form); the pattern is the file's;
+  Qwen form); the pattern is the file's (tiktoken runs `transforms.bpe_patterns.fast_form` of
+  it: the same matches);
 * the normalizer is none, NFC or NFKC (applied by ``tokenizers`` itself, piece by piece, as
   ``tokenizers`` does); no truncation or padding;
 * no two merges make the same token, so a token's rank can be its merge's index;
@@ -46,16 +47,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from transforms.bpe_patterns import GPT2_PATTERN, fast_form
+
 __all__ = ["ENGINES", "GPT2_PATTERN", "PROBE", "BpeTables", "TiktokenEngine", "byte_decoder",
            "convert", "first_difference", "merged_alone", "with_ends"]
 
 ENGINES = ("auto", "tokenizers", "tiktoken")
-# ByteLevel's own split (tokenizers' pre_tokenizers/byte_level.rs), as the GPT-2 encoder had it.
-GPT2_PATTERN = (r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+")
-# The same matches, in the form tiktoken's fancy_regex runs fastest: the ten branches without
-# look-ahead grouped, in order (the regex crate takes the first that matches, as backtracking
-# does, in one search), and `\s+` last as `\s` (reached by one whitespace before a non-space).
-GPT2_FAST = (r"(?:'(?:s|t|re|ve|m|ll|d)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+)|\s+(?!\S)|\s")
 # The load-time self-check's text: scripts, digits, whitespace runs, emoji, contractions.
 PROBE = (
     "The quick brown fox can't, won't, shouldn't; he'd've I'M YOU'RE it's 'tis o'clock.\n"
@@ -285,8 +282,8 @@ def _core(tables: BpeTables) -> Any:
     if held is None or held[0] is not tables:
         while len(_CORES) >= 4:
             _CORES.pop(next(iter(_CORES)))
-        pattern = GPT2_FAST if tables.pattern == GPT2_PATTERN else tables.pattern
-        core = tiktoken.Encoding("token-windows", pat_str=pattern, mergeable_ranks=tables.ranks,
+        core = tiktoken.Encoding("token-windows", pat_str=fast_form(tables.pattern),
+                                 mergeable_ranks=tables.ranks,
                                  special_tokens={_SEP: len(tables.rank_bytes)})._core_bpe
         held = _CORES[id(tables)] = (tables, core)
     return held[1]
