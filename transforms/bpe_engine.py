@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from transforms.bpe_patterns import GPT2_PATTERN, fast_form
+from transforms.bpe_patterns import FAST_FORMS, GPT2_PATTERN, fast_form
 
 __all__ = ["ENGINES", "GPT2_PATTERN", "PROBE", "BpeTables", "TiktokenEngine", "byte_decoder",
            "convert", "first_difference", "merged_alone", "with_ends"]
@@ -325,9 +325,10 @@ class TiktokenEngine:
         self._sep = len(tables.rank_bytes)
         self._rank_ids = (None if tables.rank_ids is None else
                           np.append(tables.rank_ids, np.int32(-1)))
-        # ByteLevel's own split matches every character (\p{L}, \p{N}, [^\s\p{L}\p{N}], \s);
-        # a file's Split pattern may not, and tiktoken drops what no match covers.
-        self._lengths = (None if tables.pattern == GPT2_PATTERN else
+        # ByteLevel's own split, Llama 3's and Qwen2's match every character (each has a
+        # branch for \p{L}, \p{N}, [^\s\p{L}\p{N}] and \s); another Split pattern may not,
+        # and tiktoken drops what no match covers.
+        self._lengths = (None if tables.pattern in FAST_FORMS else
                          np.append(np.asarray(tables.rank_bytes, np.int64), 0))
 
     def encode(self, text: str) -> list[int]:
