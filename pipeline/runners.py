@@ -160,8 +160,13 @@ def prompt_bundle_ends(options: PipelineOptions) -> Iterator[None]:
     from apache_beam.runners.worker import statesampler
 
     beams = statesampler.StateSampler
+    if getattr(beams, "prompt", False):  # a job running alongside has put it in place:
+        yield  # its end puts Beam's back, never this one's
+        return
 
     class PromptSampler(beams):  # type: ignore[misc, valid-type]
+        prompt = True
+
         def __init__(self, prefix: str, counter_factory: Any,
                      sampling_period_ms: int = SAMPLING_MS) -> None:
             super().__init__(prefix, counter_factory, sampling_period_ms)

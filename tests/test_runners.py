@@ -463,6 +463,14 @@ def test_in_process_bundles_end_without_waiting_out_the_sampler_and_beam_is_rest
     with pytest.raises(RuntimeError, match="boom"), prompt_bundle_ends(PipelineOptions([])):
         raise RuntimeError("boom")
     assert statesampler.StateSampler is beams  # and after a failed one
+    # Two jobs at once in one process: the second leaves the first's in place, and only
+    # the first's end puts Beam's back (never the first's class, left behind for good).
+    with prompt_bundle_ends(PipelineOptions([])):
+        first = statesampler.StateSampler
+        with prompt_bundle_ends(PipelineOptions([])):
+            assert statesampler.StateSampler is first
+        assert statesampler.StateSampler is first is not beams
+    assert statesampler.StateSampler is beams
     with prompt_bundle_ends(PipelineOptions(["--runner=DaskRunner"])):
         assert statesampler.StateSampler is beams
     assert statesampler.DEFAULT_SAMPLING_PERIOD_MS > SAMPLING_MS
