@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import pathlib
 import statistics
 import sys
@@ -30,12 +29,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import corpus as bench_corpus  # noqa: E402
+from bench_tokenizers import BATCH, build_bpe, corpus_texts  # noqa: E402
 
 from transforms.bpe_patterns import LLAMA3_PATTERN, QWEN2_PATTERN, fast_form  # noqa: E402
 
-VOCAB = 32000
-TRAIN_BYTES = 12 << 20
-BATCH = 4096
 # The forms tried: the branches without look-ahead grouped (one regex-crate search), the last
 # `\s+` as `\s`, and both.
 FORMS = {
@@ -43,39 +40,6 @@ FORMS = {
     "grouped": lambda p: "(?:" + p.replace(r"|\s+(?!\S)|\s+", r")|\s+(?!\S)|\s+"),
     "\\s": lambda p: p.replace(r"|\s+(?!\S)|\s+", r"|\s+(?!\S)|\s"),
 }
-
-
-def _texts(corpus: pathlib.Path) -> list[str]:
-    return [json.loads(line)["text"] for f in sorted(corpus.glob("*.jsonl"))
-            for line in f.open(encoding="utf-8")]
-
-
-def build_split_bpe(corpus: pathlib.Path) -> pathlib.Path:
-    """The 32k Llama-3-style BPE trained on a sample of ``corpus`` (cached)."""
-    path = corpus.parent / f"bpe-split-{corpus.name}-{VOCAB}" / "tokenizer.json"
-    if path.exists():
-        return path
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    lines = [x for text in _texts(corpus) for x in text.split("\n") if x.strip()]
-    step = max(1, round(sum(len(x.encode()) for x in lines) / TRAIN_BYTES))
-    tok = Tokenizer(models.BPE(ignore_merges=True))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    started = time.perf_counter()
-    tok.train_from_iterator(lines[::step], trainers.BpeTrainer(
-        vocab_size=VOCAB, special_tokens=["<|endoftext|>"], show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tok.save(str(tmp))
-    tmp.rename(path)
-    (path.parent / "tokenizer_config.json").write_text(json.dumps(
-        {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}))
-    print(f"[bench] trained {path} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-    return path
 
 
 def main() -> None:
@@ -92,8 +56,8 @@ def main() -> None:
     from transforms.tokenizers import HFTokenizer
 
     corpus = bench_corpus.build_corpus(bench_corpus.MODEL_CORPUS_MB)
-    path = build_split_bpe(corpus)
-    every = _texts(corpus)
+    path = build_bpe(corpus, split=LLAMA3_PATTERN)
+    every = corpus_texts(corpus)
     total = sum(len(t.encode()) for t in every)
     texts = every[:: max(1, round(total / (args.mb * 1e6)))]
     mb = sum(len(t.encode()) for t in texts) / 1e6

@@ -51,18 +51,27 @@ RUNS = ("job auto", "job tokenizers", "tokenizers alone", "tiktoken alone", "job
 CPU: dict[str, list[float]] = {k: [] for k in RUNS}
 
 
-def build_bpe(corpus: pathlib.Path) -> pathlib.Path:
-    """The 32k byte-level BPE trained on a sample of ``corpus`` (cached)."""
-    path = corpus.parent / f"bpe-{corpus.name}-{VOCAB}" / "tokenizer.json"
+def build_bpe(corpus: pathlib.Path, *, split: str | None = None) -> pathlib.Path:
+    """The 32k byte-level BPE trained on a sample of ``corpus`` (cached): the GPT-2 recipe
+    (ByteLevel's own split), or with ``split`` the Llama 3 one (a ``Split`` on that regex,
+    Isolated, then ByteLevel without its regex; ``ignore_merges``)."""
+    name = "bpe" if split is None else "bpe-split"
+    path = corpus.parent / f"{name}-{corpus.name}-{VOCAB}" / "tokenizer.json"
     if path.exists():
         return path
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    lines = [x for text in _texts(corpus) for x in text.split("\n") if x.strip()]
+    lines = [x for text in corpus_texts(corpus) for x in text.split("\n") if x.strip()]
     total = sum(len(x.encode()) for x in lines)
     step = max(1, round(total / TRAIN_BYTES))
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if split is None:
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        tok = Tokenizer(models.BPE(ignore_merges=True))
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(split), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     started = time.perf_counter()
     tok.train_from_iterator(lines[::step], trainers.BpeTrainer(
@@ -78,7 +87,7 @@ def build_bpe(corpus: pathlib.Path) -> pathlib.Path:
     return path
 
 
-def _texts(corpus: pathlib.Path) -> list[str]:
+def corpus_texts(corpus: pathlib.Path) -> list[str]:
     return [json.loads(line)["text"] for f in sorted(corpus.glob("*.jsonl"))
             for line in f.open(encoding="utf-8")]
 
@@ -156,7 +165,7 @@ def main() -> None:
     before = args.before.resolve() if args.before is not None else None
     corpus = bench_corpus.build_corpus(args.mb)
     bpe = build_bpe(bench_corpus.build_corpus(bench_corpus.MODEL_CORPUS_MB))
-    texts = _texts(corpus)
+    texts = corpus_texts(corpus)
     mb = sum(len(t.encode()) for t in texts) / 1e6
     work = bench_corpus.WORK / "tokenizers"
     runs = [k for k in RUNS if before is not None or k != "job before auto"]
