@@ -35,6 +35,7 @@ from tests.conftest import (
     ROOT,
     SAMPLES,
     dir_bytes,
+    fn_api_pipeline,
     run_job,
     stop_processes,
     wait_listening,
@@ -437,13 +438,11 @@ def _periods_seen(options_argv: list[str]) -> list[int]:
     `prompt_bundle_ends`."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
-    from apache_beam.runners.portability.fn_api_runner import fn_runner
 
     from pipeline.runners import prompt_bundle_ends
 
     _PERIODS.clear()
-    with prompt_bundle_ends(PipelineOptions(options_argv)), beam.Pipeline(
-            runner=fn_runner.FnApiRunner()) as p:
+    with prompt_bundle_ends(PipelineOptions(options_argv)), fn_api_pipeline() as p:
         _ = p | beam.Create([1, 2, 3]) | beam.Map(_record_period)
     return list(_PERIODS)
 
