@@ -61,6 +61,11 @@ def main(data: str, out: str, batch: int) -> None:
                   "seen": [i for part in seen for i in part], "guard": guard,
                   "eval": {k: metrics[k] for k in ("eval_loss", "eval_targets")}}
         (Path(out) / "result.json").write_text(json.dumps(result))
+    if dist.is_initialized():
+        # Left to the interpreter's exit, gloo's threads are torn down in no fixed order, and
+        # now and then a rank aborts ("terminate called without an active exception") after
+        # its work is done, which fails the run.
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
