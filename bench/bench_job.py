@@ -14,8 +14,10 @@ yours (``--source``), and a 32 000-piece SentencePiece model trained on the 100 
 All with window 512, stride 256. For every run it measures the wall time of the whole
 command (interpreter start-up and imports included), the peak RSS summed over its process
 tree (sampled every 50 ms: a sample costs about 1 ms of CPU, which a tool that keeps every
-core busy would otherwise pay), the CPU time of the tree, and how busy the rest of the machine
-was meanwhile. Each tool's output is read back to count documents, windows and tokens, and
+core busy would otherwise pay), the CPU time of the tree, how busy the rest of the machine
+was meanwhile, and the cores left idle (the table's ``if never idle`` is the ratio to the
+reference that the tool's CPU time would give with no core idle: what better overlap could
+reach at most). Each tool's output is read back to count documents, windows and tokens, and
 (first round) to hash every window in one order and one type: the tools must agree. Tokens
 are the documents' own (Σ M = Σ |z|), the same number for every tool whatever the window
 overlap; MB are MB (10^6 bytes) of UTF-8 text.
@@ -83,6 +85,7 @@ class Run:
     peak_rss_mb: float
     processes: int
     others_cores: float
+    idle_cores: float = 0.0  # cores neither the tool's tree nor other processes used
     documents: int = 0
     windows: int = 0
     doc_tokens: int = 0
@@ -280,8 +283,10 @@ def run_one(tool: str, size: float, rnd: int, corpus: Path, model: Path, idle_s:
         commands(tool.removesuffix(" before"), corpus, model, out, cache, python), env=env,
         cwd=code)
     stats = corpus_stats(corpus)
+    idle = max(0.0, (os.cpu_count() or 1) - cpu / wall - others)
     run = Run(tool=tool, size_mb=size, round=rnd, wall_s=wall, cpu_s=cpu, peak_rss_mb=rss,
-              processes=procs, others_cores=others, text_mb=stats["text_bytes"] / 1e6,
+              processes=procs, others_cores=others, idle_cores=idle,
+              text_mb=stats["text_bytes"] / 1e6,
               output_mb=sum(f.stat().st_size for f in out.glob("part-*.parquet")) / 1e6,
               cache_mb=_dir_mb(cache) if cache.exists() else 0.0, **read_counts(out))
     if verify:
@@ -289,7 +294,8 @@ def run_one(tool: str, size: float, rnd: int, corpus: Path, model: Path, idle_s:
     shutil.rmtree(scratch, ignore_errors=True)
     rate = run.doc_tokens / wall / 1e6
     print(f"  {tool:12s} {size:5g} MB round {rnd}: {wall:6.2f} s, {rate:5.2f} M tokens/s, "
-          f"peak RSS {rss:6.0f} MB, CPU {cpu:5.1f} s, others {others:.2f} cores",
+          f"peak RSS {rss:6.0f} MB, CPU {cpu:5.1f} s, idle {idle:.2f} cores, "
+          f"others {others:.2f} cores",
           file=sys.stderr, flush=True)
     return run
 
@@ -299,6 +305,11 @@ def _median(runs: list[Run], attr: str) -> float:
 
 
 def table(runs: list[Run]) -> str:
+    """The medians per tool and corpus. ``idle cores``: what the run left unused (a tool
+    that keeps every core busy is bound by its CPU time); ``if never idle``: the ratio to
+    the reference that the tool's CPU time would give on these cores with none left idle,
+    the most that spreading its work better could reach."""
+    cores = os.cpu_count() or 1
     by: dict[tuple[str, float], list[Run]] = {}
     for r in runs:
         by.setdefault((r.tool, r.size_mb), []).append(r)
@@ -307,8 +318,8 @@ def table(runs: list[Run]) -> str:
                if tool == "reference"}
     lines = [
         "| tool | corpus | documents | tokens | wall s | M tokens/s | MB/s | peak RSS MB "
-        "| ratio to reference | CPU s | CPU ratio |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| ratio to reference | CPU s | CPU ratio | idle cores | if never idle |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     order = {"reference": 0, "job before": 1, "job": 2, "datasets": 3}
     for (tool, size), rs in sorted(by.items(), key=lambda kv: (kv[0][1],
@@ -318,11 +329,13 @@ def table(runs: list[Run]) -> str:
         ratio = f"{ref[size] / wall:.2f}" if size in ref else "–"
         cpu = _median(rs, "cpu_s")
         cpu_ratio = f"{ref_cpu[size] / cpu:.2f}" if size in ref_cpu else "–"
+        ceiling = f"{ref[size] / (cpu / cores):.2f}" if size in ref else "–"
         cache = f" (+{_median(rs, 'cache_mb'):.0f} MB cache)" if rs[0].cache_mb else ""
         lines.append(
             f"| {tool} | {mb:.0f} MB | {rs[0].documents:,} | {tokens / 1e6:.1f} M | {wall:.2f} "
             f"| {tokens / wall / 1e6:.2f} | {mb / wall:.1f} | {_median(rs, 'peak_rss_mb'):.0f}"
-            f"{cache} | {ratio} | {cpu:.1f} | {cpu_ratio} |"
+            f"{cache} | {ratio} | {cpu:.1f} | {cpu_ratio} | {_median(rs, 'idle_cores'):.2f} "
+            f"| {ceiling} |"
         )
     return "\n".join(lines)
 
