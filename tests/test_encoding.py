@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -234,6 +235,38 @@ def test_part_buffer_packs_one_block_per_part_and_flush_whatever_it_holds(max_to
         want = ShardRows([b for s, b in whole.parcels if s == shard])
         got = ShardRows(mine)
         assert got.table(0, got.num_rows).equals(want.table(0, want.num_rows))
+
+
+@pytest.mark.parametrize("wide_batch", [None, 0, 2])
+def test_part_buffer_holds_narrow_ids_as_uint16_and_keeps_wide_ones_exact(wide_batch):
+    # A batch whose z all fit 16 bits is held as uint16 (half the memory); one with an id of
+    # 2**16 or more stays int32, and a part holding both packs int32 parcels: every id exact.
+    docs = [Document(doc_id=f"d{i}", text="abcde" * (i % 5 + 1), source=f"f:{i + 1}")
+            for i in range(60)]
+    buffer = PartBuffer(windows=WINDOWS, plan=ShardPlan(num_shards=2), parts_per_shard=2)
+    want = {}
+    for b, lo in enumerate(range(0, len(docs), 20)):
+        batch = docs[lo : lo + 20]
+        tokens = TOK.encode_batch([d.text for d in batch])
+        if b == wide_batch:
+            tokens = [z.copy() for z in tokens]
+            for z in tokens:
+                z[1] = 70_000 + len(z)
+        want.update((d.doc_id, z.tolist()) for d, z in zip(batch, tokens, strict=True))
+        assert buffer.add(batch, tokens).parcels == []
+    held = [z for h in buffer._held_parts.values() for z in h.tokens]
+    assert sum(z.dtype == np.int32 for z in held) == (0 if wide_batch is None else
+                                                       len(buffer._held_parts))
+    got = {}
+    for _, parcel in buffer.flush().parcels:
+        p = read_parcel(parcel)
+        assert p.tokens.dtype == (np.uint16 if wide_batch is None else np.int32)
+        ends = np.cumsum(p.doc_tokens).tolist()
+        ids = p.ids.decode()
+        id_ends = [0, *p.id_ends.tolist()]
+        for i, end in enumerate(ends):
+            got[ids[id_ends[i] : id_ends[i + 1]]] = p.tokens[end - p.doc_tokens[i] : end].tolist()
+    assert got == want
 
 
 def test_part_buffer_refuses_a_plan_with_splits_but_no_split_definition():

@@ -155,15 +155,15 @@ class _Batch:
         )
 
 
-def _joined(tokens: Sequence[npt.NDArray[np.int32]]) -> np.ndarray:
-    """The arrays end to end: as uint16 (the parcel's narrow tokens) when every id is
-    < 2**16, else as they are. A few large arrays (a `transforms.encoding.PartBuffer`'s)
-    are checked one by one and cast while they are copied; many (one per document) are
-    joined first, then checked and cast."""
+def _joined(tokens: Sequence[np.ndarray]) -> np.ndarray:
+    """The arrays (int32, or uint16 already) end to end: as uint16 (the parcel's narrow
+    tokens) when every id is < 2**16, else as int32. A few large arrays (a
+    `transforms.encoding.PartBuffer`'s) are checked one by one and cast while they are
+    copied; many (one per document) are joined first, then checked and cast."""
     if len(tokens) > _FEW:
         z = np.concatenate(tokens)
-        return z.astype(np.uint16) if int(z.max()) < 1 << 16 else z
-    if all(int(z.max()) < 1 << 16 for z in tokens if len(z)):
+        return z if z.dtype == np.uint16 or int(z.max()) >= 1 << 16 else z.astype(np.uint16)
+    if all(z.dtype == np.uint16 or int(z.max()) < 1 << 16 for z in tokens if len(z)):
         return np.concatenate(tokens, dtype=np.uint16, casting="unsafe")
     return np.concatenate(tokens)
 
