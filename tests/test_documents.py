@@ -7,6 +7,8 @@ import json
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from transforms.documents import (
     MAX_REJECT_RECORD_CHARS,
@@ -222,3 +224,26 @@ def test_too_large_reject_truncated_flag_tells_the_truth():
     assert reject.reason == "too_large"
     assert reject.to_json()["truncated"] is True and len(reject.record) == 4096
     assert Reject(reason="r", source="s", detail="d", record="x").to_json()["truncated"] is False
+
+
+_LINES = [b'{"text": "abc", "id": 3}', b'{"text": "\xe4\xb8\xad"}', b"", b"   ", b"\r",
+          b'{"text": ""}', b"{oops", b"plain text", b"\xff\xfe bad utf-8", b'["a list"]',
+          b'{"text": "x"}\r', b'{"text": "\\ud800"}', b'{"id": "i", "text": "t"}\r\r']
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(st.sampled_from(_LINES), max_size=12), newline=st.booleans(),
+       fmt=st.sampled_from(["jsonl", "lines"]), id_field=st.sampled_from([None, "id"]))
+def test_a_chunk_parses_as_its_lines_one_by_one(lines, newline, fmt, id_field):
+    # A chunk's lines are those of data.split(b"\n") (less a last empty one), each with its
+    # number: parsing the chunk gives what parsing each line alone (newline-terminated) at
+    # its number gives.
+    data = b"\n".join(lines) + (b"\n" if newline and lines else b"")
+    spec = ReadSpec(id_field=id_field)
+    split = data.split(b"\n")
+    if split and split[-1] == b"":
+        split.pop()
+    one_by_one = [item for number, line in enumerate(split, start=5)
+                  for item in parse(line + b"\n", fmt=fmt, spec=spec, first=number)]
+    assert parse(data, fmt=fmt, spec=spec, first=5) == one_by_one
+    assert len(one_by_one) == len(split)

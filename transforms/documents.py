@@ -214,19 +214,23 @@ def parse_lines(
         first_line: the 1-based line number of the first line in ``data``.
         spec: the reading options.
     """
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
     fast = fmt == "jsonl" and _orjson is not None
     if fast:  # the per-line work of the common case, looked up once
         loads, invalid = _orjson.loads, _orjson.JSONDecodeError  # type: ignore[union-attr]
         text_field, id_field, max_bytes = spec.text_field, spec.id_field, spec.max_doc_bytes
-    for number, raw in enumerate(lines, start=first_line):
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
+    # Each line is a view of ``data`` (what ``data.split(b"\n")`` gives, less a last empty
+    # line), copied only where the slow path needs its bytes: no copy of the chunk per line.
+    view, end, pos, number = memoryview(data), len(data), 0, first_line - 1
+    while pos < end:
+        stop = data.find(b"\n", pos)
+        if stop == -1:
+            stop = end
+        lo, pos, number = pos, stop + 1, number + 1
+        if stop > lo and data[stop - 1] == 13:  # b"\r"
+            stop -= 1
         if fast:
             try:
-                record = loads(raw)
+                record = loads(view[lo:stop])
             except invalid:
                 record = None
             if type(record) is dict:
@@ -241,6 +245,7 @@ def parse_lines(
                     if doc_id is not None:
                         yield _new_document(Document, (doc_id, text, f"{path}:{number}", False))
                         continue
+        raw = data[lo:stop]
         source = f"{path}:{number}"
         try:
             yield _line_item(raw, fmt=fmt, doc_id=f"{rel}:{number}", source=source, spec=spec)
