@@ -192,6 +192,39 @@ def test_the_collector_is_paused_while_beam_loads(first: str, want: list) -> Non
     assert json.loads(done.stdout) == want
 
 
+ALLOCATOR = """
+import json, os, sys
+{first}
+import pipeline
+import pyarrow as pa
+print(json.dumps([pa.default_memory_pool().backend_name,
+                  os.environ.get("ARROW_DEFAULT_MEMORY_POOL")]))
+"""
+
+
+@pytest.mark.slow  # fresh interpreters
+@pytest.mark.parametrize(("first", "chosen", "want"), [
+    ("", None, ["system", "system"]),  # the job's processes, and the workers they start
+    ("", "mimalloc", ["mimalloc", "mimalloc"]),  # the user's choice is kept
+    ("import pyarrow", None, ["default", None]),  # a program's pyarrow is left as it is
+])
+def test_the_job_takes_arrows_buffers_from_the_system_allocator(first: str, chosen: str | None,
+                                                                want: list) -> None:
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    if chosen is not None:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = chosen
+    done = subprocess.run([sys.executable, "-c", ALLOCATOR.format(first=first)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    if want[0] == "default":  # pyarrow's own default on this platform
+        want[0] = subprocess.run(
+            [sys.executable, "-c", "import pyarrow; print(pyarrow.default_memory_pool()"
+             ".backend_name)"], capture_output=True, text=True, timeout=300,
+            env=env, check=True).stdout.strip()
+        assert want[0] != "system"
+    assert json.loads(done.stdout) == want
+
+
 def test_two_libraries_beam_loads_are_imported_on_first_use() -> None:
     import importlib.util
 
