@@ -46,7 +46,8 @@ __all__ = [
 # keep a few batches in flight per worker.
 BATCH_DOCS = 4096
 BATCH_CHARS = 1 << 20
-# A `PartBuffer` holds about this many tokens at most (int32: 64 MiB).
+# A `PartBuffer` holds about this many tokens at most (32 MiB as uint16, which ids below 2**16
+# allow; 64 MiB as int32).
 BUFFER_TOKENS = 16 << 20
 
 T = TypeVar("T")
