@@ -25,7 +25,7 @@ import numpy.typing as npt
 from transforms.documents import Document, Reject
 from transforms.keys import ShardPlan, doc_keys, parts_of
 from transforms.params import WindowSpec
-from transforms.parcels import Pieces, pack_parcels
+from transforms.parcels import Pieces, narrow_tokens, pack_parcels
 from transforms.splits import SplitSpec
 from transforms.tokenizers import Tokenizer
 from transforms.windows import plan_windows_batch
@@ -192,15 +192,17 @@ class PartBuffer:
         sources, repaired = [d.source for d in docs], [d.repaired for d in docs]
         # Each part's z are held end to end in one array per batch, copied here from the
         # tokenizer's arrays (one per document, freed now), while the encoders work on the
-        # batches after: packing a part then copies a few large arrays, not thousands.
+        # batches after: packing a part then copies a few large arrays, not thousands. They
+        # are held as the parcels' uint16 where the ids allow: half the memory, and packing
+        # then copies without a cast.
         if len(parts) and parts[0] == parts[-1] and (parts == parts[0]).all():
-            self._hold(int(parts[0]), ids, sources, repaired, _narrow(np.concatenate(tokens)),
-                       keys, lengths)
+            z = narrow_tokens(np.concatenate(tokens))
+            self._hold(int(parts[0]), ids, sources, repaired, z, keys, lengths)
         elif len(parts):
             order = np.argsort(parts, kind="stable")
             present, first = np.unique(parts[order], return_index=True)
             bounds = [*first.tolist(), len(order)]
-            z = _narrow(np.concatenate(_picker(order.tolist())(tokens)))  # in part order
+            z = narrow_tokens(np.concatenate(_picker(order.tolist())(tokens)))  # in part order
             ends = np.cumsum(lengths[order]).tolist()
             for i, part in enumerate(present.tolist()):
                 lo, hi = bounds[i], bounds[i + 1]
@@ -268,12 +270,6 @@ class PartBuffer:
         return Encoded(parcels=parcels, tokens=tokens, windows=windows)
 
 
-def _narrow(z: np.ndarray) -> np.ndarray:
-    """``z`` as uint16 when every id is < 2**16 (the parcels' narrow tokens), else as it is:
-    held so, a part takes half the memory, and packing it copies without a cast."""
-    return z.astype(np.uint16) if len(z) and int(z.max()) < 1 << 16 else z
-
-
 def _picker(which: list[int]) -> Callable[[Sequence[T]], list[T]]:
     """The items of a sequence at the indices ``which``, as a list (at C speed)."""
     if len(which) == 1:
@@ -292,7 +288,7 @@ class _Held:
         self.ids: list[str] = []
         self.sources: list[str] = []
         self.repaired: list[bool] = []
-        # z end to end, an array per batch: uint16 when its ids allow (`_narrow`)
+        # z end to end, an array per batch: uint16 when its ids allow (`narrow_tokens`)
         self.tokens: list[np.ndarray] = []
         self.keys: list[npt.NDArray[np.uint64]] = []
         self.lengths: list[npt.NDArray[np.int64]] = []

@@ -38,7 +38,7 @@ import numpy.typing as npt
 from transforms.keys import shard_of
 from transforms.windows import WindowPlans
 
-__all__ = ["Parcel", "Pieces", "pack_parcels", "read_parcel"]
+__all__ = ["Parcel", "Pieces", "narrow_tokens", "pack_parcels", "read_parcel"]
 
 _HEADER = struct.Struct("<4sIqqqqq")
 _MAGIC = b"TWB1"
@@ -155,14 +155,21 @@ class _Batch:
         )
 
 
+def narrow_tokens(z: np.ndarray) -> np.ndarray:
+    """Token ids in a parcel's narrow form, uint16, when every one is < 2**16; else (or when
+    they are uint16 already) ``z`` itself."""
+    if z.dtype == np.uint16 or not len(z) or int(z.max()) >= 1 << 16:
+        return z
+    return z.astype(np.uint16)
+
+
 def _joined(tokens: Sequence[np.ndarray]) -> np.ndarray:
     """The arrays (int32, or uint16 already) end to end: as uint16 (the parcel's narrow
     tokens) when every id is < 2**16, else as int32. A few large arrays (a
     `transforms.encoding.PartBuffer`'s) are checked one by one and cast while they are
     copied; many (one per document) are joined first, then checked and cast."""
     if len(tokens) > _FEW:
-        z = np.concatenate(tokens)
-        return z if z.dtype == np.uint16 or int(z.max()) >= 1 << 16 else z.astype(np.uint16)
+        return narrow_tokens(np.concatenate(tokens))
     if all(z.dtype == np.uint16 or int(z.max()) < 1 << 16 for z in tokens if len(z)):
         return np.concatenate(tokens, dtype=np.uint16, casting="unsafe")
     return np.concatenate(tokens)
