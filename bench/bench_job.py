@@ -15,12 +15,13 @@ All with window 512, stride 256. For every run it measures the wall time of the 
 command (interpreter start-up and imports included), the peak RSS summed over its process
 tree (sampled every 50 ms: a sample costs about 1 ms of CPU, which a tool that keeps every
 core busy would otherwise pay), the CPU time of the tree, how busy the rest of the machine
-was meanwhile, and the cores left idle (the table's ``if never idle`` is the ratio to the
-reference that the tool's CPU time would give with no core idle: what better overlap could
-reach at most). Each tool's output is read back to count documents, windows and tokens, and
-(first round) to hash every window in one order and one type: the tools must agree. Tokens
-are the documents' own (Σ M = Σ |z|), the same number for every tool whatever the window
-overlap; MB are MB (10^6 bytes) of UTF-8 text.
+was meanwhile, the cores the hypervisor held back on a virtual machine (steal time: neither
+the tool nor other processes had them), and the cores left idle (the table's ``if never
+idle`` is the ratio to the reference that the tool's CPU time would give with no core idle:
+what better overlap could reach at most). Each tool's output is read back to count
+documents, windows and tokens, and (first round) to hash every window in one order and one
+type: the tools must agree. Tokens are the documents' own (Σ M = Σ |z|), the same number for
+every tool whatever the window overlap; MB are MB (10^6 bytes) of UTF-8 text.
 
 It prints a markdown table (medians over the repeats), a fit of wall time against corpus
 size per tool (fixed seconds + marginal MB/s, to check that time grows linearly), and
@@ -53,6 +54,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 import pyarrow.parquet as pq
@@ -86,6 +88,7 @@ class Run:
     processes: int
     others_cores: float
     idle_cores: float = 0.0  # cores neither the tool's tree nor other processes used
+    stolen_cores: float = 0.0  # cores the hypervisor held back (the kernel's steal time)
     documents: int = 0
     windows: int = 0
     doc_tokens: int = 0
@@ -95,17 +98,33 @@ class Run:
     extra: dict = field(default_factory=dict)
 
 
-def _busy_seconds() -> float:
+def _machine_seconds() -> tuple[float, float]:
+    """(busy, stolen) CPU seconds of every core so far. Busy leaves out idle, I/O wait and
+    steal: on a virtual machine the host's other guests take time from its cores (steal),
+    which no process here used; guest time is already inside user time."""
     t = psutil.cpu_times()
-    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+    steal = getattr(t, "steal", 0.0)
+    guest = getattr(t, "guest", 0.0) + getattr(t, "guest_nice", 0.0)
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0) - steal - guest, steal
+
+
+class Measured(NamedTuple):
+    """One command's run (`measure`)."""
+
+    wall_s: float
+    cpu_s: float  # of its process tree
+    peak_rss_mb: float  # summed over its process tree
+    processes: int  # the most at once
+    others_cores: float  # what other processes used meanwhile
+    stolen_cores: float  # what the hypervisor held back meanwhile (steal time)
+    stdout: str
 
 
 def measure(cmd: list[str], *, env: dict[str, str] | None = None, cwd: Path = ROOT,
-            watch: Path | None = None) -> tuple[float, float, float, int, float, str]:
-    """Run ``cmd`` in ``cwd``; (wall s, CPU s of its tree, peak tree RSS MB, most processes,
-    CPU cores the rest of the machine used meanwhile, stdout). With ``watch``, the largest size the
+            watch: Path | None = None) -> Measured:
+    """Run ``cmd`` in ``cwd`` and measure it (`Measured`). With ``watch``, the largest size the
     directory reached (sampled every second) is left in ``measure.watched_mb``."""
-    busy0 = _busy_seconds()
+    busy0, stolen0 = _machine_seconds()
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -147,10 +166,12 @@ def measure(cmd: list[str], *, env: dict[str, str] | None = None, cwd: Path = RO
     measure.watched_mb = watched[0]  # type: ignore[attr-defined]
     # The child's rusage covers every descendant it waited for (workers, pool processes).
     tree_cpu = _children_cpu_delta.pop()
-    others = max(0.0, (_busy_seconds() - busy0 - tree_cpu) / wall)
+    busy1, stolen1 = _machine_seconds()
+    others = max(0.0, (busy1 - busy0 - tree_cpu) / wall)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-3000:]}")
-    return wall, tree_cpu, peak[0] / 1e6, most[0], others, out
+    return Measured(wall, tree_cpu, peak[0] / 1e6, most[0], others, (stolen1 - stolen0) / wall,
+                    out)
 
 
 class _ChildrenCpu:
@@ -279,13 +300,13 @@ def run_one(tool: str, size: float, rnd: int, corpus: Path, model: Path, idle_s:
     env["PYTHONPATH"] = str(code)
     if tool == "job before" and rnd == 0:
         check_code(python, code, env)
-    wall, cpu, rss, procs, others, _ = measure(
+    wall, cpu, rss, procs, others, stolen, _ = measure(
         commands(tool.removesuffix(" before"), corpus, model, out, cache, python), env=env,
         cwd=code)
     stats = corpus_stats(corpus)
-    idle = max(0.0, (os.cpu_count() or 1) - cpu / wall - others)
+    idle = max(0.0, (os.cpu_count() or 1) - cpu / wall - others - stolen)
     run = Run(tool=tool, size_mb=size, round=rnd, wall_s=wall, cpu_s=cpu, peak_rss_mb=rss,
-              processes=procs, others_cores=others, idle_cores=idle,
+              processes=procs, others_cores=others, idle_cores=idle, stolen_cores=stolen,
               text_mb=stats["text_bytes"] / 1e6,
               output_mb=sum(f.stat().st_size for f in out.glob("part-*.parquet")) / 1e6,
               cache_mb=_dir_mb(cache) if cache.exists() else 0.0, **read_counts(out))
@@ -295,7 +316,7 @@ def run_one(tool: str, size: float, rnd: int, corpus: Path, model: Path, idle_s:
     rate = run.doc_tokens / wall / 1e6
     print(f"  {tool:12s} {size:5g} MB round {rnd}: {wall:6.2f} s, {rate:5.2f} M tokens/s, "
           f"peak RSS {rss:6.0f} MB, CPU {cpu:5.1f} s, idle {idle:.2f} cores, "
-          f"others {others:.2f} cores",
+          f"others {others:.2f} cores, stolen {stolen:.2f} cores",
           file=sys.stderr, flush=True)
     return run
 
@@ -306,7 +327,8 @@ def _median(runs: list[Run], attr: str) -> float:
 
 def table(runs: list[Run]) -> str:
     """The medians per tool and corpus. ``idle cores``: what the run left unused (a tool
-    that keeps every core busy is bound by its CPU time); ``if never idle``: the ratio to
+    that keeps every core busy is bound by its CPU time); ``stolen cores``: what the
+    hypervisor held back (steal time); ``if never idle``: the ratio to
     the reference that the tool's CPU time would give on these cores with none left idle,
     the most that spreading its work better could reach."""
     cores = os.cpu_count() or 1
@@ -318,8 +340,8 @@ def table(runs: list[Run]) -> str:
                if tool == "reference"}
     lines = [
         "| tool | corpus | documents | tokens | wall s | M tokens/s | MB/s | peak RSS MB "
-        "| ratio to reference | CPU s | CPU ratio | idle cores | if never idle |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| ratio to reference | CPU s | CPU ratio | idle cores | stolen cores | if never idle |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     order = {"reference": 0, "job before": 1, "job": 2, "datasets": 3}
     for (tool, size), rs in sorted(by.items(), key=lambda kv: (kv[0][1],
@@ -335,7 +357,7 @@ def table(runs: list[Run]) -> str:
             f"| {tool} | {mb:.0f} MB | {rs[0].documents:,} | {tokens / 1e6:.1f} M | {wall:.2f} "
             f"| {tokens / wall / 1e6:.2f} | {mb / wall:.1f} | {_median(rs, 'peak_rss_mb'):.0f}"
             f"{cache} | {ratio} | {cpu:.1f} | {cpu_ratio} | {_median(rs, 'idle_cores'):.2f} "
-            f"| {ceiling} |"
+            f"| {_median(rs, 'stolen_cores'):.2f} | {ceiling} |"
         )
     return "\n".join(lines)
 
@@ -451,7 +473,7 @@ def memory_sweep(base_mb: float, multiples: list[int], source: Path | None, pyth
                        "--stride", str(STRIDE), "--id-field", "id", "--shuffle", shuffle]
                 if idle_s:
                     wait_idle(idle_s)
-                wall, cpu, rss, procs, others, _ = measure(cmd, watch=out / ".tmp")
+                wall, cpu, rss, procs, others, _, _ = measure(cmd, watch=out / ".tmp")
                 row = {"multiple": k, "text_mb": corpus_stats(corpus)["text_bytes"] / 1e6,
                        "tokenizer": "32k" if tokenizer != "bytes" else "bytes",
                        "shuffle": shuffle, "wall_s": wall, "peak_rss_mb": rss,
@@ -568,6 +590,11 @@ def main(argv: list[str] | None = None) -> None:
     if busy > 0.25:
         print(f"\nWARNING: other processes used up to {busy:.2f} cores during some runs; "
               "the figures are noisy (see others_cores in the JSON).")
+    stolen = max(r.stolen_cores for r in runs)
+    if stolen > 0.05:
+        print(f"\nNOTE: the hypervisor held back up to {stolen:.2f} cores during some runs "
+              "(steal time): a tool that keeps every core busy loses more of its wall time to "
+              "that than one that leaves a core idle (see stolen_cores in the JSON).")
     problems = check_same_work(runs)
     for problem in problems:
         print(f"\nWARNING: {problem}")
