@@ -195,6 +195,17 @@ class _BeamImportNotices(logging.Handler):
 if "pyarrow" not in sys.modules:
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
+# numpy's OpenBLAS starts a thread per core as numpy loads (Beam loads it below), and each
+# spins for about a tenth of a second waiting for work that never comes: the job does no
+# linear algebra, and on a small machine that is a core its start needs (README command 1's
+# job: about 50 ms of its wall time). numpy loads here with one BLAS thread; the variable is
+# then taken away again, so that the processes this one starts see the environment as it
+# was. A program that loaded numpy already, or set the variable, keeps its own
+# (docs/performance.md#blas-threads).
+_ONE_BLAS_THREAD = "numpy" not in sys.modules and "OPENBLAS_NUM_THREADS" not in os.environ
+if _ONE_BLAS_THREAD:
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
 # Loading Beam and the job's modules makes some 80,000 objects that the cyclic collector
 # tracks, and almost no garbage; the collector would run about two hundred times meanwhile,
 # for a tenth of the import time, and walk them all again at its next run. It is paused
@@ -225,6 +236,8 @@ try:
             del sys.modules["IPython"]
         if _NOTICES is not None:
             logging.getLogger().removeHandler(_NOTICES)
+        if _ONE_BLAS_THREAD:
+            os.environ.pop("OPENBLAS_NUM_THREADS", None)
 
     if _HAVE_BEAM:
         from pipeline.graph import build_pipeline

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -224,6 +225,43 @@ def test_the_job_takes_arrows_buffers_from_the_system_allocator(first: str, chos
         assert default != "system"
         want = [default, *want[1:]]
     assert json.loads(done.stdout) == want
+
+
+BLAS_THREADS = """
+import ctypes, json, os, sys
+{first}
+import pipeline
+import numpy
+# OpenBLAS as numpy's wheels bundle it (its symbols carry a prefix and suffix there).
+lib = next(line.split()[-1] for line in open("/proc/self/maps") if "openblas" in line)
+lib = ctypes.CDLL(lib)
+get = next(getattr(lib, name) for name in ("scipy_openblas_get_num_threads64_",
+           "scipy_openblas_get_num_threads", "openblas_get_num_threads")
+           if hasattr(lib, name))
+print(json.dumps([get(), os.environ.get("OPENBLAS_NUM_THREADS")]))
+"""
+
+
+def _openblas_threads(first: str, env: dict[str, str]) -> list:
+    done = subprocess.run([sys.executable, "-c", BLAS_THREADS.format(first=first)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, env=env)
+    if "StopIteration" in done.stderr:
+        pytest.skip("this numpy is not built on OpenBLAS")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.slow  # fresh interpreters
+def test_numpy_loads_for_the_job_with_one_blas_thread_and_the_environment_is_left_as_it_was(
+) -> None:
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    # The job's process: one BLAS thread; the processes it starts see no variable of ours.
+    assert _openblas_threads("", env) == [1, None]
+    # The user's choice is kept, and so is a program's numpy loaded before the job's.
+    assert _openblas_threads("", {**env, "OPENBLAS_NUM_THREADS": "2"}) == [2, "2"]
+    threads, variable = _openblas_threads("import numpy", env)
+    assert variable is None
+    assert threads > 1 if (os.cpu_count() or 1) > 1 else threads == 1  # a thread per core
 
 
 def test_two_libraries_beam_loads_are_imported_on_first_use() -> None:
