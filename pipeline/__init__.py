@@ -198,7 +198,7 @@ if "pyarrow" not in sys.modules:
 # numpy's OpenBLAS starts a thread per core as numpy loads (Beam loads it below), and each
 # spins for about a tenth of a second waiting for work that never comes: the job does no
 # linear algebra, and on a small machine that is a core its start needs (README command 1's
-# job: about 50 ms of its wall time). numpy loads here with one BLAS thread; the variable is
+# job: 0.1 of its 0.8 CPU-s). numpy loads here with one BLAS thread; the variable is
 # then taken away again, so that the processes this one starts see the environment as it
 # was. A program that loaded numpy already, or set the variable, keeps its own
 # (docs/performance.md#blas-threads).
