@@ -155,12 +155,16 @@ class _Batch:
         )
 
 
+def _fits_narrow(z: np.ndarray) -> bool:
+    """Whether every id of ``z`` fits a parcel's narrow form, uint16 (it is uint16, empty, or
+    its ids are < 2**16)."""
+    return z.dtype == np.uint16 or not len(z) or int(z.max()) < 1 << 16
+
+
 def narrow_tokens(z: np.ndarray) -> np.ndarray:
     """Token ids in a parcel's narrow form, uint16, when every one is < 2**16; else (or when
     they are uint16 already) ``z`` itself."""
-    if z.dtype == np.uint16 or not len(z) or int(z.max()) >= 1 << 16:
-        return z
-    return z.astype(np.uint16)
+    return z.astype(np.uint16, copy=False) if len(z) and _fits_narrow(z) else z
 
 
 def _joined(tokens: Sequence[np.ndarray]) -> np.ndarray:
@@ -170,7 +174,7 @@ def _joined(tokens: Sequence[np.ndarray]) -> np.ndarray:
     copied; many (one per document) are joined first, then checked and cast."""
     if len(tokens) > _FEW:
         return narrow_tokens(np.concatenate(tokens))
-    if all(z.dtype == np.uint16 or int(z.max()) < 1 << 16 for z in tokens if len(z)):
+    if all(map(_fits_narrow, tokens)):
         return np.concatenate(tokens, dtype=np.uint16, casting="unsafe")
     return np.concatenate(tokens)
 
