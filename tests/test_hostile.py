@@ -7,11 +7,14 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from reader import WindowDataset
+from reader.layout import LAYOUT_VERSION
 from reader.prepare import main as prepare_main
 from tests.reader_data import edit_manifest, isolated_cache, random_docs, small, write_docs
 
@@ -31,6 +34,15 @@ def tree_digest(root: Path) -> dict[str, str]:
     return out
 
 
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temporary directory with a short path: pytest's own are 65 characters and more from
+    its tenth run on (``pytest-10/…``), too long for a padded absolute path to fit."""
+    directory = Path(tempfile.mkdtemp(prefix="tw-"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 def make_victim(tmp_path: Path) -> Path:
     victim = tmp_path / "victim"
     (victim / "sub").mkdir(parents=True)
@@ -42,7 +54,8 @@ def make_victim(tmp_path: Path) -> Path:
 def padded(victim: Path, cache: Path, absolute: bool) -> str:
     """The victim directory written as a 64-character 'SHA-256' (padded with '/'): absolute,
     or relative to the cache's layouts (both escape it through ``os.path.join``)."""
-    text = str(victim) if absolute else os.path.relpath(victim, cache / "layouts-v2")
+    layouts = cache / f"layouts-v{LAYOUT_VERSION}"
+    text = str(victim) if absolute else os.path.relpath(victim, layouts)
     if len(text) > 64:
         pytest.skip(f"the temporary path {text} is longer than 64 characters")
     return text + "/" * (64 - len(text))
@@ -50,11 +63,11 @@ def padded(victim: Path, cache: Path, absolute: bool) -> str:
 
 @pytest.mark.parametrize("entry", ["getitem", "prepare"])
 @pytest.mark.parametrize("absolute", [False, True])
-def test_sha_path(small: tuple[Path, list], tmp_path: Path, isolated_cache: Path, entry: str,
+def test_sha_path(small: tuple[Path, list], short_tmp: Path, isolated_cache: Path, entry: str,
                   absolute: bool) -> None:
     """A manifest's shards[i].sha256 is validated before it names a directory."""
     root, _ = small
-    victim = make_victim(tmp_path)
+    victim = make_victim(short_tmp)
     before = tree_digest(victim)
     edit_manifest(root, lambda m: m["shards"][0].update(
         sha256=padded(victim, isolated_cache, absolute)))
@@ -82,7 +95,6 @@ import atexit  # noqa: E402
 import contextlib  # noqa: E402
 import copy  # noqa: E402
 import io  # noqa: E402
-import tempfile  # noqa: E402
 
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
@@ -111,7 +123,7 @@ _PATHS = [*[("shards", i, "sha256") for i in range(3)] * 3, ("shards", 0, "file"
           ("windows", "stride"), ("windows", "tail"), ("windows", "seed"),
           ("windows", "offset"), ("fingerprint",), ("split",), ("sample",), ("format_version",)]
 _PATHLIKE = [str(_VICTIM) + "/" * (64 - len(str(_VICTIM))) if len(str(_VICTIM)) < 64 else "/",
-             os.path.relpath(_VICTIM, _CACHE / "layouts-v3").ljust(64, "/"),
+             os.path.relpath(_VICTIM, _CACHE / f"layouts-v{LAYOUT_VERSION}").ljust(64, "/"),
              "../" * 21 + "x", str(_VICTIM), "/" * 64, "." * 64, "A" * 64, "0" * 64,
              "part-00000-of-00003.parquet", "part-00009-of-00003.parquet", "../victim",
              "val", "..", str(_VICTIM / "precious.txt")]
