@@ -36,8 +36,9 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 @pytest.fixture
 def short_tmp() -> Iterator[Path]:
-    """A temporary directory with a short path: pytest's own are 65 characters and more from
-    its tenth run on (``pytest-10/…``), too long for a padded absolute path to fit."""
+    """A temporary directory with a short path: under pytest's own, this test's victim is 65
+    characters long from pytest's tenth run on (``pytest-10/…``), too long for a padded
+    absolute path to fit in 64."""
     directory = Path(tempfile.mkdtemp(prefix="tw-"))
     yield directory
     shutil.rmtree(directory, ignore_errors=True)
