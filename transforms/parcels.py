@@ -197,7 +197,7 @@ def _pack(batch: _Batch) -> bytes:
 
 def _pieces(batch: _Batch) -> Pieces:
     z = batch.z
-    wide = z.dtype != np.uint16 and len(z) > 0 and int(z.max()) >= 1 << 16
+    wide = not _fits_narrow(z)
     (ids, id_ends), (sources, src_ends) = _blob(batch.ids), _blob(batch.sources)
     parts: Pieces = [
         _HEADER.pack(_MAGIC, _WIDE if wide else 0, len(batch.keys), len(batch.z),
