@@ -20,12 +20,16 @@ the tool nor other processes had them), and the cores left idle (the table's ``i
 idle`` is the ratio to the reference that the tool's CPU time would give with no core idle:
 what better overlap could reach at most). Each tool's output is read back to count
 documents, windows and tokens, and (first round) to hash every window in one order and one
-type: the tools must agree. Tokens are the documents' own (Σ M = Σ |z|), the same number for
-every tool whatever the window overlap; MB are MB (10^6 bytes) of UTF-8 text.
+type: the tools must agree. A warm-up round (``--warmup``, 1 by default) runs first and is
+left out of the figures: a machine's first run of a tool also pays for what is not yet
+cached (on a virtual machine, memory the host has to hand back), for one tool more than
+another. Tokens are the documents' own (Σ M = Σ |z|), the same number for every tool
+whatever the window overlap; MB are MB (10^6 bytes) of UTF-8 text.
 
-It prints a markdown table (medians over the repeats), a fit of wall time against corpus
-size per tool (fixed seconds + marginal MB/s, to check that time grows linearly), and
-writes every measurement to ``bench/work/results-<time>.json``::
+It prints a markdown table (medians over the repeats, and each tool's ratio to the
+reference paired within rounds), a fit of wall time against corpus size per tool (fixed
+seconds + marginal MB/s, to check that time grows linearly), and writes every measurement
+to ``bench/work/results-<time>.json``::
 
     pip install -e '.[bench]'
     python bench/bench_job.py                       # 25, 50, 100 MB; 3 rounds; workers 1, 2
@@ -95,6 +99,7 @@ class Run:
     text_mb: float = 0.0
     output_mb: float = 0.0
     cache_mb: float = 0.0
+    warmup: bool = False  # a warm-up round's run: checked, recorded, left out of the figures
     extra: dict = field(default_factory=dict)
 
 
@@ -281,7 +286,7 @@ def check_code(python: str, code: Path, env: dict[str, str]) -> None:
 
 
 def run_one(tool: str, size: float, rnd: int, corpus: Path, model: Path, idle_s: float,
-            verify: bool, python: str) -> Run:
+            verify: bool, python: str, warmup: bool = False) -> Run:
     scratch = WORK / "runs" / tool.replace(" ", "_").replace("×", "x")
     out, cache = scratch / "out", scratch / "hf-cache"
     shutil.rmtree(scratch, ignore_errors=True)
@@ -298,25 +303,26 @@ def run_one(tool: str, size: float, rnd: int, corpus: Path, model: Path, idle_s:
     # job runs from that tree, or "job before" would import this one.
     code = BEFORE[0] if tool == "job before" else ROOT
     env["PYTHONPATH"] = str(code)
-    if tool == "job before" and rnd == 0:
+    if tool == "job before" and verify:  # the first round
         check_code(python, code, env)
-    wall, cpu, rss, procs, others, stolen, _ = measure(
-        commands(tool.removesuffix(" before"), corpus, model, out, cache, python), env=env,
-        cwd=code)
+    m = measure(commands(tool.removesuffix(" before"), corpus, model, out, cache, python),
+                env=env, cwd=code)
+    wall, cpu, rss = m.wall_s, m.cpu_s, m.peak_rss_mb
     stats = corpus_stats(corpus)
-    idle = max(0.0, (os.cpu_count() or 1) - cpu / wall - others - stolen)
+    idle = max(0.0, (os.cpu_count() or 1) - cpu / wall - m.others_cores - m.stolen_cores)
     run = Run(tool=tool, size_mb=size, round=rnd, wall_s=wall, cpu_s=cpu, peak_rss_mb=rss,
-              processes=procs, others_cores=others, idle_cores=idle, stolen_cores=stolen,
-              text_mb=stats["text_bytes"] / 1e6,
+              processes=m.processes, others_cores=m.others_cores, idle_cores=idle,
+              stolen_cores=m.stolen_cores, warmup=warmup, text_mb=stats["text_bytes"] / 1e6,
               output_mb=sum(f.stat().st_size for f in out.glob("part-*.parquet")) / 1e6,
               cache_mb=_dir_mb(cache) if cache.exists() else 0.0, **read_counts(out))
     if verify:
         run.extra["rows_sha256"] = rows_digest(out)
     shutil.rmtree(scratch, ignore_errors=True)
     rate = run.doc_tokens / wall / 1e6
-    print(f"  {tool:12s} {size:5g} MB round {rnd}: {wall:6.2f} s, {rate:5.2f} M tokens/s, "
+    label = "warm-up" if warmup else f"round {rnd}"
+    print(f"  {tool:12s} {size:5g} MB {label}: {wall:6.2f} s, {rate:5.2f} M tokens/s, "
           f"peak RSS {rss:6.0f} MB, CPU {cpu:5.1f} s, idle {idle:.2f} cores, "
-          f"others {others:.2f} cores, stolen {stolen:.2f} cores",
+          f"others {m.others_cores:.2f} cores, stolen {m.stolen_cores:.2f} cores",
           file=sys.stderr, flush=True)
     return run
 
@@ -330,7 +336,10 @@ def table(runs: list[Run]) -> str:
     that keeps every core busy is bound by its CPU time); ``stolen cores``: what the
     hypervisor held back (steal time); ``if never idle``: the ratio to
     the reference that the tool's CPU time would give on these cores with none left idle,
-    the most that spreading its work better could reach."""
+    the most that spreading its work better could reach; ``paired ratio``: the reference's
+    wall time over the tool's within each round (the two ran minutes apart at most), median
+    and range, which a machine whose speed drifts from round to round moves less than the
+    ratio of the medians."""
     cores = os.cpu_count() or 1
     by: dict[tuple[str, float], list[Run]] = {}
     for r in runs:
@@ -338,10 +347,12 @@ def table(runs: list[Run]) -> str:
     ref = {size: _median(rs, "wall_s") for (tool, size), rs in by.items() if tool == "reference"}
     ref_cpu = {size: _median(rs, "cpu_s") for (tool, size), rs in by.items()
                if tool == "reference"}
+    ref_by_round = {(r.size_mb, r.round): r.wall_s for r in runs if r.tool == "reference"}
     lines = [
         "| tool | corpus | documents | tokens | wall s | M tokens/s | MB/s | peak RSS MB "
-        "| ratio to reference | CPU s | CPU ratio | idle cores | stolen cores | if never idle |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| ratio to reference | paired ratio (range) | CPU s | CPU ratio | idle cores "
+        "| stolen cores | if never idle |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     order = {"reference": 0, "job before": 1, "job": 2, "datasets": 3}
     for (tool, size), rs in sorted(by.items(), key=lambda kv: (kv[0][1],
@@ -349,6 +360,10 @@ def table(runs: list[Run]) -> str:
         wall = _median(rs, "wall_s")
         tokens, mb = rs[0].doc_tokens, rs[0].text_mb
         ratio = f"{ref[size] / wall:.2f}" if size in ref else "–"
+        paired = sorted(ref_by_round[(size, r.round)] / r.wall_s for r in rs
+                        if (size, r.round) in ref_by_round)
+        pairs = (f"{statistics.median(paired):.2f} ({paired[0]:.2f}–{paired[-1]:.2f})"
+                 if paired else "–")
         cpu = _median(rs, "cpu_s")
         cpu_ratio = f"{ref_cpu[size] / cpu:.2f}" if size in ref_cpu else "–"
         ceiling = f"{ref[size] / (cpu / cores):.2f}" if size in ref else "–"
@@ -356,8 +371,8 @@ def table(runs: list[Run]) -> str:
         lines.append(
             f"| {tool} | {mb:.0f} MB | {rs[0].documents:,} | {tokens / 1e6:.1f} M | {wall:.2f} "
             f"| {tokens / wall / 1e6:.2f} | {mb / wall:.1f} | {_median(rs, 'peak_rss_mb'):.0f}"
-            f"{cache} | {ratio} | {cpu:.1f} | {cpu_ratio} | {_median(rs, 'idle_cores'):.2f} "
-            f"| {_median(rs, 'stolen_cores'):.2f} | {ceiling} |"
+            f"{cache} | {ratio} | {pairs} | {cpu:.1f} | {cpu_ratio} "
+            f"| {_median(rs, 'idle_cores'):.2f} | {_median(rs, 'stolen_cores'):.2f} | {ceiling} |"
         )
     return "\n".join(lines)
 
@@ -473,7 +488,8 @@ def memory_sweep(base_mb: float, multiples: list[int], source: Path | None, pyth
                        "--stride", str(STRIDE), "--id-field", "id", "--shuffle", shuffle]
                 if idle_s:
                     wait_idle(idle_s)
-                wall, cpu, rss, procs, others, _, _ = measure(cmd, watch=out / ".tmp")
+                m = measure(cmd, watch=out / ".tmp")
+                wall, cpu, rss, others = m.wall_s, m.cpu_s, m.peak_rss_mb, m.others_cores
                 row = {"multiple": k, "text_mb": corpus_stats(corpus)["text_bytes"] / 1e6,
                        "tokenizer": "32k" if tokenizer != "bytes" else "bytes",
                        "shuffle": shuffle, "wall_s": wall, "peak_rss_mb": rss,
@@ -505,6 +521,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="25,50,100", help="corpus sizes in MB of text")
     parser.add_argument("--repeats", type=int, default=3, help="rounds per size")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="rounds run first and left out of the figures (default 1): a "
+                        "machine's first runs of a tool also pay for what it has not yet "
+                        "cached (bytecode, libraries, on a virtual machine its memory)")
     parser.add_argument("--workers", default="1,2",
                         help="multi_processing worker counts to run on the largest corpus "
                         "('' for none)")
@@ -561,17 +581,21 @@ def main(argv: list[str] | None = None) -> None:
 
     environment = job_environment(args.python)
     runs: list[Run] = []
-    for rnd in range(args.repeats):
-        # Alternate the order from round to round so that drift hits every tool alike.
-        for tool, size in plan if rnd % 2 == 0 else list(reversed(plan)):
+    for i in range(args.warmup + args.repeats):
+        # Alternate the order from round to round so that drift hits every tool alike. The
+        # first round (a warm-up one, unless there are none) also checks the tools' windows.
+        warmup, rnd = i < args.warmup, i - args.warmup
+        for tool, size in plan if i % 2 == 0 else list(reversed(plan)):
             runs.append(run_one(tool, size, rnd, corpora[size], model, args.wait_idle,
-                                verify=rnd == 0, python=args.python))
+                                verify=i == 0, python=args.python, warmup=warmup))
+    measured = [r for r in runs if not r.warmup]
 
     report = {
         "when": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": machine(),
         "job_environment": environment,
         "settings": {"window": WINDOW, "stride": STRIDE, "repeats": args.repeats,
+                     "warmup": args.warmup,
                      "sizes_mb": sizes, "workers": workers, "source": str(args.source or
                                                                           "packages")},
         "corpora": {str(s): corpus_stats(c) for s, c in corpora.items()},
@@ -583,14 +607,14 @@ def main(argv: list[str] | None = None) -> None:
 
     print(f"\nMachine: {report['machine']}")
     print(f"Job and reference environment: {report['job_environment']}\n")
-    print(table(runs))
+    print(table(measured))
     print("\nWall time against corpus size (least squares, medians):\n")
-    print(linearity([r for r in runs if r.tool in tools]))
-    busy = max(r.others_cores for r in runs)
+    print(linearity([r for r in measured if r.tool in tools]))
+    busy = max(r.others_cores for r in measured)
     if busy > 0.25:
         print(f"\nWARNING: other processes used up to {busy:.2f} cores during some runs; "
               "the figures are noisy (see others_cores in the JSON).")
-    stolen = max(r.stolen_cores for r in runs)
+    stolen = max(r.stolen_cores for r in measured)
     if stolen > 0.05:
         print(f"\nNOTE: the hypervisor held back up to {stolen:.2f} cores during some runs "
               "(steal time): a tool that keeps every core busy loses more of its wall time to "
