@@ -547,6 +547,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runner-shuffle-up-to", type=int, default=2,
                         help="with --memory, also run --shuffle runner up to this multiple")
     args = parser.parse_args(argv)
+    if args.repeats < 1 or args.warmup < 0:
+        parser.error("--repeats must be at least 1 and --warmup at least 0")
     if args.memory is not None:
         rows = memory_sweep(float(args.memory), [int(k) for k in args.multiples.split(",")],
                             args.source, args.python, args.wait_idle, args.runner_shuffle_up_to)
