@@ -106,8 +106,8 @@ def preflight(config: JobConfig, options: PipelineOptions, *,
 def _load_ahead(options: PipelineOptions) -> None:
     """Load now what a local job loads later: Beam's FnApiRunner (20-30 ms of imports), and
     for the in-process runner what pyarrow loads on a shard writer's first rows
-    (`transforms.rows`: ``pa.array`` of a NumPy array imports ``numpy.ma``, ``Array.take``
-    ``pyarrow.compute``; 30-40 ms, which would hold up the shard writers' first rows)."""
+    (`transforms.rows`: ``pa.array`` of a NumPy array imports ``numpy.ma``, which would hold
+    up the shard writers' first rows)."""
     if not is_local(options):
         return
     from apache_beam.runners.portability.fn_api_runner import fn_runner  # noqa: F401
@@ -116,7 +116,7 @@ def _load_ahead(options: PipelineOptions) -> None:
         import numpy as np
         import pyarrow as pa
 
-        pa.array(np.zeros(1, np.int64)).take(pa.array(np.zeros(1, np.int64)))
+        pa.array(np.zeros(1, np.int64))
 
 
 def _match_inputs(config: JobConfig) -> tuple[dict[str, tuple[int, float | None]],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -20,7 +21,7 @@ from tests.test_parcels import docs_of, pack
 from transforms.documents import source_order
 from transforms.keys import doc_key
 from transforms.params import WindowSpec
-from transforms.rows import ShardCounts, ShardRows
+from transforms.rows import ShardCounts, ShardRows, _take_strings
 from transforms.schema import ARROW_SCHEMA
 from transforms.tokenizers import ByteTokenizer
 from transforms.windows import plan_windows
@@ -264,3 +265,22 @@ def test_rows_cover_every_window_exactly_once_whatever_the_batching(texts, spec,
     windows = [(r["doc_id"], r["window_index"]) for r in table]
     assert len(windows) == len(set(windows))
     assert set(windows) == {(r["doc_id"], r["window_index"]) for r in reference(docs)[0]}
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    strings=st.lists(st.text(max_size=12), max_size=20),
+    cut=st.integers(0, 5),
+    picks=st.lists(st.integers(0, 10**6), max_size=40),
+)
+def test_doc_ids_are_gathered_as_pyarrow_takes_them(strings, cut, picks):
+    # The writers gather each row's doc_id with NumPy (pyarrow's take would load its compute
+    # module): the same array as take's, for any strings, from a sliced array too.
+    import pyarrow.compute  # noqa: F401  (for the oracle only)
+
+    whole = pa.array(strings, pa.string())
+    array = whole[min(cut, len(whole)):]
+    index = np.array([p % len(array) for p in picks] if len(array) else [], np.int64)
+    got = _take_strings(array, index)
+    assert got.equals(array.take(pa.array(index, pa.int64())))
+    assert got.to_pylist() == [array[int(i)].as_py() for i in index]

@@ -162,7 +162,7 @@ class ShardRows:
         offsets = (self._offsets[lo : hi + 1] - self._offsets[lo]).astype(np.int32)
         key, index, start, length, loss, doc_tokens = (c[lo:hi] for c in self._row_columns)
         arrays = [
-            self._ids.take(pa.array(self._doc[lo:hi], pa.int64())),
+            _take_strings(self._ids, self._doc[lo:hi]),
             pa.array(key, pa.uint64()),
             pa.array(index, pa.int32()),
             pa.array(start, pa.int64()),
@@ -185,6 +185,20 @@ class ShardRows:
 def _cat(parts: list[Parcel], name: str, dtype: type) -> np.ndarray:
     arrays = [getattr(b, name) for b in parts]
     return np.concatenate(arrays) if arrays else np.empty(0, dtype)
+
+
+def _take_strings(strings: pa.StringArray, index: np.ndarray) -> pa.StringArray:
+    """``strings.take(index)``, gathered by NumPy: pyarrow's ``take`` loads its compute module
+    first, 27-32 ms of every job's start, and the gather costs 4 ms a shard at 288 MB."""
+    _, offset_buffer, data_buffer = strings.buffers()
+    offsets = np.frombuffer(offset_buffer, np.int32)[strings.offset:][:len(strings) + 1]
+    data = np.frombuffer(data_buffer or b"", np.uint8)
+    lo = offsets[index]
+    sizes = offsets[index + 1] - lo
+    out = np.zeros(len(index) + 1, np.int32)
+    np.cumsum(sizes, out=out[1:])
+    gather = np.repeat(lo - out[:-1], sizes) + np.arange(out[-1])
+    return pa.StringArray.from_buffers(len(index), pa.py_buffer(out), pa.py_buffer(data[gather]))
 
 
 def _strings(parts: list[Parcel], blob: str, ends: str) -> pa.StringArray:
