@@ -10,6 +10,8 @@ counts however the documents are batched into blocks and in whatever order the b
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import ROOT
 from tests.test_parcels import docs_of, pack
 from transforms.documents import source_order
 from transforms.keys import doc_key
@@ -273,9 +276,9 @@ def test_rows_cover_every_window_exactly_once_whatever_the_batching(texts, spec,
     cut=st.integers(0, 5),
     picks=st.lists(st.integers(0, 10**6), max_size=40),
 )
-def test_doc_ids_are_gathered_as_pyarrow_takes_them(strings, cut, picks):
-    # The writers gather each row's doc_id with NumPy (pyarrow's take would load its compute
-    # module): the same array as take's, for any strings, from a sliced array too.
+def test_doc_ids_are_taken_as_pyarrow_takes_them(strings, cut, picks):
+    # The writers call pyarrow's take kernel without its compute module (`Array.take` would
+    # load it): the same array as `Array.take`'s, for any strings, from a sliced array too.
     import pyarrow.compute  # noqa: F401  (for the oracle only)
 
     whole = pa.array(strings, pa.string())
@@ -284,3 +287,29 @@ def test_doc_ids_are_gathered_as_pyarrow_takes_them(strings, cut, picks):
     got = _take_strings(array, index)
     assert got.equals(array.take(pa.array(index, pa.int64())))
     assert got.to_pylist() == [array[int(i)].as_py() for i in index]
+
+
+def test_rows_are_cut_without_loading_pyarrow_compute():
+    # 27-32 ms of every shard writer's start (docs/performance.md#start-up). Without pandas,
+    # as the job extra installs it: where pandas is there, pyarrow's first conversion of a
+    # NumPy array imports it (and it, pyarrow.compute), and so does Beam's import.
+    code = (
+        "import sys\n"
+        "class NoPandas:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'pandas':\n"
+        "            raise ModuleNotFoundError(name, name=name)\n"
+        "sys.meta_path.insert(0, NoPandas())\n"
+        "from tests.test_rows import doc, parcels_of\n"
+        "from transforms.params import WindowSpec\n"
+        "from transforms.rows import ShardRows\n"
+        "spec = WindowSpec(window=2, stride=2)\n"
+        "rows = ShardRows(parcels_of([doc('b', 'abcd', spec), doc('a', 'abcde', spec)]))\n"
+        "print(rows.table(0, rows.num_rows).column('doc_id').to_pylist())\n"
+        "print('pyarrow.compute' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True, timeout=120).stdout.split("\n")
+    ids = eval(out[0])  # noqa: S307  (our own print of a list of str)
+    assert sorted(ids) == ["a"] * 3 + ["b"] * 3
+    assert out[1] == "False"
