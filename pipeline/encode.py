@@ -137,6 +137,7 @@ class _EncodeChunkFn(StepFn):
         self._spill_dir = context.spill_dir
         self._progress_dir = context.progress_dir
         self._write_every = context.tuning.progress_write_every
+        self._freeze_loaded = context.tuning.freeze_loaded
         self._handle = context.tokenizer_handle
         self._records = Metrics.counter("read", "records")
         self._tokens = Metrics.counter("tokenize", "tokens")
@@ -149,7 +150,8 @@ class _EncodeChunkFn(StepFn):
         self._tokenizer = acquire_tokenizer(self._handle, self._config)
         self._pool = ThreadPoolExecutor(self._ahead, thread_name_prefix="encode")
         self._progress = progress.Reporter(self._progress_dir, write_every=self._write_every)
-        leave_loaded_out()  # the model and the worker's modules: later collections skip them
+        if self._freeze_loaded:
+            leave_loaded_out()  # the model and the worker's modules: later collections skip them
 
     def teardown(self) -> None:
         pool = getattr(self, "_pool", None)  # None when setup failed

@@ -143,6 +143,7 @@ class _WriteShardFn(StepFn):
         self._fingerprint = context.fingerprint
         self._tmp_dir = context.tmp_dir
         self._shards_at_once = context.tuning.shards_at_once
+        self._freeze_loaded = context.tuning.freeze_loaded
         self._handle = shared.Shared()
 
     def setup(self) -> None:
@@ -153,7 +154,8 @@ class _WriteShardFn(StepFn):
         self._pool = self._handle.acquire(
             lambda: ThreadPoolExecutor(self._at_once, thread_name_prefix="write-shard"),
             tag="write-shard")
-        leave_loaded_out()
+        if self._freeze_loaded:
+            leave_loaded_out()
 
     def process(self, item: tuple[int, Iterable[bytes]]
                 | tuple[int, Iterable[tuple[list[int], list[str]]]]

@@ -29,7 +29,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
-from pipeline import fs, launch, progress
+from pipeline import LOG_FORMAT, fs, launch, progress
 from pipeline.context import JobContext, Tuning
 from pipeline.flags import check_flags, parser
 from pipeline.graph import build_pipeline
@@ -210,9 +210,9 @@ def cli() -> None:
     """
     # The command owns its process, and nothing in it needs IPython, which Beam would import
     # (about 0.3 s) only to ask whether it runs in a notebook (Pipeline.apply) when the gcp
-    # extra has made it importable (see pipeline/__init__.py).
+    # extra has made it importable. Its workers' collectors, too (`Tuning.freeze_loaded`).
     sys.modules.setdefault("IPython", None)  # type: ignore[arg-type]
-    main()
+    main(tuning=Tuning(freeze_loaded=True))
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -239,7 +239,7 @@ def main(argv: Sequence[str] | None = None, *, tuning: Tuning | None = None) -> 
     work, 1 for a job that failed while it ran (``--traceback`` or TOKEN_WINDOWS_TRACEBACK=1
     print the whole traceback). ``tuning``: the job's knobs (`pipeline.context.Tuning`), for
     callers in Python; the command line runs on the defaults."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
     _LOG.setLevel(logging.INFO)
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = "--traceback" in args or os.environ.get("TOKEN_WINDOWS_TRACEBACK") == "1"

@@ -1,4 +1,4 @@
-"""`pipeline.run`: the command line, and everything it refuses before any work
+"""`pipeline.job`: the command line, and everything it refuses before any work
 (docs/running.md#bad-input).
 
 The error cases call `main` in this process (its output captured); one test starts the real
@@ -15,7 +15,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.run import main
+from pipeline.job import main
 from tests.conftest import DATA, ROOT, exit_code, run_job, write_jsonl
 from transforms.input_names import relative_name
 from transforms.manifest import MANIFEST_NAME
@@ -185,7 +185,7 @@ def test_a_failure_while_running_is_one_line_exit_1(tmp_path, capsys):
 ])
 def test_the_local_runner_spreads_the_chunks_only_over_several_workers(
         corpus, tmp_path, monkeypatch, mode, spread):
-    run_module = sys.modules["pipeline.run"]  # `pipeline.run` the attribute is the function
+    run_module = sys.modules["pipeline.job"]
     built = {}
 
     class Built(Exception):
