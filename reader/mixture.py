@@ -188,10 +188,9 @@ class _Stream:
             drawn = blend.run(tg if counting_targets else None, need - got, (gl, tg))
             if drawn is not None and len(drawn[0]):
                 src, taken, (gd, td) = drawn
-            else:  # the next draw skips a source (or the integers are too large): one pick
-                d = blend.pick(lambda d: int(tg[d][0]) if counting_targets else 1)[0]  # noqa: B023
-                src, gd, td = np.array([d], np.int64), gl[d][:1], tg[d][:1]
-                taken = [int(e == d) for e in range(len(cursors))]
+            else:  # the next draw skips a source (or the integers are too large): picks
+                src, taken, gd, td = _picks(blend, tg, gl, need - got, counting_targets,
+                                            many=drawn is None)
             srcs.append(src)
             indices.append(gd)
             targets.append(td)
@@ -219,6 +218,49 @@ class _Stream:
         ledger = self._ledger if self._ledger is not None else [c.ledger() for c in self.cursors]
         return Snapshot(self.batch, self.rows, ledger, self.weights, self.since, opened,
                         self._s.mixed.names)
+
+
+class _Unknown(Exception):
+    """A pick needs a source's window that is not read ahead yet."""
+
+
+_PICKS = 512  # draws picked one by one after a draw the merge cannot make, before it resumes
+
+
+def _picks(blend: Blend, tg: list[Any], gl: list[Any], m: int, counting_targets: bool, *,
+           many: bool) -> tuple[Any, list[int], Any, Any]:
+    """Draws made one by one with :meth:`Blend.pick`, exactly as the rule makes them: up to
+    ``m`` where the merge cannot run (``many``: integers beyond int64), else up to
+    ``_PICKS`` (a draw the merge would skip; it resumes after them); either way only while
+    every source a pick looks at has its next window read ahead (``tg``, ``gl``: each
+    source's windows read ahead, their targets and mixture indices). Returns what
+    :meth:`Blend.run` returns: sources, windows taken of each, mixture indices and targets
+    in draw order (at least one draw)."""
+    width = len(tg)
+    at = [0] * width
+    known = [len(t) for t in tg]
+
+    def size_of(d: int) -> int:
+        if at[d] >= known[d]:
+            raise _Unknown
+        return int(tg[d][at[d]]) if counting_targets else 1
+
+    src: list[int] = []
+    try:
+        while len(src) < (m if many else min(m, _PICKS)):
+            d = blend.pick(size_of)[0]
+            src.append(d)
+            at[d] += 1
+    except _Unknown:
+        blend._heap = None  # the pick stopped half way: its heap is rebuilt from the counts
+    index = np.empty(len(src), np.int64)
+    drawn_targets = np.empty(len(src), np.int64)
+    sources = np.asarray(src, np.int64)
+    for d in set(src):
+        where = sources == d
+        index[where] = gl[d][: at[d]]
+        drawn_targets[where] = tg[d][: at[d]]
+    return sources, at, index, drawn_targets
 
 
 class MixtureSampler:

@@ -25,7 +25,7 @@ from reader import (
     evaluate,
     pack_rows,
 )
-from reader.blend import normalise_weights
+from reader.blend import Blend, normalise_weights
 from reader.mixture import source_seed
 from tests.reader_data import isolated_cache, three
 from tests.test_blend import exact_bound, weights_st
@@ -223,6 +223,45 @@ def test_refusals_name_the_source() -> None:
                      ({"window": 16}, "window: 8 vs 16")):
         with pytest.raises(ValueError, match=f"sources 'a' and 'b' differ in their {what}"):
             MixedDataset({"a": FakeSource(3), "b": FakeSource(3, **kw)})
+
+
+def picked(mixed: MixedDataset, weights: dict[str, Any], seed: int, unit: str,
+           count: int) -> list[tuple[str, int]]:
+    """The rule's first ``count`` draws, by :meth:`Blend.pick` one at a time."""
+    w = list(normalise_weights(weights, mixed.names).values())
+    blend = Blend(w, unit=W if unit == "targets" else 1, counts=[0] * len(w))
+    taken = [0] * len(w)
+    orders = [EpochSampler(len(mixed.sources[n]), 1, seed=source_seed(seed, n))
+              for n in mixed.names]
+
+    def local(d: int, j: int) -> int:
+        n = orders[d].n
+        return int(orders[d].indices(j // n, j % n, j % n + 1)[0])
+
+    def size(d: int) -> int:
+        src = mixed.sources[mixed.names[d]]
+        return int(src.window_sizes([local(d, taken[d])])[1][0]) if unit == "targets" else 1
+
+    out = []
+    for _ in range(count):
+        d = blend.pick(size)[0]
+        out.append((mixed.names[d], local(d, taken[d])))
+        taken[d] += 1
+    return out
+
+
+@pytest.mark.parametrize("unit", ["windows", "targets"])
+def test_weights_as_token_counts_draw_the_rules_stream(unit: str) -> None:
+    # Token counts (rounded to multiples of 1/65,536) and float shares: the stream, drawn by
+    # the table or by picks where the merge's integers would leave int64, is the rule's
+    # pick by pick.
+    mixed = fakes([7, 30, 5, 12, 9])
+    for raw in ([3_141_592_653, 2_718_281_828, 1_414_213_562, 1_732_050_807, 999_999_937],
+                [0.31, 1 / 3, 0.05, 2 ** 0.5, 0.0]):
+        weights = dict(zip(mixed.names, raw, strict=True))
+        got = [mixed.source_of(i) for i in flat(stream(
+            MixtureSampler(mixed, weights, 8, seed=3, unit=unit), 40))]
+        assert got == picked(mixed, weights, 3, unit, len(got))
 
 
 @pytest.mark.parametrize("unit", ["windows", "targets"])
