@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import stat
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,7 +30,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from reader import integrity
-from reader.regular import NotRegularFileError, open_regular
+from reader.regular import NotRegularFileError, file_kind, open_regular
 from transforms.json_fields import JsonObject
 from transforms.manifest import Manifest
 
@@ -144,7 +145,12 @@ def files_problem(directory: str, files: Any, *, verify: bool) -> str | None:
     for name, want in files.items():
         path = os.path.join(directory, name)
         try:
-            size = os.stat(path).st_size
+            st = os.stat(path)
+            if not stat.S_ISREG(st.st_mode):  # placed there: refused by name, never removed
+                raise NotRegularFileError(f"{path} is not a regular file but "
+                                          f"{file_kind(st.st_mode)}; the reader reads only "
+                                          f"regular files: {_FIX}")
+            size = st.st_size
             if not isinstance(want, dict) or size != want.get("bytes"):
                 return (f"{name} has {size} bytes, not the "
                         f"{want.get('bytes') if isinstance(want, dict) else want} recorded")

@@ -27,10 +27,12 @@ from typing import BinaryIO
 
 import pyarrow.fs as pafs
 
-__all__ = ["NotRegularFileError", "check_regular", "file_kind", "open_regular", "shown_url"]
+__all__ = ["NotRegularFileError", "check_regular", "file_kind", "masked", "open_regular",
+           "shown_url"]
 
 # Query parameters whose values are secrets (matched anywhere in the name, any case).
 _SECRET = re.compile(r"secret|token|key|passw|signature|credential|auth|session", re.I)
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 
 
 class NotRegularFileError(OSError):
@@ -111,3 +113,8 @@ def shown_url(text: str) -> str:
         f"{k}={'***' if _SECRET.search(k) else v}" if sep else k
         for k, sep, v in (item.partition("=") for item in parts.query.split("&") if item))
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def masked(text: str) -> str:
+    """``text`` (a message) with every URL in it shown as :func:`shown_url` shows it."""
+    return _URL.sub(lambda m: shown_url(m.group(0)), text)
