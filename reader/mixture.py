@@ -666,6 +666,11 @@ def _checked_state(sampler: MixtureSampler, state: Mapping[str, Any]) -> dict[st
                        f"holding {sum(m[2] for m in members)} has "
                        f"{sampler.seq_len - sum(m[2] for m in members)} free")
         open_rows.append([free, members])
+    waiting = sum(len(members) for _, members in open_rows)
+    closed = sum(v[2] for v in ledger.values()) - waiting  # windows in the rows handed out
+    if sampler.seq_len is not None and not rows <= closed:
+        raise _bad("rows", f"is {rows}, but the {closed} windows drawn and not waiting in open "
+                   "rows fill at most that many rows")
     return {"batch": batch, "rows": rows, "ledger": ledger,
             "weights": {n: str(x) for n, x in weights.items()},
             "since": {"batch": since_batch, "counts": counts}, "open": open_rows}

@@ -313,6 +313,7 @@ EDITS = [
     (_set("sources.s1.epoch", "1"), "sources.s1.epoch"),
     (_set("batches_seen", -2), "batches_seen"),
     (_set("position", 1), "position"),
+    (_set("rows", 10**6), "rows"),
     (_set("open_rows_windows.0.1.0.1", 10**9), r"open_rows_windows\[0\]\[1\]\[0\]\[1\]"),
     (_set("open_rows_windows.0.1.0.2", 1000), r"open_rows_windows\[0\]\[1\]\[0\]\[2\]"),
     (_set("open_rows_windows.0.0", 1), r"open_rows_windows\[0\]\[0\]"),
