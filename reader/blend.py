@@ -18,6 +18,11 @@ positive-weight source furthest behind has ``c_d − w_d·T ≤ 0``, so drawing 
 it less than X ahead. Every comparison is in integers (weights as exact fractions), so the
 stream is the same on every platform and the bound is exact, not up to rounding.
 
+Weights of any form (token counts, float shares) are normalised exactly and, when the shares
+need a common denominator above ``DENOMINATOR`` (65,536), rounded to multiples of
+``1/DENOMINATOR`` by largest remainder (:func:`round_weights`): then counting windows has a
+period of at most 65,536 draws, read off a table.
+
 Worked example: weights 1/2, 1/3, 1/6 counting windows → the sources of positions 0… are
 0 1 0 1 0 2 | 0 1 0 1 0 2 | …, each within one window of its share at every prefix.
 """

@@ -21,10 +21,11 @@ Contract:
   exactly as :func:`reader.pack_rows` packs an epoch (``open_rows`` rows open, rows
   numbered as they close), and global batch g is rows ``[g·G, (g+1)·G)``, for
   :func:`reader.collate_packed`. Iterating never ends; there are no deliberate repeats.
-* **Weights** are a mapping (normalised; 0 allowed) or a schedule ``[(0, m0), (g1, m1), …]``:
-  ``m_i`` applies from global batch ``g_i`` on. When the weights in force change, the rule
-  restarts from that position (the bound holds again from there) and every source continues
-  its epoch where it stands.
+* **Weights** are a mapping (normalised, rounded to multiples of 1/65,536 when they need a
+  larger denominator: :func:`reader.blend.round_weights`; 0 allowed) or a schedule
+  ``[(0, m0), (g1, m1), …]``: ``m_i`` applies from global batch ``g_i`` on. When the weights
+  in force change, the rule restarts from that position (the bound holds again from there)
+  and every source continues its epoch where it stands.
 * **State**: :meth:`MixtureSampler.state_dict` is small JSON, O(number of sources): the
   committed position, each source's ledger (epoch, position in the epoch, windows and targets
   drawn) and dataset fingerprint, the weights in force and where they took effect, and with
@@ -33,8 +34,10 @@ Contract:
   other weights than the state's continues every source where it stood and applies them from
   the committed position, as the schedule ``[(0, old), (g, new)]`` would; a source the state
   lacks starts at its first epoch; a source whose dataset changed, or one the mixture lacks,
-  is refused by name. ``step`` and the committed position are those of
-  :class:`reader.EpochSampler`.
+  is refused by name. The state is checked as a whole on load: what can be recomputed (each
+  source's windows and targets, the rule's counts since the weights took effect) is
+  recomputed, and a field the stream cannot have at that position is refused by name.
+  ``step`` and the committed position are those of :class:`reader.EpochSampler`.
 """
 
 from __future__ import annotations
