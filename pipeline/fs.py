@@ -10,6 +10,7 @@ import contextlib
 import errno
 import glob
 import os
+import stat
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO, NamedTuple
@@ -24,11 +25,16 @@ from transforms.schema import TMP_DIR
 __all__ = [
     "DiskFullError",
     "Matched",
+    "NotRegularFileError",
     "broken_links",
     "claim",
     "create",
     "delete",
     "is_file",
+    "is_regular",
+    "open_regular_fd",
+    "read_regular",
+    "rename",
     "match_files",
     "exists",
     "join",
@@ -165,6 +171,62 @@ def read_bytes(path: str) -> bytes:
     """The whole raw content of a file."""
     with open_raw(path) as f:
         return f.read()
+
+
+NotRegularFileError = confine.NotRegularFileError
+not_regular = confine.not_regular
+
+
+def is_regular(path: str) -> bool:
+    """Whether ``path`` is a regular file: locally itself, not through a link (never opened);
+    on an object store, a key."""
+    if scheme(path) not in (None, "file"):
+        return is_file(path)
+    try:
+        return stat.S_ISREG(os.lstat(path.removeprefix("file://")).st_mode)
+    except OSError:
+        return False
+
+
+def open_regular_fd(path: str) -> int:
+    """A read-only descriptor of the local regular file ``path``, which is checked with
+    ``lstat`` before it is opened (``O_NOFOLLOW | O_NONBLOCK``: a FIFO swapped in meanwhile
+    neither blocks the open nor passes the ``fstat`` after it).
+
+    Raises:
+        FileNotFoundError: nothing is there.
+        NotRegularFileError: it is a FIFO, socket, device, directory or link.
+    """
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise not_regular(path, mode)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise not_regular(path, mode)
+    return fd
+
+
+def read_regular(path: str) -> bytes:
+    """`read_bytes`, of a regular file only: a local path is checked before it is opened
+    (`open_regular_fd`); an object store's keys are all regular."""
+    if scheme(path) not in (None, "file"):
+        return read_bytes(path)
+    with os.fdopen(open_regular_fd(path.removeprefix("file://")), "rb") as f:
+        return f.read()
+
+
+def rename(src: str, dst: str, *, root: str) -> None:
+    """Move the file ``src`` to ``dst``, both below ``root`` (`pipeline.confine`), replacing
+    ``dst``: a rename locally; a copy and a delete on an object store."""
+    if confine.is_local(src):
+        confine.rename(root, src, dst)
+        return
+    confine.relative_parts(root, src)
+    confine.relative_parts(root, dst)
+    _ensure_dir(dst.rsplit("/", 1)[0])
+    FileSystems.rename([src], [dst])
 
 
 def create(path: str, *, root: str) -> BinaryIO:

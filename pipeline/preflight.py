@@ -96,10 +96,12 @@ def preflight(config: JobConfig, options: PipelineOptions, *,
                                   reading=config.read.to_json(), num_shards=config.num_shards,
                                   files=names, splits=config.splits.to_json() or None)
     attempt = uuid.uuid4().hex[:16]  # temporary names only: it never reaches the output
-    claim_output(config, attempt, fingerprint)
+    # The context (its shard plan checks --num-shards) before the claim: a refusal after
+    # the claim would leave it behind.
     context = job_context(config, files, fingerprint=fingerprint, tokenizer=info,
                           tmp_dir=fs.join(config.output, TMP_DIR, attempt), attempt=attempt,
                           tuning=tuning, tokenizer_handle=handle)
+    claim_output(config, attempt, fingerprint)
     return Launch(context, files, matched, chunks, tokenizer)
 
 
