@@ -56,7 +56,7 @@ __all__ = [
     "undo",
 ]
 
-STAGE = "new"  # OUTPUT/.tmp/<attempt>/new: the new dataset until the swap
+STAGE = fs.STAGE  # OUTPUT/.tmp/<attempt>/new: the new dataset until the swap
 ASIDE = "old"  # OUTPUT/.tmp/<attempt>/old: the old dataset's files during a local swap
 JOURNAL = "commit.json"
 

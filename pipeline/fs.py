@@ -10,6 +10,7 @@ import contextlib
 import errno
 import glob
 import os
+import re
 import stat
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -48,6 +49,9 @@ __all__ = [
 ]
 
 
+STAGE = "new"  # the staging directory's name in the job's temporary one (`pipeline.commit`)
+
+
 class DiskFullError(OSError):
     """No space left on the device (ENOSPC), naming the job's directory that filled and what
     to do."""
@@ -64,9 +68,12 @@ def _naming_a_full_disk(root: str, path: str) -> Iterator[None]:
     except OSError as e:
         if e.errno != errno.ENOSPC or isinstance(e, DiskFullError):
             raise
+        rel = path[len(root.rstrip('/')):].lstrip('/')
+        # A staged file is named as it will be in OUTPUT (`pipeline.commit`).
+        rel = re.sub(rf"^{re.escape(TMP_DIR)}/[^/]+/{STAGE}/", "", rel)
         raise DiskFullError(
             f"no space left on the device holding --output {root} while writing "
-            f"{path[len(root.rstrip('/')):].lstrip('/')}: the shards, the reject files and, "
+            f"{rel}: the shards, the reject files and, "
             f"with --shuffle files, the spill files in {join(root, TMP_DIR)} all live there; "
             "free space on that disk or choose an --output on a larger one") from e
 
