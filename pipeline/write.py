@@ -344,10 +344,10 @@ def _write_rejects(item: tuple[str, Iterable[Reject | RejectRun]], output: str,
 
 
 class WriteRejects(beam.PTransform):
-    """Rejects → ``_rejects/<reason>.jsonl`` in the staging directory (in input order, `source_order`); emits
-    (reason, `RejectCount`). It reads the output and temporary directories of the
-    `pipeline.context.JobContext`, and how to read the inputs (a duplicate id's record is
-    read back from its source)."""
+    """Rejects → ``_rejects/<reason>.jsonl`` in the staging directory (in input order,
+    `source_order`); emits (reason, `RejectCount`). It reads the output and temporary
+    directories of the `pipeline.context.JobContext`, and how to read the inputs (a
+    duplicate id's record is read back from its source)."""
 
     def __init__(self, context: JobContext) -> None:
         super().__init__()
