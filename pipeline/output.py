@@ -68,11 +68,12 @@ __all__ = [
 _LOG = logging.getLogger("token_windows")
 
 
-def _claim_text(attempt: str, fingerprint: str, *, made_output: bool) -> bytes:
-    # made_output: the job made OUTPUT itself, so a failed job removes it again (if empty).
+def _claim_text(attempt: str, fingerprint: str, *, made_dirs: int) -> bytes:
+    # made_dirs: how many levels of OUTPUT's path the job made (OUTPUT itself, its parents),
+    # which a failed job removes again (those left empty).
     return json.dumps({"attempt": attempt, "fingerprint": fingerprint,
                        "host": socket.gethostname(), "pid": os.getpid(),
-                       "made_output": made_output,
+                       "made_dirs": made_dirs,
                        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, sort_keys=True).encode()
 
 
@@ -103,7 +104,7 @@ def read_claim(output: str) -> dict[str, Any] | None:
 
 
 def _take_claim(config: JobConfig, attempt: str, fingerprint: str, *,
-                made_output: bool) -> dict[str, Any] | None:
+                made_dirs: int) -> dict[str, Any] | None:
     """Claim the output for this job; returns the stale claim taken over (--overwrite)."""
     path = fs.join(config.output, CLAIM_NAME)
     stale = read_claim(config.output)
@@ -118,7 +119,7 @@ def _take_claim(config: JobConfig, attempt: str, fingerprint: str, *,
         fs.delete([path], root=config.output)
         _LOG.warning("--overwrite: took over the claim %s left by %s", path, who)
     try:
-        fs.claim(path, _claim_text(attempt, fingerprint, made_output=made_output),
+        fs.claim(path, _claim_text(attempt, fingerprint, made_dirs=made_dirs),
                  root=config.output)
     except FileExistsError:
         raise ValueError(
@@ -292,9 +293,7 @@ def claim_output(config: JobConfig, attempt: str, fingerprint: str) -> None:
     confine.check_output_tree(
         config.output, None if confine.is_local(config.output) else fs.list_dir(config.output))
     _refuse_a_split_of_another_job(config.output)
-    made_output = (confine.is_local(config.output)
-                   and not os.path.lexists(config.output.removeprefix("file://")))
-    stale = _take_claim(config, attempt, fingerprint, made_output=made_output)
+    stale = _take_claim(config, attempt, fingerprint, made_dirs=_missing_levels(config.output))
     try:
         if stale is not None and stale.get("attempt"):
             _recover(config.output, str(stale["attempt"]))
@@ -328,6 +327,28 @@ def claim_output(config: JobConfig, attempt: str, fingerprint: str) -> None:
     except BaseException:
         remove_job_files(config.output, fs.join(config.output, TMP_DIR, attempt), attempt)
         raise
+
+
+def _missing_levels(output: str) -> int:
+    """How many levels of the local path ``output`` do not exist yet (0 on object stores)."""
+    if not confine.is_local(output):
+        return 0
+    path, levels = os.path.abspath(output.removeprefix("file://")), 0
+    while not os.path.lexists(path) and os.path.dirname(path) != path:
+        path, levels = os.path.dirname(path), levels + 1
+    return levels
+
+
+def _remove_made_dirs(output: str, levels: object) -> None:
+    """Remove the ``levels`` directories of OUTPUT's path the job made, those left empty."""
+    if not isinstance(levels, int) or isinstance(levels, bool) or not confine.is_local(output):
+        return
+    path = os.path.abspath(output.removeprefix("file://"))
+    for _ in range(levels):
+        if not os.path.isdir(path) or os.path.islink(path) or os.listdir(path):
+            return
+        os.rmdir(path)
+        path = os.path.dirname(path)
 
 
 def _recover(output: str, attempt: str) -> None:
@@ -388,9 +409,10 @@ def release(config: JobConfig, *, attempt: str | None, fingerprint: str, tmp_dir
     The job wrote nothing outside its temporary directory unless its last step had begun the
     swap (`pipeline.commit`): a local swap is undone, so the old dataset is back, file for
     file. Then the temporary directory (the staging, the spill files) and the claim go, and
-    an OUTPUT the job made itself, if empty. All of it under the claim's lock, so a swap
-    cannot run meanwhile. A job that is killed cannot, and leaves a stale claim that
-    --overwrite takes over (undoing what it left). ``fingerprint`` is unused: kept for callers.
+    an OUTPUT the job made itself (and the parents it made), if empty. All of it under the
+    claim's lock, so a swap cannot run meanwhile. A job that is killed cannot, and leaves a
+    stale claim that --overwrite takes over (undoing what it left). ``fingerprint`` is
+    unused: kept for callers.
     """
     del fingerprint
     if attempt is None:
@@ -408,10 +430,7 @@ def release(config: JobConfig, *, attempt: str | None, fingerprint: str, tmp_dir
                     "with --overwrite finishes it (from %s)", output, tmp_dir)
                 return
             remove_job_files(output, tmp_dir, attempt)
-            if claim.get("made_output") is True and confine.is_local(output):
-                local = output.removeprefix("file://")
-                if os.path.isdir(local) and not os.path.islink(local) and not os.listdir(local):
-                    os.rmdir(local)  # the job made it: a failed job leaves no trace
+            _remove_made_dirs(output, claim.get("made_dirs"))  # a failed job leaves no trace
     except Exception as e:  # the job's own error matters more
         _LOG.warning("could not remove this job's temporary files and claim in %s: %s",
                      output, e)
