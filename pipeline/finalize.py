@@ -94,6 +94,12 @@ class _FinalizeFn(StepFn):
         records = account_inputs(receipts, self._expected_files)
         if self._expected_files is not None:
             _check_inputs_unchanged(self._inputs, self._expected_files)
+        if not records:  # compressed or Parquet inputs can hold nothing and not be 0 bytes
+            n = len({r.path for r in receipts})
+            raise RuntimeError(
+                f"the input ({n} file{'s' * (n > 1)}) holds no record (empty files, or empty "
+                "archives or Parquet files): there is nothing to make a dataset of; no "
+                "manifest was written: check --input")
         sampled_out = sum(r.sampled_out for r in receipts)
         skipped = {reason: c.count for reason, c in rejects.items()}
         if sampled_out and sampled_out + sum(skipped.values()) == records:

@@ -87,6 +87,7 @@ def preflight(config: JobConfig, options: PipelineOptions, *,
     with ThreadPoolExecutor(1, thread_name_prefix="load-tokenizer") as pool:
         loading = pool.submit(acquire_tokenizer, handle, config)
         files, names, matched = _match_inputs(config)
+        _refuse_only_empty_files(config, files)
         chunks = (launch.plan_at_launch(config, matched, chunk_bytes=tuning.chunk_bytes)
                   if launch.plans_chunks(options) else None)
         _load_ahead(options)
@@ -103,6 +104,20 @@ def preflight(config: JobConfig, options: PipelineOptions, *,
                           tuning=tuning, tokenizer_handle=handle)
     claim_output(config, attempt, fingerprint)
     return Launch(context, files, matched, chunks, tokenizer)
+
+
+def _refuse_only_empty_files(config: JobConfig,
+                             files: dict[str, tuple[int, float | None]]) -> None:
+    """Inputs that are all 0 bytes hold no record: refused as an input of one blank line
+    fails (a job of no document makes no dataset). With ``--keep-empty`` an empty text file
+    is an empty document, so the job runs."""
+    if config.read.keep_empty or any(size for size, _ in files.values()):
+        return
+    first, n = shown_name(sorted(files)[0]), len(files)
+    raise ValueError(
+        f"--input {' '.join(config.inputs)} matches only empty files ({n} file{'s' * (n > 1)} "
+        f"of 0 bytes, e.g. {first}): there is no record to make a dataset of; check the "
+        "pattern, or wait until the files are written")
 
 
 def _load_ahead(options: PipelineOptions) -> None:

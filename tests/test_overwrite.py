@@ -309,3 +309,42 @@ def test_the_next_overwrite_undoes_a_killed_swap(tmp_path, monkeypatch, killed_a
 
     _recover(str(out), "attempt")
     assert _tree(out, leave_out=out / ".tmp") == before
+
+
+# ---------------------------------------------------------------- inputs that hold nothing
+
+
+@pytest.mark.slow
+def test_inputs_of_0_bytes_are_refused_as_a_blank_line_is(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_bytes(b"")
+    (tmp_path / "in" / "b.jsonl").write_bytes(b"")
+    code, err = run_main("--input", str(tmp_path / "in" / "*.jsonl"), "--tokenizer", "bytes",
+                         "--output", str(tmp_path / "out"))
+    assert code == 2, err
+    assert err.strip().splitlines()[-1] == (
+        f"error: --input {tmp_path}/in/*.jsonl matches only empty files (2 files of 0 bytes, "
+        f"e.g. {tmp_path}/in/a.jsonl): there is no record to make a dataset of; check the "
+        "pattern, or wait until the files are written")
+    assert not (tmp_path / "out").exists()
+    # One blank line: the job fails too (every record skipped).
+    (tmp_path / "in" / "a.jsonl").write_bytes(b"\n")
+    code, err = run_main("--input", str(tmp_path / "in" / "*.jsonl"), "--tokenizer", "bytes",
+                         "--output", str(tmp_path / "out"))
+    assert code == 1 and "all 1 records skipped as blank_line" in err, err
+
+
+@pytest.mark.slow
+def test_an_empty_archive_fails_the_job_naming_it(tmp_path):
+    import gzip
+
+    src = tmp_path / "e.jsonl.gz"
+    src.write_bytes(gzip.compress(b""))
+    code, err = run_main("--input", str(src), "--tokenizer", "bytes", "--output",
+                         str(tmp_path / "out"))
+    assert code == 1, err
+    assert err.strip().splitlines()[-1] == (
+        "error: the job failed: the input (1 file) holds no record (empty files, or empty "
+        "archives or Parquet files): there is nothing to make a dataset of; no manifest was "
+        "written: check --input")
+    assert not (tmp_path / "out").exists()
