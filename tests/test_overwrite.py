@@ -348,3 +348,42 @@ def test_an_empty_archive_fails_the_job_naming_it(tmp_path):
         "archives or Parquet files): there is nothing to make a dataset of; no manifest was "
         "written: check --input")
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- a store that never answers
+
+
+@pytest.mark.slow
+def test_a_gcs_store_that_never_answers_is_refused_after_a_bounded_wait(tmp_path, monkeypatch):
+    pytest.importorskip("apache_beam.io.gcp.gcsio", reason="needs apache-beam[gcp]")
+    import socket
+
+    from apache_beam.internal.gcp import auth
+
+    from pipeline import preflight
+
+    # A port that takes connections and never says a word: where no network reaches the
+    # store, Beam's anonymous client waits and retries just so.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    monkeypatch.setattr(auth, "get_service_credentials", lambda *args, **kwargs: None)
+    monkeypatch.setenv("GCE_METADATA_HOST", "127.0.0.1:9")
+    monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:9")
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "test-project")
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.setattr(preflight, "GCS_ANSWER_SECONDS", 2.0)
+    try:
+        code, err = run_main("--input", "gs://bucket/corpus/*.jsonl", "--tokenizer", "bytes",
+                             "--output", str(tmp_path / "out"))
+    finally:
+        silent.close()
+    assert code == 2, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: gs://bucket/corpus/*.jsonl: Google Cloud Storage did not "
+                           "answer within 2 s ("), last
+    assert last.endswith("); check the network (or STORAGE_EMULATOR_HOST), and the "
+                         "credentials: gcloud auth application-default login, or "
+                         "GOOGLE_APPLICATION_CREDENTIALS"), last
+    assert not (tmp_path / "out").exists()
