@@ -115,6 +115,14 @@ class _FinalizeFn(StepFn):
         done = {s.index for s in shards}
         if len(done) != len(shards) or not done <= set(range(num_shards)):
             raise RuntimeError(f"shards were written twice or out of range: {sorted(done)}")
+        documents = sum(s.counts.documents for s in shards)
+        if num_shards > documents:
+            # Documents are only known now; the shards' names and the fingerprint hold
+            # --num-shards, so it cannot be lowered here without changing every byte.
+            raise RuntimeError(
+                f"--num-shards {num_shards} is more than the {documents} documents of the "
+                f"input: at least {num_shards - documents} shards would be empty; no manifest "
+                f"was written: pass --num-shards {max(documents, 1)} or fewer")
         window = self._windows.window
         stage = staging_dir(self._tmp_dir)
         for index in sorted(set(range(num_shards)) - done):
