@@ -27,6 +27,7 @@ __all__ = [
     "DiskFullError",
     "Matched",
     "NotRegularFileError",
+    "abort_uploads",
     "broken_links",
     "claim",
     "create",
@@ -222,6 +223,32 @@ def read_regular(path: str) -> bytes:
         return read_bytes(path)
     with os.fdopen(open_regular_fd(path.removeprefix("file://")), "rb") as f:
         return f.read()
+
+
+def abort_uploads(prefix: str) -> int:
+    """``s3://`` only: abort the multipart uploads still open below ``prefix`` (a stopped
+    job's writers had begun them: S3 keeps, and bills, their parts until they are aborted);
+    returns how many. 0 elsewhere: GCS's resumable uploads expire by themselves within a week,
+    and a local file is removed with its directory.
+
+    Beam's S3 file system has no abort; this asks boto3 with the client Beam would use (its
+    endpoint, keys and region from the job's options).
+    """
+    if scheme(prefix) != "s3":
+        return 0
+    from apache_beam.io.aws import s3io
+
+    options = getattr(FileSystems.get_filesystem(prefix), "_options", None)
+    client = s3io.S3IO(options=options).client.client
+    bucket, _, key = prefix.removeprefix("s3://").partition("/")
+    aborted = 0
+    for page in client.get_paginator("list_multipart_uploads").paginate(
+            Bucket=bucket, Prefix=key.rstrip("/") + "/"):
+        for upload in page.get("Uploads", []):
+            client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"],
+                                          UploadId=upload["UploadId"])
+            aborted += 1
+    return aborted
 
 
 def rename(src: str, dst: str, *, root: str) -> None:

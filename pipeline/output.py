@@ -429,6 +429,13 @@ def release(config: JobConfig, *, attempt: str | None, fingerprint: str, tmp_dir
                     "the swap into %s had begun: it holds no manifest until the next run "
                     "with --overwrite finishes it (from %s)", output, tmp_dir)
                 return
+            try:
+                aborted = fs.abort_uploads(tmp_dir)
+            except Exception as e:  # the job's own error matters more
+                aborted = 0
+                _LOG.warning("could not abort the uploads this job began in %s: %s", tmp_dir, e)
+            if aborted:
+                _LOG.info("aborted the %d uploads this job had begun in %s", aborted, tmp_dir)
             remove_job_files(output, tmp_dir, attempt)
             _remove_made_dirs(output, claim.get("made_dirs"))  # a failed job leaves no trace
     except Exception as e:  # the job's own error matters more

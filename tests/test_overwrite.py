@@ -387,3 +387,27 @@ def test_a_gcs_store_that_never_answers_is_refused_after_a_bounded_wait(tmp_path
                          "credentials: gcloud auth application-default login, or "
                          "GOOGLE_APPLICATION_CREDENTIALS"), last
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- S3 uploads a stopped job began
+
+
+@pytest.mark.slow
+def test_a_stopped_jobs_open_s3_uploads_are_aborted(moto_bucket):
+    pytest.importorskip("apache_beam.io.aws.s3io", reason="needs apache-beam[aws]")
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline import fs
+
+    s3, endpoint = moto_bucket
+    fs.set_options(PipelineOptions([
+        "--s3_endpoint_url", endpoint, "--s3_access_key_id", "test",
+        "--s3_secret_access_key", "test", "--s3_region_name", "us-east-1"]))
+    ours = ["out/.tmp/3f2a/shuffle/spill-0", "out/.tmp/3f2a/part-00000-of-00001.parquet.9c1"]
+    theirs = ["out/.tmp/3f2ab/x", "other/.tmp/3f2a/y"]  # another attempt; another output
+    for key in ours + theirs:
+        s3.create_multipart_upload(Bucket="bucket", Key=key)
+    assert fs.abort_uploads("s3://bucket/out/.tmp/3f2a") == 2
+    left = s3.list_multipart_uploads(Bucket="bucket").get("Uploads", [])
+    assert sorted(u["Key"] for u in left) == sorted(theirs)
+    assert fs.abort_uploads("gs://bucket/out/.tmp/3f2a") == 0
