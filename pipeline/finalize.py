@@ -4,7 +4,8 @@
 group (a side input is recomputed in each task that reads it on Beam's DaskRunner), checks
 that every input was read exactly once and none changed, writes a key range that no document
 fell in as its empty shard, writes ``_manifest.json`` last (`transforms.manifest.build_manifest`;
-with splits one per split, then ``_splits.json``) and removes this job's temporary directory
+with splits one per split, then ``_splits.json``), all in the job's staging directory, swaps
+the new dataset into OUTPUT (`pipeline.commit`) and removes this job's temporary directory
 and its claim on the output.
 """
 
