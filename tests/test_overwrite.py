@@ -411,3 +411,45 @@ def test_a_stopped_jobs_open_s3_uploads_are_aborted(moto_bucket):
     left = s3.list_multipart_uploads(Bucket="bucket").get("Uploads", [])
     assert sorted(u["Key"] for u in left) == sorted(theirs)
     assert fs.abort_uploads("gs://bucket/out/.tmp/3f2a") == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("killed_at", [1, 2])
+def test_the_next_overwrite_finishes_a_killed_swap_on_s3(moto_bucket, monkeypatch, killed_at):
+    pytest.importorskip("apache_beam.io.aws.s3io", reason="needs apache-beam[aws]")
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipeline import fs
+    from pipeline.output import _recover
+
+    s3, endpoint = moto_bucket
+    fs.set_options(PipelineOptions([
+        "--s3_endpoint_url", endpoint, "--s3_access_key_id", "test",
+        "--s3_secret_access_key", "test", "--s3_region_name", "us-east-1"]))
+    for rel, data in OLD.items():
+        s3.put_object(Bucket="bucket", Key=f"out/{rel}", Body=data)
+    for rel, data in NEW.items():
+        s3.put_object(Bucket="bucket", Key=f"out/.tmp/att/new/{rel}", Body=data)
+    real, calls = fs.rename, []
+
+    def killed(src: str, dst: str, *, root: str) -> None:
+        calls.append(src)
+        if len(calls) == killed_at:
+            raise SystemExit  # the process dies here: a bucket's swap cannot be undone
+        real(src, dst, root=root)
+
+    monkeypatch.setattr(fs, "rename", killed)
+    with pytest.raises(SystemExit):
+        commit.swap("s3://bucket/out", "s3://bucket/out/.tmp/att", old=sorted(OLD),
+                    new=sorted(NEW))
+    monkeypatch.undo()
+
+    def stored() -> dict[str, bytes]:
+        listed = s3.list_objects_v2(Bucket="bucket", Prefix="out/").get("Contents", [])
+        return {o["Key"].removeprefix("out/"):
+                s3.get_object(Bucket="bucket", Key=o["Key"])["Body"].read()
+                for o in listed if not o["Key"].startswith("out/.tmp/")}
+
+    assert "_manifest.json" not in stored()  # inside the window: no manifest at all
+    _recover("s3://bucket/out", "att")  # what the next --overwrite does first
+    assert stored() == NEW
