@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import re
@@ -305,10 +306,25 @@ def main(argv: Sequence[str] | None = None, *, tuning: Tuning | None = None) -> 
                 _release(job.launch.context)
             if verbose:
                 traceback.print_exc()
-            print(f"error: stopped by {e.signal}: the job's temporary files and its claim were "
-                  "removed, and --output holds what it held before; run the command again "
-                  "to make the dataset", file=sys.stderr)
+            if prepared and _complete(prepared[0].launch.context):
+                print(f"error: stopped by {e.signal} after the last step had swapped the new "
+                      "dataset in: --output holds it, complete", file=sys.stderr)
+            else:
+                print(f"error: stopped by {e.signal}: the job's temporary files and its claim "
+                      "were removed, and --output holds what it held before; run the command "
+                      "again to make the dataset", file=sys.stderr)
             raise SystemExit(1) from None
+
+
+def _complete(context: JobContext) -> bool:
+    """Whether OUTPUT holds this job's dataset: a signal that came during the last
+    milliseconds of the swap, or after it, stopped a job that had finished."""
+    name = SPLITS_NAME if context.config.splits.names else MANIFEST_NAME
+    try:
+        found = json.loads(fs.read_regular(fs.join(context.output, name)))
+    except Exception:  # none, or not ours: not complete
+        return False
+    return isinstance(found, dict) and found.get("fingerprint") == context.fingerprint
 
 
 def _main(args: list[str], tuning: Tuning | None, verbose: bool,
