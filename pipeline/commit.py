@@ -1,4 +1,4 @@
-"""The new dataset replaces the old one only when it is complete (docs/integrity.md#overwrite).
+"""The new dataset replaces the old one only when it is complete (docs/integrity.md).
 
 The job writes its whole dataset (shards, reject files, manifests) into a staging directory,
 ``OUTPUT/.tmp/<attempt>/new/``, laid out as it will be in OUTPUT; readers skip it (a name
@@ -176,7 +176,7 @@ def swap(output: str, tmp_dir: str, *, old: Sequence[str], new: Sequence[str]) -
         return
     # Object stores: a "rename" is a copy and a delete, and nothing makes several atomic. The
     # old dataset stops being one when its manifests go; the new one is one when its last
-    # manifest lands (docs/integrity.md#overwrite: the window of exposure).
+    # manifest lands (docs/integrity.md#on-object-stores-the-window-of-exposure).
     replaced = set(new)
     fs.delete([fs.join(output, r) for r in old if _manifest_rank(r)], root=output)
     for rel in new:

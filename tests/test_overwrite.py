@@ -453,3 +453,23 @@ def test_the_next_overwrite_finishes_a_killed_swap_on_s3(moto_bucket, monkeypatc
     assert "_manifest.json" not in stored()  # inside the window: no manifest at all
     _recover("s3://bucket/out", "att")  # what the next --overwrite does first
     assert stored() == NEW
+
+
+# ---------------------------------------------------------------- more shards than documents
+
+
+@pytest.mark.slow
+def test_more_shards_than_documents_fails_before_the_swap(tmp_path):
+    out = tmp_path / "out"
+    before = _old_dataset(out)
+    src = write_jsonl(tmp_path / "three.jsonl", [{"text": f"doc {i}"} for i in range(3)])
+    code, err = run_main("--input", str(src), "--tokenizer", "bytes", "--num-shards", "50",
+                         "--output", str(out), "--overwrite")
+    assert code == 1, err
+    assert err.strip().splitlines()[-1] == (
+        "error: the job failed: --num-shards 50 is more than the 3 documents of the input: at "
+        "least 47 shards would be empty; no manifest was written: pass --num-shards 3 or fewer")
+    assert _tree(out) == before  # not one of the 47 empty shards written
+    code, err = run_main("--input", str(src), "--tokenizer", "bytes", "--num-shards", "3",
+                         "--output", str(out), "--overwrite")
+    assert code == 0, err
