@@ -58,6 +58,7 @@ class _FinalizeFn(StepFn):
         config = context.config
         self._output = context.output
         self._plan = context.plan
+        self._asked_shards = config.num_shards  # None: planned from the input's size
         self._windows = config.windows
         self._inputs = list(config.inputs)
         self._reading = config.read.to_json()
@@ -117,13 +118,18 @@ class _FinalizeFn(StepFn):
         if len(done) != len(shards) or not done <= set(range(num_shards)):
             raise RuntimeError(f"shards were written twice or out of range: {sorted(done)}")
         documents = sum(s.counts.documents for s in shards)
-        if num_shards > documents:
-            # Documents are only known now; the shards' names and the fingerprint hold
-            # --num-shards, so it cannot be lowered here without changing every byte.
+        if self._asked_shards is not None and num_shards > documents:
+            # Only a count the user asked for: the default plan (one shard per 64 MiB) is
+            # ours, and one large text file is one document in several shards. Documents are
+            # known only now, and the shards' names and the fingerprint hold the count: it
+            # cannot be lowered here without changing every byte.
+            asked = (f"--num-shards {self._asked_shards} is" if not plan.splits else
+                     f"the {num_shards} shards of --num-shards {self._asked_shards} and --split"
+                     " are")
             raise RuntimeError(
-                f"--num-shards {num_shards} is more than the {documents} documents of the "
-                f"input: at least {num_shards - documents} shards would be empty; no manifest "
-                f"was written: pass --num-shards {max(documents, 1)} or fewer")
+                f"{asked} more than the {documents} documents of the input: at least "
+                f"{num_shards - documents} shards would be empty; no manifest was written: "
+                f"pass --num-shards {max(documents, 1)} or fewer")
         window = self._windows.window
         stage = staging_dir(self._tmp_dir)
         for index in sorted(set(range(num_shards)) - done):
