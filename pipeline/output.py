@@ -132,10 +132,10 @@ def _take_claim(config: JobConfig, attempt: str, fingerprint: str, *,
 def shard_fingerprint(path: str) -> str | None:
     import pyarrow.parquet as pq
 
-    if not fs.is_regular(path):  # a FIFO or device is never opened
-        return None
     try:
-        with fs.open_raw(path) as f:
+        # Locally a FIFO or device is never opened (`pipeline.fs.open_regular_fd`).
+        with (os.fdopen(fs.open_regular_fd(path.removeprefix("file://")), "rb")
+              if confine.is_local(path) else fs.open_raw(path)) as f:
             meta = pq.ParquetFile(f).metadata.metadata or {}
     except Exception:  # not a readable Parquet file: accounted for by nothing
         return None
