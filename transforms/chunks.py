@@ -46,7 +46,14 @@ from transforms.documents import (
     too_large_record,
 )
 from transforms.input_names import shown_name
-from transforms.input_parquet import DamagedInput, read_row_groups
+from transforms.input_parquet import (
+    PAGE_FLOOR,
+    DamagedInput,
+    Oversized,
+    oversized_groups,
+    page_limit,
+    read_row_groups,
+)
 from transforms.params import ReadSpec
 from transforms.receipts import InputChanged, Receipt, check_unchanged
 
@@ -415,20 +422,51 @@ def read_chunk(chunk: Chunk, spec: ReadSpec, open_file: Opener) -> Iterator[Docu
 
 def _read_parquet(chunk: Chunk, open_file: Opener, *, first: int,
                   where: dict) -> Iterator[Document | Reject]:
+    """The rows of a chunk's row groups: read at once, except the groups holding a page too
+    large to hold (`transforms.input_parquet.oversized_groups`), whose rows are ``too_large``
+    rejects, unread."""
+    spec: ReadSpec = where["spec"]
+    name = shown_name(chunk.path)
+    out: list[Iterable[Document | Reject]] = []
     try:
         with open_file(chunk.path) as f:
-            try:
-                table = read_row_groups(f, start=chunk.start, end=chunk.end,
-                                        first_row=first, name=shown_name(chunk.path))
-            except DamagedInput:
-                check_unchanged(chunk, f, None)  # rewritten under the job: not damaged
-                raise
+            refused = oversized_groups(f, start=chunk.start, end=chunk.end,
+                                       limit=page_limit(spec.max_doc_bytes))
+            meta = pq.ParquetFile(f).metadata if refused else None
+            row, group = first, chunk.start
+            while group < chunk.end:  # runs of readable groups, and each refused one
+                if group in refused:
+                    rows = meta.row_group(group).num_rows  # type: ignore[union-attr]
+                    out.append(_refused_rows(refused[group], group=group, first_row=row,
+                                             rows=rows, name=name, spec=spec))
+                    row, group = row + rows, group + 1
+                    continue
+                stop = next((g for g in range(group, chunk.end) if g in refused), chunk.end)
+                try:
+                    table = read_row_groups(f, start=group, end=stop, first_row=row, name=name)
+                except DamagedInput:
+                    check_unchanged(chunk, f, None)  # rewritten under the job: not damaged
+                    raise
+                out.append(parse_parquet(table, first_row=row, **where))
+                row, group = row + table.num_rows, stop
             check_unchanged(chunk, f, None)
     except (InputChanged, DamagedInput):
         raise
     except Exception as e:  # a file that cannot be read fails the job, naming it
-        raise OSError(f"cannot read input file {shown_name(chunk.path)}: {e}") from e
-    return iter(parse_parquet(table, first_row=first, **where))
+        raise OSError(f"cannot read input file {name}: {e}") from e
+    return itertools.chain.from_iterable(out)
+
+
+def _refused_rows(found: Oversized, *, group: int, first_row: int, rows: int, name: str,
+                  spec: ReadSpec) -> Iterator[Reject]:
+    """A ``too_large`` reject for each row of a row group holding a page too large to hold."""
+    detail = (f"row group {group} (rows {first_row} to {first_row + rows - 1}) holds a page "
+              f"of {found.size} bytes uncompressed in column {found.column!r}, more than the "
+              f"{page_limit(spec.max_doc_bytes)} a page may take with --max-doc-bytes="
+              f"{spec.max_doc_bytes} (max(4 × it + 1 MiB, {PAGE_FLOOR})); its rows are not read")
+    for row in range(first_row, first_row + rows):
+        yield Reject(reason="too_large", source=f"{name}#row={row}", detail=detail, record="",
+                     truncated=True)
 
 
 def _stream_records(chunk: Chunk, f: BinaryIO, *, first: int,
