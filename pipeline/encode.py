@@ -39,17 +39,26 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils import shared
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline import fs, progress
 from pipeline.heap import leave_loaded_out
 from pipeline.tagged import PARCELS, RECEIPTS, REJECTS, Outputs, SplitTags, StepFn
 from transforms.chunks import Chunk, read_chunk
 from transforms.documents import Document, Reject
-from transforms.encoding import Encoded, PartBuffer, batch_documents
+from transforms.encoding import Encoded, PartBuffer, batch_documents, encode_or_reject
 from transforms.keys import ShardPlan
 from transforms.spill import RejectRun, SpillWriter, disk_full_message, spill_rejects
-from transforms.tokenizers import Tokenizer, TokenizerSpec, hf_config_path, tokenizer_from_bytes
+from transforms.tokenizers import (
+    HF_CONFIG_NAME,
+    Tokenizer,
+    TokenizerSpec,
+    hf_config_path,
+    tokenizer_from_bytes,
+)
 
 if TYPE_CHECKING:
     from pipeline.context import JobContext
@@ -82,6 +91,7 @@ def load_tokenizer(spec: str | TokenizerSpec | None, num_threads: int = 1) -> To
     if path is None:
         return tokenizer_from_bytes(None, where="bytes", bos_token=spec.bos_token,
                                     eos_token=spec.eos_token, engine=spec.engine)
+    _check_regular(path, "--tokenizer")
     try:
         model = fs.read_bytes(path)
     except Exception as e:  # FileSystems raises BeamIOError, OSError, or a cloud error
@@ -91,10 +101,21 @@ def load_tokenizer(spec: str | TokenizerSpec | None, num_threads: int = 1) -> To
         ) from e
     beside, config = hf_config_path(path), None
     if beside and (spec.bos_token is None or spec.eos_token is None) and fs.exists(beside):
+        _check_regular(beside, f"the {HF_CONFIG_NAME} beside --tokenizer")
         config = fs.read_bytes(beside)
     return tokenizer_from_bytes(model, where=path, num_threads=num_threads,
                                 bos_token=spec.bos_token, eos_token=spec.eos_token,
                                 config=config, engine=spec.engine)
+
+
+def _check_regular(path: str, what: str) -> None:
+    """Refuse a tokenizer file that is a FIFO or a device before opening it: reading would
+    wait for a writer, or never end (`pipeline.fs.not_regular`)."""
+    kind = fs.not_regular(path)
+    if kind is not None:
+        raise ValueError(
+            f"{what} {path} is {kind}, not a regular file: it is not read; pass the path of "
+            "a SentencePiece .model file, a Hugging Face tokenizer.json, or --tokenizer bytes")
 
 
 def acquire_tokenizer(handle: shared.Shared, config: JobConfig) -> Tokenizer:
@@ -166,7 +187,11 @@ class _EncodeChunkFn(StepFn):
         if self._spill_dir is None:
             # Parcels go on through the runner's shuffle, from `process`: each chunk's are
             # emitted before its receipt.
-            yield from self._encode(chunk, self._stream(plan, None), last=True)
+            stream = self._stream(plan, None)
+            yield from self._encode(chunk, stream, last=True)
+            for _, failed in self._released(stream):
+                for reject in failed:
+                    yield REJECTS, reject
             return
         if self._bundle is None:
             # One spill file per bundle, not per chunk: 20,000 small files made 20,000 spill
@@ -189,21 +214,28 @@ class _EncodeChunkFn(StepFn):
                     rejects.append(value)  # spilled below, not held by the runner
                 else:
                     yield tag, value
-            if rejects:
-                runs = bundle.add_rejects(rejects, order=(chunk.path, chunk.start))
-        if rejects:
-            for run in runs:
-                yield REJECTS, run
+            runs = bundle.add_rejects(rejects, order=(chunk.path, chunk.start)) if rejects else []
+            # Documents the tokenizer failed on, of the chunks whose batches are all taken
+            # in: one run per chunk (no parse rejects share their reason), placed by it.
+            for done, failed in self._released(bundle.stream):
+                runs += bundle.add_rejects(failed, order=(done.path, done.start))
+        for run in runs:
+            yield REJECTS, run
 
-    def finish_bundle(self) -> None:
-        # Nothing is emitted here (Beam's DaskRunner drops it): the spill file's path went
-        # on with the bundle's first chunk; the batches still in flight are spilled, then
-        # the index and footer written.
+    def finish_bundle(self) -> list[WindowedValue] | None:
+        # Nothing else is emitted here (Beam's DaskRunner drops it): the spill file's path
+        # went on with the bundle's first chunk; the batches still in flight are spilled,
+        # then the index and footer written. Only the rejects of documents the tokenizer
+        # failed on in the last batches, known only now, go on from here; were they dropped,
+        # the records would not add up and the last step would fail the job, naming them.
         bundle, self._bundle = getattr(self, "_bundle", None), None
+        runs: list[RejectRun] = []
         if bundle is not None:
             try:
                 with _naming_a_full_disk(self._spill_dir):
                     self._drain(bundle.stream)
+                    for done, failed in self._released(bundle.stream):
+                        runs += bundle.add_rejects(failed, order=(done.path, done.start))
             except BaseException:
                 bundle.abandon()
                 raise
@@ -211,6 +243,16 @@ class _EncodeChunkFn(StepFn):
             self._spilled.inc(bundle.close())
         else:
             self._progress.bundle_done()
+        if not runs:
+            return None
+        return [WindowedValue((REJECTS, run), MIN_TIMESTAMP, [GlobalWindow()]) for run in runs]
+
+    @staticmethod
+    def _released(stream: _Stream) -> list[tuple[Chunk, list[Reject]]]:
+        """The documents the tokenizer failed on of each chunk whose batches are all taken
+        in since the last call, in chunk order (none held any more)."""
+        released, stream.released = stream.released, []
+        return released
 
     def _abandon(self) -> None:
         bundle, self._bundle = getattr(self, "_bundle", None), None
@@ -241,9 +283,8 @@ class _EncodeChunkFn(StepFn):
                 batch = [d for d, k in zip(batch, keep, strict=True) if k]
                 if not batch:
                     continue
-            texts = [d.text for d in batch]
             stream.pending.append(
-                (chunk, batch, self._pool.submit(self._tokenizer.encode_batch, texts)))
+                (chunk, batch, self._pool.submit(encode_or_reject, self._tokenizer, batch)))
             stream.in_flight += 1
             while stream.in_flight > self._ahead:
                 yield from self._next(stream)
@@ -257,16 +298,28 @@ class _EncodeChunkFn(StepFn):
         yield RECEIPTS, chunk.receipt(records, sampled_out)
 
     def _next(self, stream: _Stream) -> list[tuple[str, tuple[int, bytes]]]:
-        """Take in the oldest batch in flight (waiting for it), and the chunk ends before it."""
+        """Take in the oldest batch in flight (waiting for it), and the chunk ends before it.
+
+        The documents the tokenizer failed on (`transforms.encoding.encode_or_reject`) are
+        held by chunk, and released (`_released`) once the chunk's end is taken in."""
         while stream.pending:
             chunk, docs, encoding = stream.pending.popleft()
+            key = (chunk.path, chunk.start)
             if docs is None:
                 self._progress.chunk_done(chunk)
+                if key in stream.failed:
+                    stream.released.append((chunk, stream.failed.pop(key)))
                 continue
             stream.in_flight -= 1
-            tokens = encoding.result()
+            docs, tokens, failed = encoding.result()
+            if failed:
+                stream.failed.setdefault(key, []).extend(failed)
+                for reject in failed:
+                    Metrics.counter("rejects", reject.reason).inc()
             lengths = np.fromiter(map(len, tokens), np.int64, len(tokens))
             self._progress.encoded(chunk, docs, int(lengths.sum()))
+            if not docs:
+                return []
             return self._emit(stream.held.add(docs, tokens, lengths), stream.spill)
         return []
 
@@ -308,6 +361,10 @@ class _Stream:
     pending: collections.deque[tuple[Chunk, list[Document] | None, Future | None]] = (
         dataclasses.field(default_factory=collections.deque))
     in_flight: int = 0
+    # Documents the tokenizer failed on, by chunk (path, start), until the chunk's end is
+    # taken in; then released, (chunk, rejects) in chunk order.
+    failed: dict[tuple[str, int], list[Reject]] = dataclasses.field(default_factory=dict)
+    released: list[tuple[Chunk, list[Reject]]] = dataclasses.field(default_factory=list)
 
 
 @contextlib.contextmanager

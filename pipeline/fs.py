@@ -10,6 +10,7 @@ import contextlib
 import errno
 import glob
 import os
+import stat
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO, NamedTuple
@@ -34,6 +35,7 @@ __all__ = [
     "join",
     "list_dir",
     "match",
+    "not_regular",
     "open_raw",
     "read_bytes",
     "scheme",
@@ -100,9 +102,40 @@ class Matched(NamedTuple):
 
 
 def match_files(pattern: str) -> list[Matched]:
-    """`match`, with each file's modification time (``last_updated_in_seconds``)."""
-    return [Matched(m.path, m.size_in_bytes, getattr(m, "last_updated_in_seconds", None))
-            for m in FileSystems.match([pattern])[0].metadata_list]
+    """`match`, with each file's modification time (``last_updated_in_seconds``).
+
+    Raises:
+        ValueError: the ``--input`` pattern matches something other than a regular file
+            (a FIFO, a device, a socket: `not_regular`), naming it; it is never opened.
+    """
+    found = [Matched(m.path, m.size_in_bytes, getattr(m, "last_updated_in_seconds", None))
+             for m in FileSystems.match([pattern])[0].metadata_list]
+    for path, size, _ in found:
+        kind = not_regular(path) if size == 0 else None  # such files all say 0 bytes
+        if kind is not None:
+            raise ValueError(
+                f"--input {pattern} matches {path}, {kind}, not a regular file: the job reads "
+                "only regular files (a FIFO would wait for a writer, a device never ends); "
+                "remove it or narrow the pattern")
+    return found
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def not_regular(path: str) -> str | None:
+    """What a local ``path`` is (through links) if it is a FIFO, a device or a socket, which
+    reading would block on or never finish; None for a regular file, a directory, a path
+    that is not there, and any object-store path (objects are regular by nature). Only
+    ``stat`` is called: the file is not opened."""
+    if scheme(path) not in (None, "file"):
+        return None
+    try:
+        mode = os.stat(path.removeprefix("file://")).st_mode
+    except OSError:
+        return None
+    return next((kind for test, kind in _KINDS if test(mode)), None)
 
 
 def is_file(path: str) -> bool:

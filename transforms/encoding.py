@@ -38,7 +38,9 @@ __all__ = [
     "PartBuffer",
     "batch_documents",
     "encode_documents",
+    "encode_or_reject",
     "pack_documents",
+    "tokenizer_failed",
 ]
 
 # Documents are encoded, planned and packed in batches of at most this many documents and
@@ -80,6 +82,51 @@ def batch_documents(
             docs, chars = [], 0
     if docs:
         yield docs
+
+
+def tokenizer_failed(error: BaseException) -> bool:
+    """Whether ``error``, raised while encoding, is the tokenizer's failure on what it was
+    given: an ``Exception``, or a panic of a Rust library (``pyo3_runtime.PanicException``,
+    which derives from ``BaseException`` alone); never ``KeyboardInterrupt``,
+    ``SystemExit`` or ``GeneratorExit``."""
+    kind = type(error)
+    return isinstance(error, Exception) or (
+        kind.__name__ == "PanicException" and kind.__module__ == "pyo3_runtime")
+
+
+def encode_or_reject(
+    tokenizer: Tokenizer, docs: Sequence[Document],
+) -> tuple[list[Document], list[npt.NDArray[np.int32]], list[Reject]]:
+    """The documents the tokenizer encodes, their z, and a ``tokenizer_error`` reject for
+    each it fails on (`tokenizer_failed`), in input order.
+
+    The batch is encoded at once; only if that fails is each document encoded alone, to
+    find the ones that fail. Each document is encoded alone either way, so the others' ids
+    are those of the batch. The reject names the document's source and the first line of
+    the error (a Rust panic's message, not its backtrace).
+    """
+    docs = docs if isinstance(docs, list) else list(docs)
+    try:
+        return docs, tokenizer.encode_batch([d.text for d in docs]), []
+    except BaseException as e:
+        if not tokenizer_failed(e):
+            raise
+    kept, tokens, rejects = [], [], []
+    for doc in docs:
+        try:
+            (z,) = tokenizer.encode_batch([doc.text])
+        except BaseException as e:
+            if not tokenizer_failed(e):
+                raise
+            message = str(e).strip().splitlines()
+            rejects.append(Reject(
+                reason="tokenizer_error", source=doc.source,
+                detail=f"{type(e).__name__}: {message[0] if message else 'no message'}",
+                record=doc.text))
+            continue
+        kept.append(doc)
+        tokens.append(z)
+    return kept, tokens, rejects
 
 
 def pack_documents(

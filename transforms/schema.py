@@ -57,7 +57,7 @@ SHARD_METADATA_KEYS = (FINGERPRINT_KEY, SHARD_KEY, COUNTS_KEY)
 REJECT_REASONS = (
     "blank_line", "duplicate_id", "empty", "invalid_id", "invalid_utf8", "malformed_json",
     "missing_id", "missing_text", "not_an_object", "text_not_string", "too_large",
-    "unreadable_record",
+    "unreadable_record", "tokenizer_error",
 )
 SHARD_PATTERN = re.compile(r"^part-(\d{5,})-of-(\d{5,})\.parquet$")
 

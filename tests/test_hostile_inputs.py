@@ -1,0 +1,173 @@
+"""Hostile inputs to the job: a tokenizer that fails on one document costs that document (a
+``tokenizer_error`` reject), never the job; a FIFO or a device given as the tokenizer or an
+input is refused by name before any work, never opened (docs/running.md#bad-input)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import run_job
+from transforms.documents import Document, Reject
+from transforms.encoding import encode_or_reject, tokenizer_failed
+from transforms.tokenizers import ByteTokenizer
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+# A pre-tokenizer whose regex backtracks: "a" * 40 + "!" exceeds Oniguruma's retry limit,
+# and tokenizers panics (pyo3_runtime.PanicException, a BaseException).
+BACKTRACKING = r"(a+)+$|\s+|[^a\s]+"
+HOSTILE = "a" * 40 + "!"
+
+
+def backtracking_tokenizer(directory: pathlib.Path) -> pathlib.Path:
+    tokenizers = pytest.importorskip("tokenizers")
+    vocab = {"<s>": 0, "</s>": 1, "[UNK]": 2}
+    for c in "abcdefghijklmnopqrstuvwxyz! ":
+        vocab.setdefault(c, len(vocab))
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Split(
+        tokenizers.Regex(BACKTRACKING), behavior="isolated")
+    tok.add_special_tokens(["<s>", "</s>"])
+    path = directory / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+class _Failing(ByteTokenizer):
+    """The bytes tokenizer, failing with ``error`` on any text holding "!"."""
+
+    def __init__(self, error: BaseException) -> None:
+        self._error = error
+
+    def encode_batch(self, texts):
+        if any("!" in t for t in texts):
+            raise self._error
+        return super().encode_batch(texts)
+
+
+def _docs(*texts: str) -> list[Document]:
+    return [Document(doc_id=f"a:{i}", text=t, source=f"/c/a.jsonl:{i}")
+            for i, t in enumerate(texts, 1)]
+
+
+def test_the_document_a_tokenizer_fails_on_is_a_reject_and_the_others_keep_their_ids():
+    docs = _docs("ab", "no!\nsecond line", "cd")
+    kept, tokens, rejects = encode_or_reject(_Failing(ValueError("bad text\nmore")), docs)
+    assert kept == [docs[0], docs[2]]
+    assert [t.tolist() for t in tokens] == [[256, 97, 98, 257], [256, 99, 100, 257]]
+    assert rejects == [Reject(reason="tokenizer_error", source="/c/a.jsonl:2",
+                              detail="ValueError: bad text", record="no!\nsecond line")]
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), SystemExit(1)])
+def test_an_interrupt_while_encoding_is_not_a_reject(error):
+    assert not tokenizer_failed(error)
+    with pytest.raises(type(error)):
+        encode_or_reject(_Failing(error), _docs("x!"))
+
+
+def test_a_rust_panic_is_a_tokenizer_failure(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer.from_file(str(backtracking_tokenizer(tmp_path)))
+    with pytest.raises(BaseException) as info:  # noqa: PT011 - the panic's type is not importable
+        tok.encode(HOSTILE)
+    assert not isinstance(info.value, Exception)
+    assert tokenizer_failed(info.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shuffle", ["files", "runner"])
+def test_a_tokenizer_that_panics_on_one_document_costs_that_document(tmp_path, shuffle):
+    tokenizer = backtracking_tokenizer(tmp_path)
+    source = tmp_path / "in.jsonl"
+    texts = ["a good text", HOSTILE, "another good one", HOSTILE + " again"]
+    source.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    out = tmp_path / "out"
+    manifest = run_job(out, "--input", str(source), "--tokenizer", str(tokenizer),
+                       "--bos-token", "<s>", "--eos-token", "</s>", "--shuffle", shuffle)
+    assert manifest["counts"]["documents"] == 2
+    assert manifest["counts"]["skipped"] == {"tokenizer_error": 2}
+    rejects = [json.loads(line) for line in
+               (out / "_rejects" / "tokenizer_error.jsonl").read_text().splitlines()]
+    assert [(r["source"], r["record"]) for r in rejects] == [
+        (f"{source}:2", HOSTILE), (f"{source}:4", HOSTILE + " again")]
+    assert {r["detail"] for r in rejects} == {
+        "PanicException: Onig: Regex search error: retry-limit-in-match over"}
+
+
+def run_capped(*args: str, timeout: float = 120) -> tuple[int, str]:
+    """``python -m pipeline ARGS`` in a subprocess with at most 4 GB of address space and
+    ``timeout`` seconds (a job that waits on a FIFO, or reads a device, fails the test
+    instead of hanging it or filling the machine): (exit status, its last stderr line)."""
+    import resource
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True,
+                          text=True, env=env, cwd=REPO, timeout=timeout, preexec_fn=cap,
+                          check=False)
+    return done.returncode, done.stderr.strip().splitlines()[-1]
+
+
+@pytest.fixture
+def corpus(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A directory holding one good JSONL file and a FIFO, both matched by ``*.jsonl``."""
+    directory = tmp_path / "corpus"
+    directory.mkdir()
+    (directory / "a.jsonl").write_text('{"text": "a good text"}\n')
+    os.mkfifo(directory / "b.jsonl")
+    return directory
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_special_tokenizer_file_is_refused_unopened(tmp_path, corpus, kind):
+    if kind == "fifo":
+        tokenizer = tmp_path / "spm.model"
+        os.mkfifo(tokenizer)
+    else:
+        tokenizer = pathlib.Path("/dev/zero")
+    code, err = run_capped("--input", str(corpus / "a.jsonl"), "--tokenizer", str(tokenizer),
+                           "--output", str(tmp_path / "out"))
+    what = "a FIFO (named pipe)" if kind == "fifo" else "a character device"
+    assert (code, err) == (2, f"error: --tokenizer {tokenizer} is {what}, not a regular file: "
+                              "it is not read; pass the path of a SentencePiece .model file, "
+                              "a Hugging Face tokenizer.json, or --tokenizer bytes")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_fifo_tokenizer_config_is_refused_unopened(tmp_path, corpus):
+    tokenizer = backtracking_tokenizer(tmp_path)
+    os.mkfifo(tmp_path / "tokenizer_config.json")
+    code, err = run_capped("--input", str(corpus / "a.jsonl"), "--tokenizer", str(tokenizer),
+                           "--output", str(tmp_path / "out"))
+    assert code == 2
+    assert err.startswith(f"error: the tokenizer_config.json beside --tokenizer "
+                          f"{tmp_path / 'tokenizer_config.json'} is a FIFO (named pipe)")
+
+
+@pytest.mark.parametrize("how", ["named", "glob", "link to /dev/zero"])
+def test_a_special_input_file_is_refused_unopened(tmp_path, corpus, how):
+    if how == "named":
+        pattern = special = corpus / "b.jsonl"
+    elif how == "glob":
+        pattern, special = corpus / "*.jsonl", corpus / "b.jsonl"
+    else:
+        (corpus / "b.jsonl").unlink()
+        special = corpus / "z.jsonl"
+        special.symlink_to("/dev/zero")
+        pattern = corpus / "*.jsonl"
+    code, err = run_capped("--input", str(pattern), "--tokenizer", "bytes", "--output",
+                           str(tmp_path / "out"))
+    what = "a character device" if how.startswith("link") else "a FIFO (named pipe)"
+    assert (code, err) == (2, f"error: --input {pattern} matches {special}, {what}, not a "
+                              "regular file: the job reads only regular files (a FIFO would "
+                              "wait for a writer, a device never ends); remove it or narrow "
+                              "the pattern")
+    assert not (tmp_path / "out").exists()
