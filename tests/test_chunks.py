@@ -433,3 +433,61 @@ def test_a_run_of_files_reads_and_accounts_as_its_files(tmp_path):
         account_inputs([run.receipt(len(got))], dict(list(expected.items())[:3]))
     with pytest.raises(RuntimeError, match="1 input files were never read"):
         account_inputs([run.receipt(len(got))], {**expected, "/c/other.jsonl": 3})
+
+
+def _outcome(item: Document | Reject) -> tuple:
+    """What reading gives, but a too_large reject's record (its first bytes: as far as the
+    reader held the line when it learned it was too long)."""
+    if isinstance(item, Reject):
+        return item.reason, item.source, item.detail
+    return item
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    lines=st.lists(st.sampled_from(["", "a", "bc", "長", "x\r", '{"text": "t"}',
+                                    '{"text": "long text"}', "z" * 30, "y" * 12 + "\r"]),
+                   max_size=10),
+    newline_at_end=st.booleans(),
+    fmt=st.sampled_from(["lines", "jsonl"]),
+    compressed=st.booleans(),
+    chunk_bytes=st.integers(1, 60),
+    block=st.integers(1, 17),
+    max_doc_bytes=st.integers(1, 12),
+)
+def test_records_read_a_block_at_a_time_are_those_of_the_whole_file(
+        tmp_path_factory, lines, newline_at_end, fmt, compressed, chunk_bytes, block,
+        max_doc_bytes):
+    """Whatever the block and range sizes and the limit, a file read a block at a time gives
+    the records of its whole bytes, a line over the limit a too_large reject with its
+    length, as parsed whole."""
+    from unittest import mock
+
+    from transforms import chunks as chunks_module
+    from transforms.documents import JSON_RECORD_SLACK
+
+    data = "\n".join(lines).encode() + (b"\n" if newline_at_end and lines else b"")
+    name = "f.jsonl" if fmt == "jsonl" else "f.txt"
+    path = tmp_path_factory.mktemp("blocks") / (name + (".gz" if compressed else ""))
+    path.write_bytes(gzip.compress(data) if compressed else data)
+    spec = ReadSpec(format=fmt, max_doc_bytes=max_doc_bytes)
+    with mock.patch.object(chunks_module, "_STREAM_BLOCK", block), \
+            mock.patch("transforms.documents.JSON_RECORD_SLACK", 3):
+        whole = list(parse_lines(data, fmt=fmt, path=str(path), rel=path.name, first_line=1,
+                                 spec=spec))
+        read = read_files([str(path)], spec=spec, chunk_bytes=chunk_bytes)
+    assert JSON_RECORD_SLACK == 1 << 20
+    assert [_outcome(i) for i in read.items] == [_outcome(i) for i in whole]
+    assert read.records == len(whole)
+
+
+def test_a_text_file_over_the_limit_is_rejected_with_its_size(tmp_path):
+    path = tmp_path / "big.txt.gz"
+    path.write_bytes(gzip.compress(b"\xef\xbb\xbf" + b"x" * 5000))
+    (doc,) = read_files([str(path)], spec=ReadSpec(max_doc_bytes=5000)).items
+    assert (doc.doc_id, doc.text) == ("big.txt.gz", "x" * 5000)  # the mark is not text
+    (reject,) = read_files([str(path)], spec=ReadSpec(max_doc_bytes=100)).items
+    assert (reject.reason, reject.source, reject.truncated) == ("too_large", str(path), True)
+    assert reject.detail == ("a file of 5003 bytes, more than --max-doc-bytes=100; not read "
+                             "further")
+    assert reject.record == "\ufeff" + "x" * 4093

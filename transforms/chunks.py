@@ -47,7 +47,6 @@ from transforms.documents import (
 )
 from transforms.input_names import shown_name
 from transforms.input_parquet import (
-    PAGE_FLOOR,
     DamagedInput,
     Oversized,
     oversized_groups,
@@ -293,15 +292,17 @@ class _Long(NamedTuple):
 
 
 def _bounded_lines(read: Callable[[int], bytes], *, limit: int,
-                   block: int = _STREAM_BLOCK) -> Iterator[bytes | _Long]:
+                   block: int | None = None) -> Iterator[bytes | _Long]:
     """The lines of a stream as pieces of whole lines, each newline-terminated except perhaps
     the stream's last; a line that grows past ``limit`` bytes before its newline is a
     `_Long` instead, and the rest of it is read through, a block at a time, never held.
 
     At most about ``block`` + ``limit`` bytes are held at once, whatever the lines' lengths.
     A line longer than ``limit`` that happens to end inside a block is in a piece like any
-    other (the parser rejects it unparsed, `transforms.documents.record_limit`).
+    other (the parser rejects it unparsed, `transforms.documents.record_limit`). A line's
+    length counts its bytes up to its newline (a ``\r`` included).
     """
+    block = block or _STREAM_BLOCK
     parts: list[bytes] = []  # the pieces of the line not yet ended
     held = 0
     data = read(block)
@@ -462,8 +463,8 @@ def _refused_rows(found: Oversized, *, group: int, first_row: int, rows: int, na
     """A ``too_large`` reject for each row of a row group holding a page too large to hold."""
     detail = (f"row group {group} (rows {first_row} to {first_row + rows - 1}) holds a page "
               f"of {found.size} bytes uncompressed in column {found.column!r}, more than the "
-              f"{page_limit(spec.max_doc_bytes)} a page may take with --max-doc-bytes="
-              f"{spec.max_doc_bytes} (max(4 × it + 1 MiB, {PAGE_FLOOR})); its rows are not read")
+              f"{page_limit(spec.max_doc_bytes)} bytes a page may take with --max-doc-bytes="
+              f"{spec.max_doc_bytes}; its rows are not read")
     for row in range(first_row, first_row + rows):
         yield Reject(reason="too_large", source=f"{name}#row={row}", detail=detail, record="",
                      truncated=True)

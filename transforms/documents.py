@@ -271,12 +271,12 @@ def parse_lines(
         if stop == -1:
             stop = end
         lo, pos, number = pos, stop + 1, number + 1
-        if stop > lo and data[stop - 1] == 13:  # b"\r"
-            stop -= 1
         if stop - lo > limit:  # never parsed: its text cannot fit, or it is a hostile line
-            yield too_large_record(size=stop - lo, head=data[lo : lo + TOO_LARGE_HEAD],
+            yield too_large_record(size=stop - lo, head=data[lo : min(stop, lo + TOO_LARGE_HEAD)],
                                    source=f"{path}:{number}", spec=spec, fmt=fmt)
             continue
+        if stop > lo and data[stop - 1] == 13:  # b"\r"
+            stop -= 1
         if fast:
             try:
                 record = loads(view[lo:stop])
