@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from tests.conftest import run_job
+from tests.conftest import run_job, run_main
 from transforms.documents import Document, Reject
-from transforms.encoding import encode_or_reject, tokenizer_failed
-from transforms.tokenizers import ByteTokenizer
+from transforms.encoding import encode_or_reject
+from transforms.tokenizers import ByteTokenizer, tokenizer_failed
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # A pre-tokenizer whose regex backtracks: "a" * 40 + "!" exceeds Oniguruma's retry limit,
@@ -170,4 +170,24 @@ def test_a_special_input_file_is_refused_unopened(tmp_path, corpus, how):
                               "regular file: the job reads only regular files (a FIFO would "
                               "wait for a writer, a device never ends); remove it or narrow "
                               "the pattern")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_tokenizer_that_cannot_encode_plain_text_is_refused_before_any_work(tmp_path, corpus):
+    """A WordLevel model whose unknown token is not in its vocabulary fails on every text
+    with a character it lacks: refused at load (exit 2), not document by document."""
+    tokenizers = pytest.importorskip("tokenizers")
+    vocab = {"<s>": 0, "</s>": 1, "a": 2}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    code, err = run_main("--input", str(corpus / "a.jsonl"), "--tokenizer", str(path),
+                         "--bos-token", "<s>", "--eos-token", "</s>", "--output",
+                         str(tmp_path / "out"))
+    assert code == 2
+    assert err.strip().splitlines()[-1] == (
+        f"error: --tokenizer {path} fails to encode the text 'Hello, world! 123\\n' "
+        "(Exception: WordLevel error: Missing [UNK] token from the vocabulary); it cannot be "
+        "used: fix it, or pass another tokenizer")
     assert not (tmp_path / "out").exists()

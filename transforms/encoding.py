@@ -27,7 +27,7 @@ from transforms.keys import ShardPlan, doc_keys, parts_of
 from transforms.params import WindowSpec
 from transforms.parcels import Pieces, narrow_tokens, pack_parcels
 from transforms.splits import SplitSpec
-from transforms.tokenizers import Tokenizer
+from transforms.tokenizers import Tokenizer, first_line, tokenizer_failed
 from transforms.windows import plan_windows_batch
 
 __all__ = [
@@ -40,7 +40,6 @@ __all__ = [
     "encode_documents",
     "encode_or_reject",
     "pack_documents",
-    "tokenizer_failed",
 ]
 
 # Documents are encoded, planned and packed in batches of at most this many documents and
@@ -84,16 +83,6 @@ def batch_documents(
         yield docs
 
 
-def tokenizer_failed(error: BaseException) -> bool:
-    """Whether ``error``, raised while encoding, is the tokenizer's failure on what it was
-    given: an ``Exception``, or a panic of a Rust library (``pyo3_runtime.PanicException``,
-    which derives from ``BaseException`` alone); never ``KeyboardInterrupt``,
-    ``SystemExit`` or ``GeneratorExit``."""
-    kind = type(error)
-    return isinstance(error, Exception) or (
-        kind.__name__ == "PanicException" and kind.__module__ == "pyo3_runtime")
-
-
 def encode_or_reject(
     tokenizer: Tokenizer, docs: Sequence[Document],
 ) -> tuple[list[Document], list[npt.NDArray[np.int32]], list[Reject]]:
@@ -118,11 +107,8 @@ def encode_or_reject(
         except BaseException as e:
             if not tokenizer_failed(e):
                 raise
-            message = str(e).strip().splitlines()
-            rejects.append(Reject(
-                reason="tokenizer_error", source=doc.source,
-                detail=f"{type(e).__name__}: {message[0] if message else 'no message'}",
-                record=doc.text))
+            rejects.append(Reject(reason="tokenizer_error", source=doc.source,
+                                  detail=first_line(e), record=doc.text))
             continue
         kept.append(doc)
         tokens.append(z)
