@@ -312,7 +312,7 @@ def _bounded_lines(read: Callable[[int], bytes], *, limit: int,
             yield b"".join([*parts, data[:cut]]) if parts else data[:cut]
             parts, held, data = [], 0, data[cut:]
         if held + len(data) > limit:  # the line not yet ended is too long already
-            head = b"".join([*parts, data[:TOO_LARGE_HEAD]])[:TOO_LARGE_HEAD]
+            head = _head([*parts, data])
             size = held + len(data)
             parts, held = [], 0
             while data := read(block):
@@ -330,6 +330,16 @@ def _bounded_lines(read: Callable[[int], bytes], *, limit: int,
         data = read(block)
     if parts:
         yield b"".join(parts)
+
+
+def _head(parts: list[bytes]) -> bytes:
+    """The first `TOO_LARGE_HEAD` bytes of ``parts`` end to end, joining no more of them."""
+    head = b""
+    for part in parts:
+        head += part[: TOO_LARGE_HEAD - len(head)]
+        if len(head) >= TOO_LARGE_HEAD:
+            break
+    return head
 
 
 class _LineRange:
@@ -519,7 +529,7 @@ def _whole_file(read: Callable[[int], bytes], *, limit: int, path: str, rel: str
         parts.append(data)
         held += len(data)
         if held > limit:
-            head = b"".join(parts)[:TOO_LARGE_HEAD]
+            head = _head(parts)
             parts.clear()
             while data := read(_STREAM_BLOCK):
                 held += len(data)
