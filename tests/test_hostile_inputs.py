@@ -100,6 +100,36 @@ def test_a_tokenizer_that_panics_on_one_document_costs_that_document(tmp_path, s
         "PanicException: Onig: Regex search error: retry-limit-in-match over"}
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("shuffle", ["files", "runner"])
+def test_tokenizer_rejects_of_many_chunks_and_batches_are_all_kept_in_input_order(tmp_path,
+                                                                                 shuffle):
+    """Byte ranges of a few hundred bytes and batches of a few documents: the failures come
+    to light while later chunks are encoded, or at the bundle's end; each is kept once, in
+    input order, and the other documents are those of a job without them."""
+    from pipeline.context import Tuning
+
+    tokenizer = backtracking_tokenizer(tmp_path)
+    hostile = {5, 41, 42, 97, 150}
+    texts = [HOSTILE if i in hostile else f"text number {i}" for i in range(1, 151)]
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    tuning = Tuning(chunk_bytes=300, batch_chars=60, encoding_ahead=2)
+    args = ("--tokenizer", str(tokenizer), "--bos-token", "<s>", "--eos-token", "</s>",
+            "--shuffle", shuffle, "--num-shards", "1")
+    manifest = run_job(tmp_path / "out", "--input", str(source), *args, tuning=tuning)
+    assert manifest["counts"]["skipped"] == {"tokenizer_error": 5}
+    lines = (tmp_path / "out" / "_rejects" / "tokenizer_error.jsonl").read_text().splitlines()
+    assert [json.loads(line)["source"] for line in lines] == [
+        f"{source}:{i}" for i in sorted(hostile)]
+    clean = tmp_path / "clean.jsonl"
+    clean.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts if t != HOSTILE))
+    without = run_job(tmp_path / "without", "--input", str(clean), *args, tuning=tuning)
+    same = ("documents", "pairs", "tokens", "windows", "scored_targets")
+    assert manifest["counts"]["documents"] == 145
+    assert {k: manifest["counts"][k] for k in same} == {k: without["counts"][k] for k in same}
+
+
 def run_capped(*args: str, timeout: float = 120) -> tuple[int, str]:
     """``python -m pipeline ARGS`` in a subprocess with at most 4 GB of address space and
     ``timeout`` seconds (a job that waits on a FIFO, or reads a device, fails the test
