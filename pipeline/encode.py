@@ -31,6 +31,7 @@ import errno
 import hashlib
 import io
 import logging
+import sys
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -169,6 +170,9 @@ class _EncodeChunkFn(StepFn):
         # the launcher's process, the launcher's.
         self._tokenizer = acquire_tokenizer(self._handle, self._config)
         self._pool = ThreadPoolExecutor(self._ahead, thread_name_prefix="encode")
+        # Beam's DaskRunner drops what finish_bundle emits: there a chunk's batches are all
+        # taken in before its end, so that its tokenizer rejects go on from `process`.
+        self._emits_late = not _in_dask_worker()
         self._progress = progress.Reporter(self._progress_dir, write_every=self._write_every)
         leave_loaded_out()  # the model and the worker's modules: later collections skip them
 
@@ -226,8 +230,9 @@ class _EncodeChunkFn(StepFn):
         # Nothing else is emitted here (Beam's DaskRunner drops it): the spill file's path
         # went on with the bundle's first chunk; the batches still in flight are spilled,
         # then the index and footer written. Only the rejects of documents the tokenizer
-        # failed on in the last batches, known only now, go on from here; were they dropped,
-        # the records would not add up and the last step would fail the job, naming them.
+        # failed on in the last batches, known only now, go on from here (never on Dask,
+        # whose chunks leave no batch in flight); were they dropped, the records would not
+        # add up and the last step would fail the job, naming the counts.
         bundle, self._bundle = getattr(self, "_bundle", None), None
         runs: list[RejectRun] = []
         if bundle is not None:
@@ -291,6 +296,9 @@ class _EncodeChunkFn(StepFn):
         stream.pending.append((chunk, None, None))  # the chunk's end, for progress
         if last:
             yield from self._drain(stream)
+        elif not self._emits_late:
+            while stream.pending:
+                yield from self._next(stream)
         # One line per chunk encoded (at DEBUG: a big job has thousands), which tells how
         # often a runner ran the step (tests/test_runners.py counts them on Dask workers).
         _LOG.debug("encoded chunk %s@%d: %d records", chunk.path, chunk.start, records)
@@ -348,6 +356,19 @@ class _EncodeChunkFn(StepFn):
         for part, parcel in encoded.parcels:
             spill.write(part, parcel)
         return []
+
+
+def _in_dask_worker() -> bool:
+    """Whether this runs in a Dask worker (Beam's DaskRunner), which drops what a DoFn's
+    ``finish_bundle`` emits."""
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return False
+    try:
+        distributed.get_worker()
+    except ValueError:  # "No worker found": not in a Dask task
+        return False
+    return True
 
 
 @dataclasses.dataclass

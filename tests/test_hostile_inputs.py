@@ -221,3 +221,23 @@ def test_a_tokenizer_that_cannot_encode_plain_text_is_refused_before_any_work(tm
         "(Exception: WordLevel error: Missing [UNK] token from the vocabulary); it cannot be "
         "used: fix it, or pass another tokenizer")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_tokenizer_rejects_reach_the_output_on_dask_with_the_file_shuffle(tmp_path):
+    """Beam's DaskRunner drops what a DoFn's finish_bundle emits: in a Dask worker each
+    chunk's batches are taken in before its end, so its rejects go on from process."""
+    pytest.importorskip("distributed", reason="needs dask and distributed")
+    tokenizer = backtracking_tokenizer(tmp_path)
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"text": t}) + "\n"
+                              for t in ["a good text", HOSTILE, "more good text"]))
+    code, err = run_capped("--input", str(source), "--tokenizer", str(tokenizer),
+                           "--bos-token", "<s>", "--eos-token", "</s>", "--output",
+                           str(tmp_path / "out"), "--runner", "DaskRunner", "--shuffle",
+                           "files", timeout=600)
+    assert code == 0, err
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
+    assert manifest["counts"]["skipped"] == {"tokenizer_error": 1}
+    (reject,) = (tmp_path / "out" / "_rejects" / "tokenizer_error.jsonl").read_text().splitlines()
+    assert json.loads(reject)["source"] == f"{source}:2"
