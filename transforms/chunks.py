@@ -441,20 +441,21 @@ def _read_parquet(chunk: Chunk, open_file: Opener, *, first: int,
     out: list[Iterable[Document | Reject]] = []
     try:
         with open_file(chunk.path) as f:
+            meta = pq.ParquetFile(f).metadata  # the footer, read once
             refused = oversized_groups(f, start=chunk.start, end=chunk.end,
-                                       limit=page_limit(spec.max_doc_bytes))
-            meta = pq.ParquetFile(f).metadata if refused else None
+                                       limit=page_limit(spec.max_doc_bytes), metadata=meta)
             row, group = first, chunk.start
             while group < chunk.end:  # runs of readable groups, and each refused one
                 if group in refused:
-                    rows = meta.row_group(group).num_rows  # type: ignore[union-attr]
+                    rows = meta.row_group(group).num_rows
                     out.append(_refused_rows(refused[group], group=group, first_row=row,
                                              rows=rows, name=name, spec=spec))
                     row, group = row + rows, group + 1
                     continue
                 stop = next((g for g in range(group, chunk.end) if g in refused), chunk.end)
                 try:
-                    table = read_row_groups(f, start=group, end=stop, first_row=row, name=name)
+                    table = read_row_groups(f, start=group, end=stop, first_row=row, name=name,
+                                            metadata=meta)
                 except DamagedInput:
                     check_unchanged(chunk, f, None)  # rewritten under the job: not damaged
                     raise

@@ -40,20 +40,21 @@ class DamagedInput(OSError):
     """An input file whose bytes fail their own checksums (a Parquet page's CRC)."""
 
 
-def read_row_groups(f: BinaryIO, *, start: int, end: int, first_row: int,
-                    name: str) -> pa.Table:
+def read_row_groups(f: BinaryIO, *, start: int, end: int, first_row: int, name: str,
+                    metadata: pq.FileMetaData | None = None) -> pa.Table:
     """Row groups ``[start, end)`` of the Parquet file ``f``, every page that carries a CRC
     checked against it.
 
     Args:
         f: the file, seekable. start, end: the row groups. first_row: the file's row number
             of the first row of group ``start``. name: the file as messages show it.
+        metadata: the file's footer, if read already (else it is read).
 
     Raises:
         DamagedInput: a page fails its checksum; the message names the file, the row group
             and its rows, the column and the fix.
     """
-    pf = pq.ParquetFile(f, page_checksum_verification=True)
+    pf = pq.ParquetFile(f, page_checksum_verification=True, metadata=metadata)
     try:
         return pf.read_row_groups(range(start, end))
     except OSError as e:
@@ -108,14 +109,16 @@ class Oversized(NamedTuple):
     size: int
 
 
-def oversized_groups(f: BinaryIO, *, start: int, end: int, limit: int) -> dict[int, Oversized]:
+def oversized_groups(f: BinaryIO, *, start: int, end: int, limit: int,
+                     metadata: pq.FileMetaData | None = None) -> dict[int, Oversized]:
     """The row groups in ``[start, end)`` of the Parquet file ``f`` that hold a page of more
     than ``limit`` bytes uncompressed, by row group, read from the footer and the page
     headers: nothing is decompressed. Only column chunks larger than ``limit`` uncompressed
     (the footer says) have their page headers read; a header that cannot be parsed is left to
-    pyarrow, which reports a damaged file its own way.
+    pyarrow, which reports a damaged file its own way. ``metadata``: the file's footer, if
+    read already.
     """
-    meta = pq.ParquetFile(f).metadata
+    meta = metadata if metadata is not None else pq.ParquetFile(f).metadata
     found: dict[int, Oversized] = {}
     for group in range(start, end):
         rg = meta.row_group(group)
