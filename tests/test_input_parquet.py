@@ -117,3 +117,26 @@ def test_the_rows_of_a_row_group_with_a_page_too_large_are_rejected_unread(tmp_p
     assert rejects[0].detail.endswith(
         "bytes uncompressed in column 'text', more than the 1048976 bytes a page may take "
         "with --max-doc-bytes=100; its rows are not read")
+
+
+def test_a_large_row_group_of_small_pages_is_read_whole(tmp_path):
+    """A column chunk over the limit is only a reason to read its page headers: pages under
+    the limit are read as always."""
+    from transforms.chunks import open_local, plan_chunks, read_chunk
+    from transforms.documents import Document
+    from transforms.input_parquet import oversized_groups
+    from transforms.params import ReadSpec
+
+    path = tmp_path / "a.parquet"
+    texts = [f"{i:05d} " + "w" * 1000 for i in range(3000)]
+    pq.write_table(pa.table({"text": texts}), path, data_page_size=64 << 10,
+                   write_batch_size=16, use_dictionary=False)
+    column = pq.ParquetFile(path).metadata.row_group(0).column(0)
+    assert column.total_uncompressed_size > 2 << 20  # over a 1 MiB limit: its pages are read
+    with path.open("rb") as f:
+        assert oversized_groups(f, start=0, end=1, limit=1 << 20) == {}
+    spec = ReadSpec(max_doc_bytes=2000)
+    (chunk,) = plan_chunks(str(path), rel="a.parquet", size=path.stat().st_size, spec=spec,
+                           open_file=open_local)
+    got = list(read_chunk(chunk, spec, open_local))
+    assert [d.text for d in got if isinstance(d, Document)] == texts
