@@ -92,21 +92,19 @@ def test_a_row_group_holding_a_page_over_the_limit_is_found_from_its_headers(tmp
                 assert found[2] == Oversized("text", found[2].size)
 
 
-def test_the_rows_of_a_row_group_with_a_page_too_large_are_rejected_unread(tmp_path,
-                                                                          monkeypatch):
-    from transforms import input_parquet
+def test_the_rows_of_a_row_group_with_a_page_too_large_are_rejected_unread(tmp_path):
+    """With the floor of the page limit shrunk (a test's), a 1.1 MB page is too large."""
     from transforms.chunks import open_local, plan_chunks, read_chunk
     from transforms.documents import Document
     from transforms.params import ReadSpec
 
-    monkeypatch.setattr(input_parquet, "PAGE_FLOOR", 1000)
     path = tmp_path / "a.parquet"
     texts = ["one", "two", "z" * 1_100_000, "three", "four", "five"]
     pq.write_table(pa.table({"text": texts}), path, row_group_size=2)
     spec = ReadSpec(max_doc_bytes=100)
     (chunk,) = plan_chunks(str(path), rel="a.parquet", size=path.stat().st_size, spec=spec,
                            open_file=open_local)
-    got = list(read_chunk(chunk, spec, open_local))
+    got = list(read_chunk(chunk, spec, open_local, page_floor=1000))
     assert [d.text for d in got if isinstance(d, Document)] == ["one", "two", "four", "five"]
     assert len(got) == 6  # every row a document or a reject
     rejects = [r for r in got if not isinstance(r, Document)]

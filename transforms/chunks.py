@@ -47,6 +47,7 @@ from transforms.documents import (
 )
 from transforms.input_names import shown_name
 from transforms.input_parquet import (
+    PAGE_FLOOR,
     DamagedInput,
     Oversized,
     oversized_groups,
@@ -59,6 +60,7 @@ from transforms.receipts import InputChanged, Receipt, check_unchanged
 __all__ = [
     "CHUNK_BYTES",
     "GROUP_BYTES",
+    "STREAM_BLOCK",
     "Chunk",
     "Opener",
     "count_lines",
@@ -84,8 +86,8 @@ _EXTENSIONS = {
     ".json": "jsonl",
     ".parquet": "parquet",
 }
-# Line and text files are read this many bytes at a time (`_bounded_lines`).
-_STREAM_BLOCK = 4 << 20
+# Line and text files are read this many bytes at a time (`read_chunk`).
+STREAM_BLOCK = 4 << 20
 
 Opener = Callable[[str], BinaryIO]
 
@@ -292,7 +294,7 @@ class _Long(NamedTuple):
 
 
 def _bounded_lines(read: Callable[[int], bytes], *, limit: int,
-                   block: int | None = None) -> Iterator[bytes | _Long]:
+                   block: int) -> Iterator[bytes | _Long]:
     """The lines of a stream as pieces of whole lines, each newline-terminated except perhaps
     the stream's last; a line that grows past ``limit`` bytes before its newline is a
     `_Long` instead, and the rest of it is read through, a block at a time, never held.
@@ -302,7 +304,6 @@ def _bounded_lines(read: Callable[[int], bytes], *, limit: int,
     other (the parser rejects it unparsed, `transforms.documents.record_limit`). A line's
     length counts its bytes up to its newline (a ``\r`` included).
     """
-    block = block or _STREAM_BLOCK
     parts: list[bytes] = []  # the pieces of the line not yet ended
     held = 0
     data = read(block)
@@ -317,6 +318,9 @@ def _bounded_lines(read: Callable[[int], bytes], *, limit: int,
             parts, held = [], 0
             while data := read(block):
                 newline = data.find(b"\n")
+                if len(head) < TOO_LARGE_HEAD:  # a limit below it: the head goes on
+                    end = len(data) if newline == -1 else newline
+                    head += data[: min(TOO_LARGE_HEAD - len(head), end)]
                 if newline != -1:
                     size += newline
                     data = data[newline + 1 :] or read(block)
@@ -401,15 +405,18 @@ class _LineRange:
         return data
 
 
-def read_chunk(chunk: Chunk, spec: ReadSpec, open_file: Opener) -> Iterator[Document | Reject]:
+def read_chunk(chunk: Chunk, spec: ReadSpec, open_file: Opener, *,
+               block_bytes: int = STREAM_BLOCK,
+               page_floor: int = PAGE_FLOOR) -> Iterator[Document | Reject]:
     """The documents and rejects of one chunk, in record order.
 
-    A line file (plain or compressed) or a text file is read a block at a time as its
-    records are taken: no more than a block and one record of at most `record_limit` bytes
-    is held, and a longer record is a ``too_large`` reject, read through unheld
+    A line file (plain or compressed) or a text file is read ``block_bytes`` at a time as
+    its records are taken: no more than a block and one record of at most `record_limit`
+    bytes is held, and a longer record is a ``too_large`` reject, read through unheld
     (docs/running.md#bad-input). Parquet row groups are read at once, except those holding
-    a page too large to hold (`transforms.input_parquet.oversized_groups`), whose rows are
-    ``too_large`` rejects.
+    a page larger than `transforms.input_parquet.page_limit` (with ``page_floor``), whose
+    rows are ``too_large`` rejects (`transforms.input_parquet.oversized_groups`). Tests
+    shrink the block and the floor to reach the paths a huge record takes.
 
     Raises:
         ValueError: every record would fail the same way (a Parquet file without the text
@@ -418,21 +425,23 @@ def read_chunk(chunk: Chunk, spec: ReadSpec, open_file: Opener) -> Iterator[Docu
             corrupt: as its records are taken); the message names it.
     """
     if chunk.files:  # a run of small files: each read (and checked) in turn, when reached
-        return itertools.chain.from_iterable(read_chunk(f, spec, open_file)
-                                             for f in chunk.files)
+        return itertools.chain.from_iterable(
+            read_chunk(f, spec, open_file, block_bytes=block_bytes, page_floor=page_floor)
+            for f in chunk.files)
     first = 1 if chunk.first is None else chunk.first
     where = {"path": shown_name(chunk.path), "rel": chunk.rel, "spec": spec}
     if chunk.fmt == "parquet":
-        return _read_parquet(chunk, open_file, first=first, where=where)
+        return _read_parquet(chunk, open_file, first=first, where=where,
+                             limit=page_limit(spec.max_doc_bytes, page_floor))
     try:
         f = open_file(chunk.path)
     except Exception as e:  # an object store's error names no file: this one does
         raise OSError(f"cannot read input file {shown_name(chunk.path)}: {e}") from e
-    return _stream_records(chunk, f, first=first, where=where)
+    return _stream_records(chunk, f, first=first, where=where, block=block_bytes)
 
 
-def _read_parquet(chunk: Chunk, open_file: Opener, *, first: int,
-                  where: dict) -> Iterator[Document | Reject]:
+def _read_parquet(chunk: Chunk, open_file: Opener, *, first: int, where: dict,
+                  limit: int) -> Iterator[Document | Reject]:
     """The rows of a chunk's row groups: read at once, except the groups holding a page too
     large to hold (`transforms.input_parquet.oversized_groups`), whose rows are ``too_large``
     rejects, unread."""
@@ -443,13 +452,13 @@ def _read_parquet(chunk: Chunk, open_file: Opener, *, first: int,
         with open_file(chunk.path) as f:
             meta = pq.ParquetFile(f).metadata  # the footer, read once
             refused = oversized_groups(f, start=chunk.start, end=chunk.end,
-                                       limit=page_limit(spec.max_doc_bytes), metadata=meta)
+                                       limit=limit, metadata=meta)
             row, group = first, chunk.start
             while group < chunk.end:  # runs of readable groups, and each refused one
                 if group in refused:
                     rows = meta.row_group(group).num_rows
                     out.append(_refused_rows(refused[group], group=group, first_row=row,
-                                             rows=rows, name=name, spec=spec))
+                                             rows=rows, name=name, spec=spec, limit=limit))
                     row, group = row + rows, group + 1
                     continue
                 stop = next((g for g in range(group, chunk.end) if g in refused), chunk.end)
@@ -470,19 +479,19 @@ def _read_parquet(chunk: Chunk, open_file: Opener, *, first: int,
 
 
 def _refused_rows(found: Oversized, *, group: int, first_row: int, rows: int, name: str,
-                  spec: ReadSpec) -> Iterator[Reject]:
+                  spec: ReadSpec, limit: int) -> Iterator[Reject]:
     """A ``too_large`` reject for each row of a row group holding a page too large to hold."""
     detail = (f"row group {group} (rows {first_row} to {first_row + rows - 1}) holds a page "
               f"of {found.size} bytes uncompressed in column {found.column!r}, more than the "
-              f"{page_limit(spec.max_doc_bytes)} bytes a page may take with --max-doc-bytes="
+              f"{limit} bytes a page may take with --max-doc-bytes="
               f"{spec.max_doc_bytes}; its rows are not read")
     for row in range(first_row, first_row + rows):
         yield Reject(reason="too_large", source=f"{name}#row={row}", detail=detail, record="",
                      truncated=True)
 
 
-def _stream_records(chunk: Chunk, f: BinaryIO, *, first: int,
-                    where: dict) -> Iterator[Document | Reject]:
+def _stream_records(chunk: Chunk, f: BinaryIO, *, first: int, where: dict,
+                    block: int) -> Iterator[Document | Reject]:
     """The records of a line or text chunk of the open file ``f``, read a block at a time;
     the file is checked (`check_unchanged`) and closed once they are all taken."""
     spec: ReadSpec = where["spec"]
@@ -498,10 +507,10 @@ def _stream_records(chunk: Chunk, f: BinaryIO, *, first: int,
                 reads = _LineRange(f, chunk.start, chunk.end)
                 read = reads.read
             if chunk.fmt == "text":
-                yield _whole_file(read, limit=limit, **where)
+                yield _whole_file(read, limit=limit, block=block, **where)
             else:
                 line, at_start = first, chunk.start == 0
-                for piece in _bounded_lines(read, limit=limit):
+                for piece in _bounded_lines(read, limit=limit, block=block):
                     if isinstance(piece, _Long):
                         yield too_large_record(size=piece.size, head=piece.head,
                                                source=f"{name}:{line}", spec=spec,
@@ -520,20 +529,22 @@ def _stream_records(chunk: Chunk, f: BinaryIO, *, first: int,
             raise OSError(f"cannot read input file {name}: {e}") from e
 
 
-def _whole_file(read: Callable[[int], bytes], *, limit: int, path: str, rel: str,
+def _whole_file(read: Callable[[int], bytes], *, limit: int, block: int, path: str, rel: str,
                 spec: ReadSpec) -> Document | Reject:
     """A text file's one document, or its ``too_large`` reject once it passes ``limit``
     bytes (the rest read through, unheld, to its length)."""
     parts: list[bytes] = []
     held = 0
-    while data := read(_STREAM_BLOCK):
+    while data := read(block):
         parts.append(data)
         held += len(data)
         if held > limit:
             head = _head(parts)
             parts.clear()
-            while data := read(_STREAM_BLOCK):
+            while data := read(block):
                 held += len(data)
+                if len(head) < TOO_LARGE_HEAD:  # a limit below it: the head goes on
+                    head += data[: TOO_LARGE_HEAD - len(head)]
             return too_large_record(size=held, head=head, source=path, spec=spec, fmt="text")
     data = b"".join(parts)
     if data.startswith(BOM):

@@ -90,15 +90,15 @@ def _verifies(pf: pq.ParquetFile, group: int, column: str) -> bool:
     return True
 
 
-def page_limit(max_doc_bytes: int) -> int:
+def page_limit(max_doc_bytes: int, floor: int = PAGE_FLOOR) -> int:
     """The most bytes a page of an input Parquet file may hold uncompressed to be read:
-    max(4 × ``max_doc_bytes`` + 1 MiB, `PAGE_FLOOR`).
+    max(4 × ``max_doc_bytes`` + 1 MiB, ``floor``).
 
     A page holds at least one whole value, and pyarrow decompresses it whole: a value over
     the limit cannot be rejected without holding it. The floor keeps the pages writers cut
     after a run of long values (pyarrow checks a page's size every 1024 values) readable.
     """
-    return max(4 * max_doc_bytes + (1 << 20), PAGE_FLOOR)
+    return max(4 * max_doc_bytes + (1 << 20), floor)
 
 
 class Oversized(NamedTuple):
