@@ -295,7 +295,7 @@ class _Long(NamedTuple):
 
 def _bounded_lines(read: Callable[[int], bytes], *, limit: int,
                    block: int) -> Iterator[bytes | _Long]:
-    """The lines of a stream as pieces of whole lines, each newline-terminated except perhaps
+    r"""The lines of a stream as pieces of whole lines, each newline-terminated except perhaps
     the stream's last; a line that grows past ``limit`` bytes before its newline is a
     `_Long` instead, and the rest of it is read through, a block at a time, never held.
 

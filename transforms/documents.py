@@ -113,7 +113,7 @@ def source_order(source: str) -> tuple[str, int]:
 
 
 def record_limit(spec: ReadSpec, fmt: str) -> int:
-    """The most bytes one raw record (a line, a whole text file, a Parquet value) may take
+    r"""The most bytes one raw record (a line, a whole text file, a Parquet value) may take
     before it is rejected as ``too_large`` unread, so that no record is held whole, whatever
     its size, to learn that its text is too long.
 
