@@ -36,6 +36,8 @@ from typing import BinaryIO
 
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.file_kinds import file_kind
+
 __all__ = [
     "NotRegularFileError",
     "OutsideOutputError",
@@ -64,14 +66,9 @@ class NotRegularFileError(ValueError):
     it could block for ever (a FIFO with no writer) or never end (``/dev/zero``)."""
 
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"))
-
-
 def kind_of(mode: int) -> str:
     """What a file of this ``st_mode`` is, in words ("a FIFO (named pipe)" …)."""
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    return file_kind(mode) or "a regular file"
 
 
 def not_regular(path: str, mode: int) -> NotRegularFileError:

@@ -21,6 +21,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline import confine
+from transforms.file_kinds import file_kind
 from transforms.schema import TMP_DIR
 
 __all__ = [
@@ -42,6 +43,8 @@ __all__ = [
     "join",
     "list_dir",
     "match",
+    "not_regular",
+    "special_kind",
     "open_raw",
     "read_bytes",
     "scheme",
@@ -114,9 +117,36 @@ class Matched(NamedTuple):
 
 
 def match_files(pattern: str) -> list[Matched]:
-    """`match`, with each file's modification time (``last_updated_in_seconds``)."""
-    return [Matched(m.path, m.size_in_bytes, getattr(m, "last_updated_in_seconds", None))
-            for m in FileSystems.match([pattern])[0].metadata_list]
+    """`match`, with each file's modification time (``last_updated_in_seconds``).
+
+    Raises:
+        ValueError: the ``--input`` pattern matches something other than a regular file
+            (a FIFO, a device, a socket: `special_kind`), naming it; it is never opened.
+    """
+    found = [Matched(m.path, m.size_in_bytes, getattr(m, "last_updated_in_seconds", None))
+             for m in FileSystems.match([pattern])[0].metadata_list]
+    for path, size, _ in found:
+        kind = special_kind(path) if size == 0 else None  # such files all say 0 bytes
+        if kind is not None:
+            raise ValueError(
+                f"--input {pattern} matches {path}, {kind}, not a regular file: the job reads "
+                "only regular files (a FIFO would wait for a writer, a device never ends); "
+                "remove it or narrow the pattern")
+    return found
+
+
+def special_kind(path: str) -> str | None:
+    """What a local ``path`` is (through links) if it is a FIFO, a device or a socket, which
+    reading would block on or never finish; None for a regular file, a directory, a path
+    that is not there, and any object-store path (objects are regular by nature). Only
+    ``stat`` is called: the file is not opened."""
+    if scheme(path) not in (None, "file"):
+        return None
+    try:
+        mode = os.stat(path.removeprefix("file://")).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISDIR(mode) else file_kind(mode)
 
 
 def is_file(path: str) -> bool:

@@ -27,6 +27,8 @@ from typing import BinaryIO
 
 import pyarrow.fs as pafs
 
+from transforms.file_kinds import file_kind
+
 __all__ = ["NotRegularFileError", "check_regular", "file_kind", "masked", "open_regular",
            "shown_url"]
 
@@ -37,16 +39,6 @@ _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 
 class NotRegularFileError(OSError):
     """A path the reader would read is not a regular file (a FIFO, a device, a directory)."""
-
-
-def file_kind(mode: int) -> str:
-    """What ``st_mode`` is, in words, for messages."""
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link")):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def _refusal(shown: str, kind: str, fix: str) -> NotRegularFileError:

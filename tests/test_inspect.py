@@ -239,7 +239,7 @@ def test_decode_reads_only_a_regular_file(tmp_path, special):
     path = tmp_path / "tokenizer.fifo" if special == "fifo" else special
     if special == "fifo":
         os.mkfifo(path)
-    kind = "a FIFO" if special == "fifo" else "a character device"
+    kind = "a FIFO (named pipe)" if special == "fifo" else "a character device"
     for args in ([_sp_dataset(tmp_path, str(path))],  # the manifest's path
                  [_sp_dataset(tmp_path / "b", "gone.model"), "--tokenizer", path]):  # the user's
         done = _inspect_in_a_process(*args, "--decode", "1")

@@ -377,6 +377,7 @@ def test_a_fifo_in_the_cache_is_refused_by_name_not_waited_on(small: tuple[Path,
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.stdout.strip() == (
-        f"{path} is not a regular file but a FIFO; the reader reads only regular files: the "
-        "layout cache holds only files it wrote; remove it (or clear the cache directory)")
+        f"{path} is not a regular file but a FIFO (named pipe); the reader reads only regular "
+        "files: the layout cache holds only files it wrote; remove it (or clear the cache "
+        "directory)")
     assert stat.S_ISFIFO(os.stat(path).st_mode)  # refused, never removed

@@ -245,16 +245,17 @@ def test_a_fifo_shard_is_named_not_a_regular_file(small: tuple[Path, list]) -> N
                          "try:\n    open_files(sys.argv[1])\n"
                          "except OSError as e:\n    print(e)\n", str(root))
     assert done.stdout.strip() == (
-        f"shard {root}/part-00001-of-00003.parquet is not a regular file but a FIFO; the reader "
-        "reads only regular files: a shard is a Parquet file the job wrote; restore it, or "
-        "rerun the job")
+        f"shard {root}/part-00001-of-00003.parquet is not a regular file but a FIFO (named "
+        "pipe); the reader reads only regular files: a shard is a Parquet file the job "
+        "wrote; restore it, or rerun the job")
     os.unlink(root / "part-00001-of-00003.parquet")
     (root / MANIFEST_NAME).unlink()
     os.mkfifo(root / MANIFEST_NAME)
     done = _in_a_process("import sys; from reader.opening import open_files\n"
                          "try:\n    open_files(sys.argv[1])\n"
                          "except OSError as e:\n    print(e)\n", str(root))
-    assert done.stdout.startswith(f"{root}/{MANIFEST_NAME} is not a regular file but a FIFO")
+    assert done.stdout.startswith(
+        f"{root}/{MANIFEST_NAME} is not a regular file but a FIFO (named pipe)")
 
 
 def test_a_manifest_of_many_shards_is_checked_against_the_listing_before_it_is_parsed(

@@ -4,6 +4,7 @@ name), and URLs are shown without their credentials (docs/integrity.md#the-reade
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -33,15 +34,17 @@ def test_only_a_regular_file_is_opened(tmp_path: Path) -> None:
         assert f.read() == b"abc"
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)  # opened without a writer: refused at once, never waited on
-    for path, kind in ((fifo, "a FIFO"), ("/dev/zero", "a character device"),
+    for path, kind in ((fifo, "a FIFO (named pipe)"), ("/dev/zero", "a character device"),
                        (tmp_path, "a directory")):
-        with pytest.raises(NotRegularFileError, match=f"^{path} is not a regular file but "
-                           f"{kind}; the reader reads only regular files: fix it$"):
+        with pytest.raises(NotRegularFileError, match=re.escape(
+                f"{path} is not a regular file but {kind}; the reader reads only regular "
+                "files: fix it")):
             open_regular(str(path), fix="fix it")
     with pytest.raises(FileNotFoundError):
         open_regular(str(tmp_path / "missing"))
     fs = pafs.LocalFileSystem()
     assert check_regular(fs, str(regular), shown="r") is True
     assert check_regular(fs, str(tmp_path / "missing"), shown="m") is False
-    with pytest.raises(NotRegularFileError, match="^the fifo is not a regular file but a FIFO"):
+    with pytest.raises(NotRegularFileError,
+                       match=r"^the fifo is not a regular file but a FIFO \(named pipe\)"):
         check_regular(fs, str(fifo), shown="the fifo")

@@ -56,8 +56,8 @@ SHARD_METADATA_KEYS = (FINGERPRINT_KEY, SHARD_KEY, COUNTS_KEY)
 # Every reason a record can be skipped for: the names of the files under rejects/.
 REJECT_REASONS = (
     "blank_line", "duplicate_id", "empty", "invalid_id", "invalid_utf8", "malformed_json",
-    "missing_id", "missing_text", "not_an_object", "text_not_string", "too_large",
-    "unreadable_record",
+    "missing_id", "missing_text", "not_an_object", "text_not_string", "tokenizer_error",
+    "too_large", "unreadable_record",
 )
 SHARD_PATTERN = re.compile(r"^part-(\d{5,})-of-(\d{5,})\.parquet$")
 
