@@ -9,7 +9,7 @@ import io
 
 import pytest
 import zstandard
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from transforms.codecs import (
@@ -64,8 +64,11 @@ def test_a_stream_read_a_block_at_a_time_is_whole_and_its_truncation_fails(data,
     counted = CountingReader(io.BytesIO(packed))
     assert _streamed(counted, kind, block) == data * frames
     assert counted.consumed == len(packed)
+    kept = max(len(packed) - cut, 1)
+    # A cut between two whole frames leaves a whole, shorter stream: nothing to find there.
+    assume(kept % (len(packed) // frames) != 0)
     with pytest.raises((EOFError, OSError)):  # a cut inside a header: not even a header
-        _streamed(io.BytesIO(packed[: max(len(packed) - cut, 1)]), kind, block)
+        _streamed(io.BytesIO(packed[:kept]), kind, block)
 
 
 @pytest.mark.parametrize("options", [
