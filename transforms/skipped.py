@@ -33,6 +33,9 @@ FIXES = {
     "blank_line": "the input holds no records",
     "invalid_utf8": "the input is not UTF-8; convert it, or pass --invalid-utf8 replace",
     "too_large": "raise --max-doc-bytes",
+    "contaminated": "check the --decontaminate files (or raise --decontaminate-ngram)",
+    "exact_duplicate": "the input holds copies of one document only",
+    "near_duplicate": "the input holds near copies of one document only",
 }
 
 

@@ -1,0 +1,248 @@
+"""The dedup pass: which documents the job removes, found before any is tokenized.
+
+With ``--dedup`` or ``--decontaminate`` (`transforms.removal.RemovalSpec`), `FindRemovals`
+reads the chunks once more before EncodeChunks does, and `JoinRemovals` hands each chunk to
+EncodeChunks with the removals of its documents::
+
+    chunks ─▶ KeyChunks ─(band, KeyBlock)─▶ GroupByBand ─▶ BucketEdges ─┐
+                 │                                                     ├▶ OneKey ─▶ Clusters
+                 └──────────── contaminated (chunk, Removal) ──────────┘   (one process)
+    chunks ─┬─────────────────────────────────────────── JoinRemovals ◀── (chunk, Removal)
+            └▶ EncodeChunks (chunk, {position: Removal}) ─▶ …
+
+* **KeyChunks**: a chunk → its contaminated documents (`transforms.contamination`'s index
+  of the evaluation texts, built once per worker process) and, for every other document,
+  its exact key and band keys (`transforms.removal.chunk_keys`): one element per band per
+  chunk, keys end to end, never texts.
+* **GroupByBand**, **BucketEdges**: the runner's GroupByKey by band, then in each band the
+  documents sharing a key, as edges to the bucket's smallest member
+  (`transforms.removal.bucket_edges`). A band's group holds about 16 bytes and a doc_id
+  per document.
+* **Clusters**: every edge and contaminated document under one key, in one process: the
+  connected components, each keeping its smallest doc_id
+  (`transforms.removal.cluster_removals`). It holds only documents that have a copy (or
+  are contaminated), and emits the removals keyed by chunk and one `RemovalSummary`.
+* **JoinRemovals**: the chunks and the removals grouped by chunk (a GroupByKey, not a side
+  input, which Beam's DaskRunner would compute again inside every task reading it).
+
+Every step emits from ``process`` only, one output per step or (tag, value) pairs split by
+`pipeline.tagged.SplitTags` (Beam's DaskRunner mixes a multi-output ParDo's outputs and
+drops what ``finish_bundle`` emits). Nothing depends on arrival order: buckets and clusters
+keep their smallest member, and removals are looked up by position.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+from apache_beam.utils import shared
+
+from pipeline import fs
+from pipeline.tagged import SplitTags, StepFn
+from transforms.chunks import Chunk, detect_format, plan_chunks, read_chunk
+from transforms.contamination import EvalNgramIndex
+from transforms.documents import Document, source_order
+from transforms.params import ReadSpec
+from transforms.removal import (
+    CONTAMINATED,
+    ChunkRef,
+    KeyBlock,
+    Removal,
+    RemovalSpec,
+    bucket_edges,
+    chunk_keys,
+    cluster_removals,
+)
+
+if TYPE_CHECKING:
+    from pipeline.context import JobContext
+
+__all__ = ["FindRemovals", "JoinRemovals", "RemovalSummary", "chunk_ref", "eval_index"]
+
+# The tags of the dedup pass's multi-output steps (`pipeline.tagged`).
+BLOCKS, REMOVALS, EDGES, SUMMARY = "blocks", "removals", "edges", "summary"
+# The one element the clusters' group always has, so that a job without a copy or a
+# contaminated document still gets its summary (a GroupByKey of nothing runs nothing).
+_START = "start"
+# Evaluation files are read whole: one chunk per file (row groups for Parquet).
+_EVAL_CHUNK_BYTES = 1 << 62
+
+
+@dataclasses.dataclass(frozen=True)
+class RemovalSummary:
+    """What the dedup pass removed: {reason: documents} and, for ``--decontaminate``,
+    {evaluation file: documents it removed} (the manifest's ``dedup``)."""
+
+    by_reason: dict[str, int]
+    by_eval_file: dict[str, int]
+
+
+def chunk_ref(chunk: Chunk) -> ChunkRef:
+    """The chunk's (path, start): its name in the dedup pass (unique within a job)."""
+    return chunk.path, chunk.start
+
+
+def eval_index(spec: RemovalSpec, read: ReadSpec) -> EvalNgramIndex:
+    """The n-gram index of every evaluation text (`RemovalSpec.eval_files`), read through
+    FileSystems: JSONL and Parquet records by ``read``'s text field, a plain-text file
+    (``.txt``) line by line. Records that are not texts (empty, malformed) are not indexed.
+    """
+
+    def items() -> Iterator[tuple[str, int, str]]:
+        for path, name, size in spec.eval_files:
+            fmt, _ = detect_format(path, None)
+            spec_of = dataclasses.replace(read, format="lines" if fmt == "text" else fmt,
+                                          id_field=None, keep_empty=False)
+            for chunk in plan_chunks(path, rel=name, size=size, spec=spec_of,
+                                     open_file=fs.open_raw, chunk_bytes=_EVAL_CHUNK_BYTES):
+                for item in read_chunk(chunk, spec_of, fs.open_raw):
+                    if isinstance(item, Document):
+                        yield name, source_order(item.source)[1], item.text
+
+    return EvalNgramIndex.build(items(), n=spec.eval_ngram)
+
+
+class _KeyChunkFn(StepFn):
+    """A chunk → (BLOCKS, (band, KeyBlock)) per band and (REMOVALS, (chunk, Removal)) per
+    contaminated document."""
+
+    def __init__(self, context: JobContext) -> None:
+        self._spec = context.removal
+        self._read = context.config.read
+        self._handle = shared.Shared()
+        self._documents = Metrics.counter("dedup", "documents")
+
+    def setup(self) -> None:
+        # One index per worker process, shared by its threads and DoFn instances.
+        if self._spec.eval_files:
+            spec, read = self._spec, self._read
+            # Shared holds weak references: a plain object (not the index itself) is kept.
+            self._holder = self._handle.acquire(lambda: _Holder(eval_index(spec, read)),
+                                                tag=spec)
+            self._index = self._holder.value
+        else:
+            self._index = None
+
+    def process(self, chunk: Chunk) -> Iterator[tuple[str, Any]]:
+        ref = chunk_ref(chunk)
+        docs = (d for d in read_chunk(chunk, self._read, fs.open_raw) if isinstance(d, Document))
+        removals, blocks = chunk_keys(docs, chunk=ref, spec=self._spec, index=self._index)
+        for removal in removals:
+            Metrics.counter("dedup", CONTAMINATED).inc()
+            yield REMOVALS, (ref, removal)
+        for block in blocks:
+            yield BLOCKS, block
+        if blocks:
+            self._documents.inc(len(blocks[0][1].ids))
+
+
+class _Holder:
+    """A strong-referenceable box for `shared.Shared` (which keeps weak references)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _edges(item: tuple[int, Iterable[KeyBlock]]) -> Iterator[tuple[str, Any]]:
+    band, blocks = item
+    for a, b in bucket_edges(blocks):
+        yield EDGES, (band, a, b)
+
+
+def _tagged_removal(value: tuple[ChunkRef, Removal]) -> tuple[str, tuple[ChunkRef, Removal]]:
+    return REMOVALS, value
+
+
+def _one_key(value: Any) -> tuple[None, Any]:
+    return None, value
+
+
+def _clusters(item: tuple[None, Iterable[tuple[str, Any]]]) -> Iterator[tuple[str, Any]]:
+    """Every edge and contaminated removal → (REMOVALS, (chunk, Removal)) for each document
+    removed, and one (SUMMARY, RemovalSummary)."""
+    edges = []
+    by_reason: dict[str, int] = {}
+    by_file: dict[str, int] = {}
+    for tag, value in item[1]:
+        if tag == EDGES:
+            edges.append(value)
+            continue
+        if tag == _START:
+            continue
+        ref, removal = value
+        by_reason[CONTAMINATED] = by_reason.get(CONTAMINATED, 0) + 1
+        by_file[removal.eval_file] = by_file.get(removal.eval_file, 0) + 1
+        yield REMOVALS, (ref, removal)
+    for ref, removal in cluster_removals(edges):
+        by_reason[removal.reason] = by_reason.get(removal.reason, 0) + 1
+        yield REMOVALS, (ref, removal)
+    yield SUMMARY, RemovalSummary(by_reason=dict(sorted(by_reason.items())),
+                                  by_eval_file=dict(sorted(by_file.items())))
+
+
+class FindRemovals(beam.PTransform):
+    """Chunks → `pipeline.tagged.Outputs`: ``removals`` ((chunk, `Removal`) for every
+    document the job removes) and ``summary`` (one `RemovalSummary`).
+
+    What it reads of the `pipeline.context.JobContext`: how to read the inputs and the
+    removal parameters (``removal``: the dedup mode, n-gram, bands and rows; the
+    evaluation files and their n-gram)."""
+
+    def __init__(self, context: JobContext) -> None:
+        super().__init__()
+        self._context = context
+
+    def expand(self, chunks: beam.PCollection) -> Any:
+        keyed = (chunks
+                 | "KeyChunks" >> beam.ParDo(_KeyChunkFn(self._context))
+                 | "KeysByTag" >> SplitTags([BLOCKS, REMOVALS]))
+        edges = (keyed[BLOCKS]
+                 | "GroupByBand" >> beam.GroupByKey()
+                 | "BucketEdges" >> beam.FlatMap(_edges))
+        contaminated = keyed[REMOVALS] | "Tagged" >> beam.Map(_tagged_removal)
+        start = chunks.pipeline | "Start" >> beam.Create([(_START, None)])
+        return ((edges, contaminated, start)
+                | "EdgesAndContaminated" >> beam.Flatten()
+                | "OneKey" >> beam.Map(_one_key)
+                | "AllAtOnce" >> beam.GroupByKey()
+                | "Clusters" >> beam.FlatMap(_clusters)
+                | "ByTag" >> SplitTags([REMOVALS, SUMMARY]))
+
+
+def _key_chunk(chunk: Chunk) -> tuple[ChunkRef, tuple[str, Chunk]]:
+    return chunk_ref(chunk), ("chunk", chunk)
+
+
+def _key_removal(item: tuple[ChunkRef, Removal]) -> tuple[ChunkRef, tuple[str, Removal]]:
+    return item[0], ("removal", item[1])
+
+
+def _joined(item: tuple[ChunkRef, Iterable[tuple[str, Any]]]
+            ) -> Iterator[tuple[Chunk, dict[int, Removal]]]:
+    chunks, removals = [], {}
+    for kind, value in item[1]:
+        if kind == "chunk":
+            chunks.append(value)
+        else:
+            removals[value.position] = value
+    if len(chunks) != 1:
+        raise RuntimeError(f"the dedup pass named chunk {item[0]}, which the job has "
+                           f"{len(chunks)} times")
+    yield chunks[0], removals
+
+
+class JoinRemovals(beam.PTransform):
+    """(chunks, removals) → (chunk, {position: `Removal`}) for each chunk, through a
+    GroupByKey by chunk (not a side input)."""
+
+    def expand(self, pcolls: tuple[beam.PCollection, beam.PCollection]) -> beam.PCollection:
+        chunks, removals = pcolls
+        return ((chunks | "KeyChunk" >> beam.Map(_key_chunk),
+                 removals | "KeyRemoval" >> beam.Map(_key_removal))
+                | "ChunksAndRemovals" >> beam.Flatten()
+                | "GroupByChunk" >> beam.GroupByKey()
+                | "Joined" >> beam.FlatMap(_joined))

@@ -1,0 +1,247 @@
+"""--dedup and --decontaminate in the job (docs/dedup.md#in-the-job): which documents are
+kept, how the removed ones are counted and kept aside, and that none of it depends on the
+runner, the window, the seed or the tokenizer.
+
+The corpus is built here: 40 articles of 300 words; planted among them exact copies
+(whitespace and Unicode composition changed), near copies (two words changed, a header and a
+footer added), far variants (half the words changed) and benchmark passages.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import random
+import unicodedata
+
+import pytest
+
+from tests.conftest import dir_bytes, read_rows, run_job, run_main, write_jsonl
+from transforms.dedup import DedupSpec
+from transforms.documents import Document
+from transforms.removal import (
+    KeyBlock,
+    Removal,
+    RemovalSpec,
+    bucket_edges,
+    cluster_removals,
+    drop_removed,
+)
+
+SPM = str(pathlib.Path(__file__).parent.parent / "samples" / "spm.model")
+_VOCAB = [f"w{i}" for i in range(3000)]
+BENCHMARK = ("the quick brown fox jumps over the lazy dog while seven wise owls "
+             "count every star above the silent frozen lake tonight")
+
+
+def _article(rng: random.Random, n: int = 300) -> list[str]:
+    return [rng.choice(_VOCAB) for _ in range(n)]
+
+
+def _corpus(directory: pathlib.Path) -> tuple[pathlib.Path, dict[str, object]]:
+    """The corpus and what it plants: {id of a copy: the id it copies} by kind, the far
+    variants' ids, the contaminated ids."""
+    rng = random.Random(7)
+    base = {f"a{i:02d}": _article(rng) for i in range(40)}
+    records = [{"id": k, "text": " ".join(v)} for k, v in base.items()]
+    exact = {"b01": "a03", "b02": "a05", "c07": "a05"}  # a05 has two copies: one cluster
+    for copy, original in exact.items():
+        # Other whitespace runs and a decomposed é: the same normalized text.
+        text = "  ".join(base[original]) + " caf\u00e9"
+        records.append({"id": copy, "text": unicodedata.normalize("NFD", text) + "\n"})
+    for original in set(exact.values()):  # the originals end the same way
+        records[int(original[1:])]["text"] += " caf\u00e9"
+    near = {"n01": "a10", "n02": "a11", "n03": "a12"}
+    for copy, original in near.items():
+        w = list(base[original])
+        w[100], w[200] = "changed", "words"
+        records.append({"id": copy, "text": "Posted by admin. " + " ".join(w)
+                        + " Share this article."})
+    far = {"f01": "a20", "f02": "a21"}
+    for copy, original in far.items():
+        w = list(base[original])
+        for i in range(0, len(w), 2):
+            w[i] = rng.choice(_VOCAB)
+        records.append({"id": copy, "text": " ".join(w)})
+    contaminated = ["a30", "n09", "z99"]
+    for doc_id in contaminated:
+        if doc_id == "a30":
+            records[30]["text"] = records[30]["text"] + " " + BENCHMARK + "!"
+        else:
+            records.append({"id": doc_id, "text": " ".join(_article(rng, 50)) + ", "
+                            + BENCHMARK + ", " + " ".join(_article(rng, 50))})
+    rng.shuffle(records)
+    path = write_jsonl(directory / "in" / "web.jsonl", records)
+    planted = {"exact": exact, "near": near, "far": far, "contaminated": contaminated}
+    return path, planted
+
+
+def _evals(directory: pathlib.Path) -> pathlib.Path:
+    write_jsonl(directory / "evals" / "qa.jsonl", [
+        {"text": "an unrelated question about nothing in the corpus at all, surely not"},
+        {"text": "Q: " + BENCHMARK + "? A: yes"},
+    ])
+    (directory / "evals" / "lines.txt").write_text("no shared text here\nnor here either\n")
+    return directory / "evals"
+
+
+def _job(corpus: pathlib.Path, evals: pathlib.Path, *more: str) -> list[str]:
+    return ["--input", str(corpus), "--id-field", "id", "--tokenizer", "bytes",
+            "--window", "64", "--dedup", "near", "--decontaminate", f"{evals}/*.jsonl",
+            f"{evals}/*.txt", *more]
+
+
+def _rejects(output: pathlib.Path, reason: str) -> list[dict]:
+    path = output / "_rejects" / f"{reason}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _kept_ids(output: pathlib.Path) -> set[str]:
+    return {r["doc_id"] for r in read_rows(output)}
+
+
+@pytest.mark.slow
+def test_copies_and_benchmark_text_are_removed_exactly(tmp_path):
+    corpus, planted = _corpus(tmp_path)
+    evals = _evals(tmp_path)
+    manifest = run_job(tmp_path / "out", *_job(corpus, evals))
+    out = tmp_path / "out"
+    kept = _kept_ids(out)
+    exact, near = planted["exact"], planted["near"]
+    assert not kept & (set(exact) | set(near) | set(planted["contaminated"]))
+    assert set(exact.values()) | set(near.values()) <= kept  # the smallest id of each
+    assert set(planted["far"]) | set(planted["far"].values()) <= kept  # far variants stay
+    assert manifest["counts"]["skipped"] == {"contaminated": 3, "exact_duplicate": 3,
+                                             "near_duplicate": 3}
+    assert manifest["counts"]["documents"] == len(kept) == 40 + 2 - 1  # a30 contaminated
+    lines = corpus.read_text().splitlines()
+    copies = _rejects(out, "exact_duplicate") + _rejects(out, "near_duplicate")
+    named = {}
+    for r in copies:  # each names its file:line and the doc_id kept in its place
+        path, line = r["source"].rsplit(":", 1)
+        assert path == str(corpus)
+        named[json.loads(lines[int(line) - 1])["id"]] = r["kept"]
+    assert named == {**exact, **near}
+    assert [r["reason"] for r in _rejects(out, "near_duplicate")] == ["near_duplicate"] * 3
+    dirty = _rejects(out, "contaminated")
+    assert len(dirty) == 3
+    assert {(r["eval_file"], r["eval_line"]) for r in dirty} == {("qa.jsonl", 2)}
+    assert all(r["ngram"] in BENCHMARK for r in dirty)
+    assert manifest["dedup"] == {
+        "mode": "near", "ngram": 5, "bands": 14, "rows": 8,
+        "decontaminate": {"ngram": 13, "files": {"lines.txt": 0, "qa.jsonl": 3}}}
+
+
+@pytest.mark.slow
+def test_same_documents_kept_for_another_window_seed_tokenizer_and_runner(tmp_path):
+    corpus, _ = _corpus(tmp_path)
+    evals = _evals(tmp_path)
+    run_job(tmp_path / "a", *_job(corpus, evals))
+    run_job(tmp_path / "b", *_job(corpus, evals), "--direct_running_mode=multi_processing",
+            "--direct_num_workers=2", "--shuffle", "runner")
+    assert dir_bytes(tmp_path / "a") == dir_bytes(tmp_path / "b")
+    other = [*_job(corpus, evals)]
+    other[other.index("bytes")] = SPM
+    other[other.index("64")] = "17"
+    run_job(tmp_path / "c", *other, "--seed", "5")
+    assert _kept_ids(tmp_path / "c") == _kept_ids(tmp_path / "a")
+    for reason in ("exact_duplicate", "near_duplicate", "contaminated"):
+        assert (tmp_path / "c" / "_rejects" / f"{reason}.jsonl").read_bytes() == (
+            tmp_path / "a" / "_rejects" / f"{reason}.jsonl").read_bytes()
+
+
+@pytest.mark.slow
+def test_no_copy_across_a_split(tmp_path):
+    corpus, planted = _corpus(tmp_path)
+    evals = _evals(tmp_path)
+    record = run_job(tmp_path / "out", *_job(corpus, evals), "--split", "val=0.3")
+    pairs = {**planted["exact"], **planted["near"]}
+    by_split = {name: _kept_ids(tmp_path / "out" / name) for name in ("train", "val")}
+    assert by_split["val"] and not by_split["train"] & by_split["val"]
+    for copy, original in pairs.items():
+        holders = [name for name, ids in by_split.items() if copy in ids or original in ids]
+        assert holders == [name for name, ids in by_split.items() if original in ids]
+    assert record["counts"]["skipped"]["near_duplicate"] == 3
+    assert record["dedup"]["decontaminate"]["files"]["qa.jsonl"] == 3
+
+
+@pytest.mark.slow
+def test_without_the_flags_nothing_changes_and_exact_mode_keeps_near_copies(tmp_path):
+    corpus, planted = _corpus(tmp_path)
+    base = ["--input", str(corpus), "--id-field", "id", "--tokenizer", "bytes",
+            "--window", "64"]
+    manifest = run_job(tmp_path / "plain", *base)
+    assert "dedup" not in manifest and not manifest["counts"]["skipped"]
+    exact = run_job(tmp_path / "exact", *base, "--dedup", "exact")
+    assert exact["counts"]["skipped"] == {"exact_duplicate": 3}
+    assert exact["dedup"] == {"mode": "exact"}
+    assert set(planted["near"]) <= _kept_ids(tmp_path / "exact")
+    assert exact["fingerprint"] != manifest["fingerprint"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--dedup-bands", "4"], "--dedup-bands 4 does nothing without --dedup near"),
+    (["--dedup", "near", "--dedup-rows", "0"], "--dedup-rows"),
+    (["--decontaminate-ngram", "8"], "does nothing without --decontaminate"),
+    (["--decontaminate", "nowhere/*.jsonl"], "--decontaminate nowhere/*.jsonl matches no file"),
+    (["--decontaminate", "EVALS", "--decontaminate-ngram", "0"], "--decontaminate-ngram"),
+])
+def test_bad_flags_are_refused_before_any_work(tmp_path, args, message):
+    corpus = write_jsonl(tmp_path / "in" / "c.jsonl", [{"text": "a b c"}])
+    write_jsonl(tmp_path / "evals" / "e.jsonl", [{"text": "a b c"}])
+    args = [str(tmp_path / "evals" / "e.jsonl") if a == "EVALS" else a for a in args]
+    code, err = run_main("--input", str(corpus), "--tokenizer", "bytes", "--output",
+                         str(tmp_path / "out"), *args)
+    assert code == 2, err
+    assert message in err
+    assert not (tmp_path / "out" / "_manifest.json").exists()
+
+
+def _member(doc_id: str, position: int = 0) -> tuple[str, tuple[str, int], int]:
+    return doc_id, ("f.jsonl", 0), position
+
+
+def test_buckets_link_each_member_to_the_smallest_whatever_the_block_order():
+    blocks = [KeyBlock(chunk=("f.jsonl", 0), ids=["d", "b", "x"], positions=[0, 1, 2],
+                       keys=b"K" * 16 + b"L" * 16 + b"M" * 16, width=16),
+              KeyBlock(chunk=("g.jsonl", 0), ids=["a", "c"], positions=[0, 1],
+                       keys=b"L" * 16 + b"K" * 16, width=16)]
+    edges = sorted(bucket_edges(blocks))
+    assert edges == sorted(bucket_edges(blocks[::-1]))
+    assert edges == [(("b", ("f.jsonl", 0), 1), ("a", ("g.jsonl", 0), 0)),
+                     (("d", ("f.jsonl", 0), 0), ("c", ("g.jsonl", 0), 1))]
+
+
+def test_a_chain_is_one_cluster_and_reasons_follow_the_exact_edges():
+    # a ~ b (near), b = c (exact), d = e (exact): a keeps b and c; d keeps e.
+    edges = [(0, _member("b", 1), _member("a", 0)), (-1, _member("c", 2), _member("b", 1)),
+             (-1, _member("e", 4), _member("d", 3))]
+    removed = {r.doc_id: (r.reason, r.kept) for _, r in cluster_removals(edges)}
+    assert removed == {"b": ("near_duplicate", "a"), "c": ("near_duplicate", "a"),
+                       "e": ("exact_duplicate", "d")}
+    # The same, edges in another order.
+    assert {r.doc_id: (r.reason, r.kept) for _, r in cluster_removals(edges[::-1])} == removed
+
+
+def test_drop_removed_keeps_aside_by_position_and_refuses_a_moved_document():
+    docs = [Document(doc_id=i, text=f"text {i}", source=f"f.jsonl:{n}")
+            for n, i in enumerate("abc", 1)]
+    removal = Removal(position=5, doc_id="b", reason="exact_duplicate", kept="a")
+    kept, gone = drop_removed(docs, 4, {5: removal})
+    assert [d.doc_id for d in kept] == ["a", "c"]
+    assert gone[0].to_json() == {"reason": "exact_duplicate", "source": "f.jsonl:2",
+                                 "detail": "the same normalized text as 'a', which is kept",
+                                 "record": "text b", "truncated": False, "kept": "a"}
+    with pytest.raises(RuntimeError, match="the input changed while the job ran"):
+        drop_removed(docs, 3, {5: removal})
+
+
+def test_removal_spec_manifest_object_and_validation():
+    spec = RemovalSpec(dedup=DedupSpec(mode="exact"), eval_files=(("/x/e.jsonl", "e.jsonl", 9),))
+    assert spec.to_json({"e.jsonl": 2}) == {
+        "mode": "exact", "decontaminate": {"ngram": 13, "files": {"e.jsonl": 2}}}
+    assert spec.fingerprint_json()["decontaminate"]["files"] == {"e.jsonl": 9}
+    with pytest.raises(ValueError, match="`decontaminate_ngram` must be at most 64"):
+        RemovalSpec(eval_ngram=65)
+    with pytest.raises(ValueError, match="both named e.jsonl"):
+        RemovalSpec(eval_files=(("/x/e.jsonl", "e.jsonl", 1), ("/y/e.jsonl", "e.jsonl", 1)))

@@ -1,0 +1,378 @@
+"""Which documents the job removes before tokenizing them: copies and benchmark text.
+
+The job's side of ``--dedup`` and ``--decontaminate`` (docs/dedup.md#in-the-job); the
+hashing, signatures, bands and the evaluation index are `transforms.dedup` and
+`transforms.contamination`. Everything here is pure and deterministic, so the removed set
+depends only on the corpus and these parameters (never on the runner, bundles, seed, window
+or tokenizer).
+
+The job's dedup pass (`pipeline.dedup`) works in three steps:
+
+1. `chunk_keys`: one chunk's documents → the contaminated ones (removed at once) and, for
+   every other document, its exact key and (``near``) its band keys, as one `KeyBlock` per
+   band, holding the chunk's keys end to end, never the texts.
+2. `bucket_edges`: every block of one band → edges from each member of a bucket (documents
+   sharing that band's key) to the bucket's smallest member. Only documents with a copy
+   produce edges.
+3. `cluster_removals`: every edge of the job → connected components; each component keeps
+   its smallest member (by doc_id, then source), every other member is `Removed`:
+   ``exact_duplicate`` when its normalized text equals the kept one's, else
+   ``near_duplicate``.
+
+A member is ``(doc_id, chunk, position)``: the chunk's ``(path, start)`` and the document's
+position among the chunk's documents (rejects not counted), which the encoding step counts
+again to skip it (`drop_removed`).
+
+Example: documents ``a`` = "x y z", ``b`` = "x  y z" (one more space), ``c`` = "q": with
+``--dedup exact``, ``a`` and ``b`` share an exact key; ``b`` is removed as
+``exact_duplicate`` with ``kept == "a"``; ``c`` is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from transforms.contamination import EvalNgramIndex
+from transforms.dedup import DedupSpec, band_keys, exact_key, signatures
+from transforms.documents import MAX_REJECT_RECORD_CHARS, Document, Reject
+from transforms.json_fields import JsonObject
+from transforms.params import check_positive_int
+
+__all__ = [
+    "CONTAMINATED",
+    "DECONTAMINATE_NGRAM",
+    "EXACT",
+    "EXACT_DUPLICATE",
+    "MAX_DECONTAMINATE_NGRAM",
+    "NEAR_DUPLICATE",
+    "REMOVAL_REASONS",
+    "ChunkRef",
+    "KeyBlock",
+    "Member",
+    "Removal",
+    "RemovalSpec",
+    "Removed",
+    "bucket_edges",
+    "chunk_keys",
+    "cluster_removals",
+    "drop_removed",
+]
+
+EXACT_DUPLICATE = "exact_duplicate"
+NEAR_DUPLICATE = "near_duplicate"
+CONTAMINATED = "contaminated"
+REMOVAL_REASONS = (CONTAMINATED, EXACT_DUPLICATE, NEAR_DUPLICATE)
+# The band label of the exact keys (bands are numbered 0 … bands − 1).
+EXACT = -1
+# GPT-3's rule: a 13-gram of words shared with an evaluation text.
+DECONTAMINATE_NGRAM = 13
+MAX_DECONTAMINATE_NGRAM = 64
+
+ChunkRef = tuple[str, int]  # a chunk's (path, start): which chunk a member was read from
+Member = tuple[str, ChunkRef, int]  # (doc_id, chunk, position among its documents)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RemovalSpec:
+    """What the job removes before tokenizing: ``--dedup`` and ``--decontaminate``.
+
+    Attributes:
+        dedup: the dedup parameters (mode off, exact or near; `transforms.dedup.DedupSpec`).
+        eval_files: ``(path, name, size)`` of each evaluation file the launcher matched, in
+            name order: ``name`` is the path relative to its pattern's directory (what the
+            manifest and the kept-aside records show).
+        eval_ngram: the n of the word n-grams shared with an evaluation text.
+    """
+
+    dedup: DedupSpec = dataclasses.field(default_factory=lambda: DedupSpec(mode="off"))
+    eval_files: tuple[tuple[str, str, int], ...] = ()
+    eval_ngram: int = DECONTAMINATE_NGRAM
+
+    def __post_init__(self) -> None:
+        check_positive_int("decontaminate_ngram", self.eval_ngram)
+        if self.eval_ngram > MAX_DECONTAMINATE_NGRAM:
+            raise ValueError(f"`decontaminate_ngram` must be at most "
+                             f"{MAX_DECONTAMINATE_NGRAM}, but got {self.eval_ngram}")
+        names = [name for _, name, _ in self.eval_files]
+        if len(set(names)) != len(names):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise ValueError(f"two evaluation files are both named {twice[0]} (relative to "
+                             "their patterns): give each --decontaminate pattern files of "
+                             "distinct names")
+
+    @property
+    def dedup_active(self) -> bool:
+        return self.dedup.mode != "off"
+
+    @property
+    def active(self) -> bool:
+        """Whether the job removes anything: without either flag it has no dedup pass."""
+        return self.dedup_active or bool(self.eval_files)
+
+    def fingerprint_json(self) -> JsonObject:
+        """What the job's fingerprint holds of it: the parameters and each evaluation file's
+        name and size (not its path, which differs between machines)."""
+        out = self.to_json()
+        if self.eval_files:
+            out["decontaminate"]["files"] = {name: size for _, name, size in self.eval_files}
+        return out
+
+    def to_json(self, removed_by_file: Mapping[str, int] | None = None) -> JsonObject:
+        """The manifest's ``dedup`` object: the parameters and, given them, how many documents
+        each evaluation file removed (every file listed, zeros too)."""
+        out: JsonObject = {"mode": self.dedup.mode}
+        if self.dedup.mode == "near":  # exact copies need no parameter
+            out.update({k: v for k, v in self.dedup.to_json().items() if k != "mode"})
+        if self.eval_files:
+            counts = removed_by_file or {}
+            out["decontaminate"] = {
+                "ngram": self.eval_ngram,
+                "files": {name: int(counts.get(name, 0)) for _, name, _ in self.eval_files},
+            }
+        return out
+
+
+class Removed(NamedTuple):
+    """A document removed before tokenization, kept aside like a reject
+    (``_rejects/<reason>.jsonl``): a `transforms.documents.Reject` with what it was removed
+    for. ``record`` is the document's text."""
+
+    reason: str
+    source: str
+    detail: str
+    record: str
+    truncated: bool = False
+    kept: str | None = None  # the doc_id of the document kept in its place (copies)
+    eval_file: str | None = None  # where the shared n-gram was found (contaminated)
+    eval_line: int | None = None
+    ngram: str | None = None
+
+    def to_json(self) -> JsonObject:
+        """`Reject.to_json` plus ``kept`` (copies) or ``eval_file``, ``eval_line`` and
+        ``ngram`` (contaminated)."""
+        out = Reject.to_json(self)  # type: ignore[arg-type]
+        if self.kept is not None:
+            out["kept"] = self.kept
+        if self.eval_file is not None:
+            out.update(eval_file=self.eval_file, eval_line=self.eval_line, ngram=self.ngram)
+        return out
+
+    def to_line(self) -> bytes:
+        """Its line of ``_rejects/<reason>.jsonl`` (as `Reject.to_line`)."""
+        return (json.dumps(self.to_json(), ensure_ascii=False, sort_keys=True) + "\n").encode(
+            "utf-8", "backslashreplace")
+
+
+class Removal(NamedTuple):
+    """Why the document at ``position`` of its chunk is removed: what the encoding step
+    needs to skip it and keep it aside (the text it has)."""
+
+    position: int
+    doc_id: str
+    reason: str
+    kept: str | None = None
+    eval_file: str | None = None
+    eval_line: int | None = None
+    ngram: str | None = None
+
+    def removed(self, doc: Document) -> Removed:
+        """The kept-aside record of ``doc``, the document this removal names."""
+        if self.reason == CONTAMINATED:
+            detail = (f"shares the word {len(self.ngram.split())}-gram {self.ngram!r} with "
+                      f"{self.eval_file}:{self.eval_line}")
+        elif self.reason == EXACT_DUPLICATE:
+            detail = f"the same normalized text as {self.kept!r}, which is kept"
+        else:
+            detail = f"a near copy of {self.kept!r} (same cluster), which is kept"
+        return Removed(reason=self.reason, source=doc.source, detail=detail,
+                       record=doc.text[:MAX_REJECT_RECORD_CHARS],
+                       truncated=len(doc.text) > MAX_REJECT_RECORD_CHARS, kept=self.kept,
+                       eval_file=self.eval_file, eval_line=self.eval_line, ngram=self.ngram)
+
+
+class KeyBlock(NamedTuple):
+    """One chunk's keys for one band: the documents' ids and their keys end to end (each
+    ``width`` bytes), in the chunk's order; ``positions`` are the documents' positions."""
+
+    chunk: ChunkRef
+    ids: list[str]
+    positions: list[int]
+    keys: bytes
+    width: int
+
+
+def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
+               index: EvalNgramIndex | None,
+               batch: int = 512) -> tuple[list[Removal], list[tuple[int, KeyBlock]]]:
+    """A chunk's documents → the contaminated ones, and (band, `KeyBlock`) for every band
+    (`EXACT` first, then 0 … bands − 1; none without ``--dedup``) over the others.
+
+    ``index`` is the evaluation texts' n-gram index, None without ``--decontaminate``.
+    Documents are hashed ``batch`` at a time (`transforms.dedup.signatures`); only their
+    keys are held, never their texts.
+    """
+    removals: list[Removal] = []
+    ids: list[str] = []
+    positions: list[int] = []
+    exact: list[bytes] = []
+    bands: list[list[bytes]] = []
+    near = spec.dedup.mode == "near"
+    pending: list[Document] = []
+
+    def flush() -> None:
+        if near and pending:
+            sigs = signatures([d.text for d in pending], spec.dedup)
+            bands.extend(band_keys(sig, spec.dedup) for sig in sigs)
+        pending.clear()
+
+    for position, doc in enumerate(docs):
+        if index is not None:
+            match = index.first_match(doc.text)
+            if match is not None:
+                removals.append(Removal(position=position, doc_id=doc.doc_id,
+                                        reason=CONTAMINATED, eval_file=match.eval_file,
+                                        eval_line=match.eval_line, ngram=match.ngram))
+                continue
+        if not spec.dedup_active:
+            continue
+        ids.append(doc.doc_id)
+        positions.append(position)
+        exact.append(exact_key(doc.text))
+        pending.append(doc)
+        if len(pending) >= batch:
+            flush()
+    flush()
+    if not ids:
+        return removals, []
+    blocks = [(EXACT, _block(chunk, ids, positions, exact))]
+    if near:
+        for band in range(spec.dedup.bands):
+            blocks.append((band, _block(chunk, ids, positions, [b[band] for b in bands])))
+    return removals, blocks
+
+
+def _block(chunk: ChunkRef, ids: list[str], positions: list[int],
+           keys: list[bytes]) -> KeyBlock:
+    width = len(keys[0])
+    if any(len(k) != width for k in keys):
+        raise ValueError("the keys of one band must all have the same width")
+    return KeyBlock(chunk=chunk, ids=ids, positions=positions, keys=b"".join(keys),
+                    width=width)
+
+
+def bucket_edges(blocks: Iterable[KeyBlock]) -> Iterator[tuple[Member, Member]]:
+    """Every block of one band → (member, the smallest member of its bucket) for each
+    member of a bucket of two or more that is not the smallest.
+
+    Buckets are found by sorting the band's keys (NumPy), so a band of n documents costs
+    O(n log n) and holds n keys and ids; only documents with a copy yield an edge. The
+    edges do not depend on the blocks' order.
+    """
+    blocks = list(blocks)
+    if not blocks:
+        return
+    width = blocks[0].width
+    keys = np.frombuffer(b"".join(b.keys for b in blocks), dtype=f"S{width}")
+    sizes = np.array([len(b.ids) for b in blocks], np.int64)
+    block_of = np.repeat(np.arange(len(blocks)), sizes)
+    within = np.concatenate([np.arange(n) for n in sizes.tolist()])
+    _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    shared = counts[inverse] > 1
+    if not shared.any():
+        return
+    rows = np.flatnonzero(shared)
+    order = rows[np.argsort(inverse[rows], kind="stable")]
+    labels = inverse[order]
+    cuts = np.flatnonzero(np.diff(labels)) + 1
+    for bucket in np.split(order, cuts):
+        members = []
+        for row in bucket.tolist():
+            block = blocks[block_of[row]]
+            i = int(within[row])
+            members.append((block.ids[i], block.chunk, block.positions[i]))
+        smallest = min(members)
+        for member in members:
+            if member != smallest:
+                yield member, smallest
+
+
+def _find(parent: dict[Member, Member], x: Member) -> Member:
+    root = x
+    while parent[root] != root:
+        root = parent[root]
+    while parent[x] != root:  # path compression
+        parent[x], x = root, parent[x]
+    return root
+
+
+def _components(edges: Iterable[tuple[Member, Member]]) -> dict[Member, Member]:
+    """member → the smallest member of its connected component (union by smallest root)."""
+    parent: dict[Member, Member] = {}
+    for a, b in edges:
+        parent.setdefault(a, a)
+        parent.setdefault(b, b)
+        ra, rb = _find(parent, a), _find(parent, b)
+        if ra != rb:
+            if rb < ra:
+                ra, rb = rb, ra
+            parent[rb] = ra  # the root is always its component's smallest member
+    return {m: _find(parent, m) for m in parent}
+
+
+def cluster_removals(edges: Iterable[tuple[int, Member, Member]]
+                     ) -> Iterator[tuple[ChunkRef, Removal]]:
+    """(band, member, member) edges of the whole job → (chunk, `Removal`) for every member
+    that is not its cluster's smallest, in member order.
+
+    Clusters are the connected components of every edge (a chain of copies is one
+    cluster); a removed member is an ``exact_duplicate`` when it is in the same component
+    of the `EXACT` edges alone as the member kept, else a ``near_duplicate``.
+    """
+    every: list[tuple[Member, Member]] = []
+    exact: list[tuple[Member, Member]] = []
+    for band, a, b in edges:
+        every.append((a, b))
+        if band == EXACT:
+            exact.append((a, b))
+    kept = _components(every)
+    same_text = _components(exact)
+    del every, exact
+    for member in sorted(kept):
+        keeper = kept[member]
+        if keeper == member:
+            continue
+        text_of = same_text.get(member)
+        reason = (EXACT_DUPLICATE if text_of is not None and text_of == same_text.get(keeper)
+                  else NEAR_DUPLICATE)
+        doc_id, chunk, position = member
+        yield chunk, Removal(position=position, doc_id=doc_id, reason=reason,
+                             kept=keeper[0])
+
+
+def drop_removed(docs: Sequence[Document], first: int, removals: Mapping[int, Removal]
+                 ) -> tuple[list[Document], list[Removed]]:
+    """A batch of a chunk's documents (the first at position ``first`` of the chunk) → those
+    kept, and the kept-aside records of those removed.
+
+    Raises:
+        RuntimeError: a removal names another document than the one at its position (the
+            chunk was read differently in the two passes).
+    """
+    kept: list[Document] = []
+    gone: list[Removed] = []
+    for position, doc in enumerate(docs, first):
+        removal = removals.get(position)
+        if removal is None:
+            kept.append(doc)
+            continue
+        if removal.doc_id != doc.doc_id:
+            raise RuntimeError(
+                f"the dedup pass found {removal.doc_id!r} at {doc.source}, where the job now "
+                f"reads {doc.doc_id!r}: the input changed while the job ran; rerun it")
+        gone.append(removal.removed(doc))
+    return kept, gone
