@@ -1,0 +1,513 @@
+"""Exact and near-duplicate documents: the keys, the MinHash signatures and the clusters.
+
+What a duplicate is here (docs/dedup.md says it for users):
+
+* **Exact** (``--dedup exact``): two documents whose `normalize`d texts are equal, i.e. equal
+  after Unicode NFC and with every run of whitespace made one space, leading and trailing
+  whitespace removed. Case is kept: "Paris" and "PARIS" are different texts. `exact_key` is
+  the 16-byte BLAKE2b of the normalized text.
+* **Near** (``--dedup near``): two documents whose sets of word n-grams (``ngram`` words,
+  default 5) are similar. A word (`words`) is a maximal run of letters, marks and numbers
+  (Unicode categories L, M, N) of the casefolded NFC text, except in the scripts written
+  without spaces (Han ideographs, hiragana, katakana, Thai, Lao, Khmer, Myanmar), where each
+  character is a word on its own. Each document gets a MinHash `signature` of
+  ``bands × rows`` values; the signature is cut into ``bands`` bands, each band hashed to a
+  key (`band_keys`), and two documents sharing any band key are candidates. Candidates are
+  joined transitively (`components`): a chain of copies is one cluster, and the cluster keeps
+  its smallest id (`keeper`).
+
+The hashing, all of it stable across processes, machines and runs (nothing from Python's
+salted ``hash()``, nothing from the job's ``--seed``):
+
+* a word's hash is ``mix64(Σ cp[i]·P**i mod 2**64)`` over its code points ``cp``, computed for
+  a whole batch of texts at once from prefix sums;
+* an n-gram's hash is ``mix64(Σ w[j]·C[j] mod 2**64)`` over its n word hashes ``w``;
+* the MinHash value ``i`` of a document is the minimum over its distinct n-gram hashes ``x``
+  of ``(A[i]·x + B[i]) mod 2**64``, ``A[i]`` odd. With ``A[i]`` odd the map is a bijection of
+  the 64-bit hashes, so each value is the minimum of a permutation of the n-gram set; the
+  n-gram hashes are already well mixed, so one multiply-add per value is enough and the 112
+  values of a document are one ``(n_grams × 112)`` NumPy operation.
+
+``mix64`` is SplitMix64's finalizer; ``P``, ``C``, ``A`` and ``B`` are fixed constants derived
+from BLAKE2b of fixed labels. Changing any of them changes every signature, so they are part
+of the format: `SCHEME` names them in the manifest.
+
+Example: with ``DedupSpec(mode="near")``, ``words("Hello, World 42!")`` is
+``["hello", "world", "42"]``, ``words("大學之道")`` is ``["大", "學", "之", "道"]``, and a
+document's 112 MinHash values cut into 14 bands of 8 give its 14 band keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import unicodedata
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = [
+    "MODES",
+    "SCHEME",
+    "DedupSpec",
+    "band_keys",
+    "components",
+    "estimate_jaccard",
+    "exact_key",
+    "keeper",
+    "minhash",
+    "ngram_hashes",
+    "normalize",
+    "signature",
+    "signatures",
+    "word_hashes",
+    "words",
+]
+
+MODES = ("off", "exact", "near")
+# The name of the hashing scheme below; a change to any constant or rule gets a new name.
+SCHEME = "tw-minhash-1"
+# Bounds that keep a mistyped flag from asking for absurd work; FineWeb uses 5 and 14 × 8.
+MAX_NGRAM = 64
+MAX_HASHES = 1024
+
+_U64 = np.uint64
+_MASK = (1 << 64) - 1
+# Word classes: 0 separates words, 1 continues a word, 2 is a word on its own.
+_SEP, _RUN, _SINGLE = 0, 1, 2
+# Scripts written without spaces between words: each character is a word.
+_SINGLE_RANGES = (
+    (0x0E00, 0x0E7F),  # Thai
+    (0x0E80, 0x0EFF),  # Lao
+    (0x1000, 0x109F),  # Myanmar
+    (0x1780, 0x17FF),  # Khmer
+    (0x19E0, 0x19FF),  # Khmer symbols
+    (0x2E80, 0x2FDF),  # CJK radicals, Kangxi radicals
+    (0x3005, 0x3007),  # 々 〆 〇
+    (0x3021, 0x3029),  # Hangzhou numerals
+    (0x3040, 0x30FF),  # Hiragana, Katakana
+    (0x31F0, 0x31FF),  # Katakana phonetic extensions
+    (0x3400, 0x4DBF),  # CJK extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xA9E0, 0xA9FF),  # Myanmar extended-B
+    (0xAA60, 0xAA7F),  # Myanmar extended-A
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0xFF66, 0xFF9F),  # Halfwidth katakana
+    (0x1B000, 0x1B16F),  # Kana supplement, extended-A, small kana
+    (0x20000, 0x3FFFF),  # CJK extensions B–H, compatibility supplement
+)
+# Code points past these planes are unassigned or private use (never L, M or N).
+_PLANES = ((0, 0x40000), (0xE0000, 0xE1000))
+
+
+def _constant(label: str, count: int) -> NDArray[np.uint64]:
+    """``count`` fixed 64-bit constants: BLAKE2b of ``label`` and the index."""
+    out = np.empty(count, dtype=_U64)
+    for i in range(count):
+        digest = hashlib.blake2b(f"{label}:{i}".encode(), digest_size=8).digest()
+        out[i] = int.from_bytes(digest, "little")
+    return out
+
+
+_P = int(_constant("tw-dedup-word-base", 1)[0]) | 1
+_P_INV = pow(_P, -1, 1 << 64)
+_C = _constant("tw-dedup-ngram-position", MAX_NGRAM)
+# Signatures of texts without a word start from this n-gram hash: `_EMPTY` for the empty text.
+_NO_WORDS = "tw-dedup-no-words"
+
+
+@functools.cache
+def _classes() -> NDArray[np.uint8]:
+    """The word class of every code point (built once per process, about 0.1 s)."""
+    table = np.zeros(0x110000, dtype=np.uint8)
+    for lo, hi in _PLANES:
+        for cp in range(lo, hi):
+            if unicodedata.category(chr(cp))[0] in "LMN":
+                table[cp] = _RUN
+    for lo, hi in _SINGLE_RANGES:
+        part = table[lo : hi + 1]
+        part[part == _RUN] = _SINGLE
+    return table
+
+
+@functools.cache
+def _permutations(count: int) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
+    """The fixed multipliers (odd) and addends of the first ``count`` MinHash values."""
+    a = _constant("tw-minhash-a", count) | _U64(1)
+    b = _constant("tw-minhash-b", count)
+    return a, b
+
+
+def _mix64(z: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """SplitMix64's finalizer, in place on a fresh array: every input bit reaches every bit."""
+    z ^= z >> _U64(30)
+    z *= _U64(0xBF58476D1CE4E5B9)
+    z ^= z >> _U64(27)
+    z *= _U64(0x94D049BB133111EB)
+    z ^= z >> _U64(31)
+    return z
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DedupSpec:
+    """What ``--dedup`` removes, and the MinHash parameters of ``near``.
+
+    Attributes:
+        mode: ``"off"`` (nothing removed), ``"exact"`` (equal normalized texts) or ``"near"``
+            (MinHash candidates over word n-grams, exact copies included).
+        ngram: Words per n-gram (shingle); FineWeb's 5.
+        bands: LSH bands; two documents sharing one band's values are candidates.
+        rows: MinHash values per band. 14 × 8 (112 values) makes documents with a Jaccard
+            similarity of about 0.75 and up candidates (P = 1 - (1 - J**rows)**bands).
+    """
+
+    mode: str = "off"
+    ngram: int = 5
+    bands: int = 14
+    rows: int = 8
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"`mode` must be one of {', '.join(MODES)}, but got {self.mode!r}")
+        for name, top in (("ngram", MAX_NGRAM), ("bands", MAX_HASHES), ("rows", MAX_HASHES)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+                raise ValueError(f"`{name}` must be an integer in [1, {top}], but got {value!r}")
+        if self.bands * self.rows > MAX_HASHES:
+            raise ValueError(
+                f"`bands` × `rows` must be at most {MAX_HASHES} MinHash values, but got "
+                f"{self.bands} × {self.rows} = {self.bands * self.rows}"
+            )
+
+    @property
+    def active(self) -> bool:
+        return self.mode != "off"
+
+    @property
+    def num_hashes(self) -> int:
+        """The signature's length, ``bands × rows``."""
+        return self.bands * self.rows
+
+    def threshold(self) -> float:
+        """The Jaccard similarity at which a pair is a candidate with probability 1/2."""
+        return float((1 - 0.5 ** (1 / self.bands)) ** (1 / self.rows))
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest's record of the parameters (``exact`` has none but the mode)."""
+        if self.mode != "near":
+            return {"mode": self.mode}
+        return {
+            "mode": self.mode,
+            "ngram": self.ngram,
+            "bands": self.bands,
+            "rows": self.rows,
+            "scheme": SCHEME,
+        }
+
+
+def normalize(text: str) -> str:
+    """The text exact duplicates are compared on.
+
+    Unicode NFC, then every run of whitespace (``str.split``'s, Unicode-aware) made one space,
+    and leading and trailing whitespace removed. Case and punctuation are kept.
+
+    Args:
+        text: A document's text.
+
+    Returns:
+        The normalized text.
+    """
+    return " ".join(unicodedata.normalize("NFC", text).split())
+
+
+def exact_key(text: str) -> bytes:
+    """The 16-byte BLAKE2b of `normalize` (text) in UTF-8: equal keys, exact duplicates."""
+    data = normalize(text).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=16, person=b"tw-dedup-exact").digest()
+
+
+def _near_form(text: str) -> str:
+    """The text words are cut from: casefolded, then NFC (casefolding can decompose)."""
+    return unicodedata.normalize("NFC", text.casefold())
+
+
+def _code_points(text: str) -> NDArray[np.uint32]:
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+
+
+def _spans(cps: NDArray[np.uint32]) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """The start and end (exclusive) of every word in the code points ``cps``."""
+    cls = _classes()[cps]
+    run = cls == _RUN
+    single = cls == _SINGLE
+    prev_run = np.empty_like(run)
+    next_run = np.empty_like(run)
+    if len(run):
+        prev_run[0] = False
+        prev_run[1:] = run[:-1]
+        next_run[-1] = False
+        next_run[:-1] = run[1:]
+    starts = np.flatnonzero(single | (run & ~prev_run))
+    ends = np.flatnonzero(single | (run & ~next_run)) + 1
+    return starts, ends
+
+
+def _powers(base: int, count: int) -> NDArray[np.uint64]:
+    """``base**i mod 2**64`` for i in [0, count)."""
+    out = np.full(count, base, dtype=_U64)
+    if count:
+        out[0] = 1
+    return np.cumprod(out, dtype=_U64)
+
+
+def _hash_spans(
+    cps: NDArray[np.uint32], starts: NDArray[np.intp], ends: NDArray[np.intp]
+) -> NDArray[np.uint64]:
+    """Each word's hash, ``mix64(Σ cp[i]·P**i)``, from one prefix sum over all code points.
+
+    ``H[k] = Σ_{j<k} cp[j]·P**j``, so ``(H[e] - H[s])·P**-s`` is the word's own polynomial
+    whatever its position; all of it mod 2**64, which NumPy's uint64 arithmetic is.
+    """
+    if not len(starts):
+        return np.empty(0, dtype=_U64)
+    count = int(ends[-1])
+    power = _powers(_P, count)
+    prefix = np.zeros(count + 1, dtype=_U64)
+    np.cumsum(cps[:count].astype(_U64) * power, out=prefix[1:])
+    inverse = _powers(_P_INV, count)
+    return _mix64((prefix[ends] - prefix[starts]) * inverse[starts])
+
+
+def _word_hash_reference(word: str) -> int:
+    """One word's hash the slow way (tests check the vectorised one against it)."""
+    total = 0
+    for i, ch in enumerate(word):
+        total = (total + ord(ch) * pow(_P, i, 1 << 64)) & _MASK
+    return int(_mix64(np.array([total], dtype=_U64))[0])
+
+
+def words(text: str) -> list[str]:
+    """The words near-duplicate detection compares: casefolded, Unicode-aware.
+
+    A word is a maximal run of letters, marks and numbers (Unicode categories L, M, N) of the
+    casefolded NFC text; punctuation, symbols, whitespace and ``_`` separate words. In the
+    scripts written without spaces (Han, hiragana, katakana, Thai, Lao, Khmer, Myanmar) each
+    character is a word. Hangul is written with spaces and keeps its runs.
+
+    Args:
+        text: A document's text.
+
+    Returns:
+        The words in order, e.g. ``words("Don't stop, 東京!")`` is
+        ``["don", "t", "stop", "東", "京"]``.
+    """
+    form = _near_form(text)
+    starts, ends = _spans(_code_points(form))
+    return [form[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+
+
+def word_hashes(text: str) -> NDArray[np.uint64]:
+    """The 64-bit hash of each of `words` (text), in order."""
+    cps = _code_points(_near_form(text))
+    starts, ends = _spans(cps)
+    return _hash_spans(cps, starts, ends)
+
+
+def _combine(hashes: NDArray[np.uint64], n: int) -> NDArray[np.uint64]:
+    """The hash of every run of ``n`` consecutive word hashes (``len - n + 1`` of them)."""
+    count = len(hashes) - n + 1
+    if count <= 0:
+        return np.empty(0, dtype=_U64)
+    out = hashes[:count] * _C[0]
+    for j in range(1, n):
+        out += hashes[j : j + count] * _C[j]
+    return _mix64(out)
+
+
+def ngram_hashes(text: str, n: int) -> NDArray[np.uint64]:
+    """The hash of every word n-gram of ``text``, in order (none if it has fewer words).
+
+    Args:
+        text: A document's text.
+        n: Words per n-gram, in [1, 64].
+
+    Returns:
+        ``max(0, len(words(text)) - n + 1)`` hashes; equal n-grams have equal hashes in any
+        text, process or machine.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_NGRAM:
+        raise ValueError(f"`n` must be an integer in [1, {MAX_NGRAM}], but got {n!r}")
+    return _combine(word_hashes(text), n)
+
+
+def _short_shingle(hashes: NDArray[np.uint64], text: str) -> int:
+    """The one shingle of a text with fewer words than the n-gram size.
+
+    Its words as one n-gram, tagged with their count so it cannot equal a full n-gram's; a
+    text without any word hashes its normalized text instead (punctuation-only texts stay
+    apart unless equal; the empty text has one fixed signature).
+    """
+    if not len(hashes):
+        key = hashlib.blake2b(
+            normalize(text).encode("utf-8", "surrogatepass"), digest_size=8, person=b"tw-no-words"
+        ).digest()
+        return int.from_bytes(key, "little")
+    value = (int(np.sum(hashes * _C[: len(hashes)], dtype=_U64)) ^ (len(hashes) << 56)) & _MASK
+    return int(_mix64(np.array([value], dtype=_U64))[0])
+
+
+# Shingles per block of the (shingles × hashes) MinHash product: ~1 MB of uint64 at 112.
+_BLOCK = 1024
+
+
+def _min_hash(
+    shingles: NDArray[np.uint64], owners: NDArray[np.intp], out: NDArray[np.uint64]
+) -> None:
+    """``out[d] = min over d's shingles x of (A·x + B)``, block by block.
+
+    ``owners`` is each shingle's row in ``out``, non-decreasing.
+    """
+    a, b = _permutations(out.shape[1])
+    for lo in range(0, len(shingles), _BLOCK):
+        x = shingles[lo : lo + _BLOCK]
+        own = owners[lo : lo + _BLOCK]
+        values = np.multiply.outer(x, a)
+        values += b
+        cuts = np.flatnonzero(np.diff(own)) + 1
+        heads = np.concatenate(([0], cuts))
+        rows = own[heads]
+        out[rows] = np.minimum(out[rows], np.minimum.reduceat(values, heads, axis=0))
+
+
+def minhash(hashes: NDArray[np.uint64], spec: DedupSpec) -> NDArray[np.uint64]:
+    """The MinHash signature of a set of 64-bit n-gram hashes (order and repeats ignored).
+
+    `signature` (text) is ``minhash(ngram_hashes(text, spec.ngram), spec)`` for a text with at
+    least ``ngram`` words. An empty set has the all-ones signature, which no hash reaches
+    in practice.
+    """
+    values = np.asarray(hashes, dtype=_U64).ravel()
+    out = np.full((1, spec.num_hashes), _MASK, dtype=_U64)
+    _min_hash(values, np.zeros(len(values), dtype=np.intp), out)
+    return out[0]
+
+
+def signatures(texts: Sequence[str], spec: DedupSpec) -> NDArray[np.uint64]:
+    """The MinHash signatures of many texts at once (faster than one by one).
+
+    Args:
+        texts: Document texts.
+        spec: The n-gram size and the number of values (``bands × rows``).
+
+    Returns:
+        A ``(len(texts), bands × rows)`` uint64 array; row ``i`` is `signature` (texts[i]).
+    """
+    k = spec.num_hashes
+    n = spec.ngram
+    out = np.full((len(texts), k), _MASK, dtype=_U64)
+    if not len(texts):
+        return out
+    forms = [_near_form(t) for t in texts]
+    # One pass over all texts: a NUL (a separator) between them keeps words apart.
+    joined = "\0".join(forms)
+    cps = _code_points(joined)
+    starts, ends = _spans(cps)
+    hashes = _hash_spans(cps, starts, ends)
+    text_starts = np.cumsum([0] + [len(f) + 1 for f in forms[:-1]])
+    owner = np.searchsorted(text_starts, starts, side="right") - 1
+    first = np.searchsorted(owner, np.arange(len(texts)), side="left")
+    last = np.searchsorted(owner, np.arange(len(texts)), side="right")
+    grams = _combine(hashes, n)
+    # A shingle starting at word w belongs to its text iff its n words all do.
+    valid = (last[owner[: len(grams)]] - np.arange(len(grams))) >= n
+    _min_hash(grams[valid], owner[: len(grams)][valid], out)
+    for i in np.flatnonzero(last - first < n).tolist():
+        x = _short_shingle(hashes[first[i] : last[i]], texts[i])
+        _min_hash(np.array([x], dtype=_U64), np.array([i], dtype=np.intp), out)
+    return out
+
+
+def signature(text: str, spec: DedupSpec) -> NDArray[np.uint64]:
+    """The MinHash signature of one text: ``bands × rows`` uint64 values.
+
+    The values are taken over the set of the text's word n-grams (`words`, ``spec.ngram``
+    words each), so neither their order nor repeats matter. A text with fewer than ``ngram``
+    words has its words as one n-gram; a text without words, its normalized text.
+
+    Args:
+        text: A document's text.
+        spec: The n-gram size and the number of values.
+
+    Returns:
+        The signature, shape ``(bands × rows,)``.
+    """
+    return signatures([text], spec)[0]
+
+
+def band_keys(sig: NDArray[np.uint64], spec: DedupSpec) -> list[bytes]:
+    """One 16-byte key per band: BLAKE2b of the band's index and its ``rows`` values.
+
+    Two documents are near-duplicate candidates iff they share a key (the index is in the
+    key, so equal values in different bands do not meet).
+    """
+    values = np.ascontiguousarray(sig, dtype="<u8")
+    if values.shape != (spec.num_hashes,):
+        raise ValueError(
+            f"`sig` must have {spec.num_hashes} values (bands × rows), but got {values.shape}"
+        )
+    raw = values.tobytes()
+    width = 8 * spec.rows
+    return [
+        hashlib.blake2b(
+            band.to_bytes(4, "little") + raw[band * width : (band + 1) * width],
+            digest_size=16,
+            person=b"tw-dedup-band",
+        ).digest()
+        for band in range(spec.bands)
+    ]
+
+
+def estimate_jaccard(a: NDArray[np.uint64], b: NDArray[np.uint64]) -> float:
+    """The share of equal values of two signatures: an unbiased Jaccard estimate."""
+    if a.shape != b.shape:
+        raise ValueError(f"signatures must have one shape, but got {a.shape} and {b.shape}")
+    return float(np.mean(a == b))
+
+
+def keeper(ids: Iterable[str]) -> str:
+    """The document a cluster keeps: the smallest id (Python's string order)."""
+    return min(ids)
+
+
+def components(edges: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Connected components of candidate pairs: every id → its cluster's smallest id.
+
+    Union-find with path halving; each root is its component's smallest id, so the answer
+    does not depend on the order of the edges or of the ids in them. A chain a–b, b–c is one
+    cluster; an id paired only with itself is its own cluster.
+
+    Args:
+        edges: Pairs of document ids.
+
+    Returns:
+        Every id that appears in an edge, mapped to its representative (`keeper`).
+    """
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        root = parent.setdefault(x, x)
+        while parent[root] != root:
+            parent[root] = parent[parent[root]]
+            root = parent[root]
+        return root
+
+    for a, b in edges:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            if rb < ra:
+                ra, rb = rb, ra
+            parent[rb] = ra
+    return {x: find(x) for x in parent}
