@@ -128,7 +128,7 @@ def test_copies_and_benchmark_text_are_removed_exactly(tmp_path):
     assert {(r["eval_file"], r["eval_line"]) for r in dirty} == {("qa.jsonl", 2)}
     assert all(r["ngram"] in BENCHMARK for r in dirty)
     assert manifest["dedup"] == {
-        "mode": "near", "ngram": 5, "bands": 14, "rows": 8,
+        "mode": "near", "ngram": 5, "bands": 14, "rows": 8, "scheme": "tw-minhash-1",
         "decontaminate": {"ngram": 13, "files": {"lines.txt": 0, "qa.jsonl": 3}}}
 
 

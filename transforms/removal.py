@@ -37,8 +37,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from transforms.contamination import EvalNgramIndex
-from transforms.dedup import DedupSpec, band_keys, exact_key, signatures
+from transforms.contamination import DEFAULT_NGRAM, EvalNgramIndex
+from transforms.dedup import MAX_NGRAM, DedupSpec, band_keys, exact_key, signatures
 from transforms.documents import MAX_REJECT_RECORD_CHARS, Document, Reject
 from transforms.json_fields import JsonObject
 from transforms.params import check_positive_int
@@ -70,8 +70,8 @@ REMOVAL_REASONS = (CONTAMINATED, EXACT_DUPLICATE, NEAR_DUPLICATE)
 # The band label of the exact keys (bands are numbered 0 … bands − 1).
 EXACT = -1
 # GPT-3's rule: a 13-gram of words shared with an evaluation text.
-DECONTAMINATE_NGRAM = 13
-MAX_DECONTAMINATE_NGRAM = 64
+DECONTAMINATE_NGRAM = DEFAULT_NGRAM
+MAX_DECONTAMINATE_NGRAM = MAX_NGRAM
 
 ChunkRef = tuple[str, int]  # a chunk's (path, start): which chunk a member was read from
 Member = tuple[str, ChunkRef, int]  # (doc_id, chunk, position among its documents)
