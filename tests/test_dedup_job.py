@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import pathlib
 import random
+import re
 import unicodedata
 
 import pytest
 
 from tests.conftest import dir_bytes, read_rows, run_job, run_main, write_jsonl
+from tests.test_runners import _cli, dask_cluster, needs_dask  # noqa: F401 (a fixture)
 from transforms.dedup import DedupSpec
 from transforms.documents import Document
 from transforms.removal import (
@@ -245,3 +247,21 @@ def test_removal_spec_manifest_object_and_validation():
         RemovalSpec(eval_ngram=65)
     with pytest.raises(ValueError, match="both named e.jsonl"):
         RemovalSpec(eval_files=(("/x/e.jsonl", "e.jsonl", 1), ("/y/e.jsonl", "e.jsonl", 1)))
+
+
+@pytest.mark.slow
+@needs_dask
+def test_same_bytes_on_a_dask_cluster(tmp_path, dask_cluster):  # noqa: F811 (the fixture)
+    address, _, worker_logs = dask_cluster
+    corpus, _ = _corpus(tmp_path)
+    evals = _evals(tmp_path)
+    args = _job(corpus, evals)
+    run_job(tmp_path / "in_memory", *args, "--direct_running_mode=in_memory")
+    dask = _cli(*args, "--output", str(tmp_path / "dask"), "--runner=DaskRunner",
+                f"--dask_client_address={address}", "--dask_npartitions=4")
+    assert dask.returncode == 0, dask.stderr
+    assert dir_bytes(tmp_path / "dask") == dir_bytes(tmp_path / "in_memory")
+    # The removals reach EncodeChunks through a GroupByKey, not a side input that Dask
+    # would compute again: the one chunk is encoded once.
+    logs = "".join(p.read_text(errors="replace") for p in worker_logs)
+    assert len(re.findall(r"encoded chunk (\S+): ", logs)) == 1
