@@ -135,6 +135,37 @@ def test_copies_and_benchmark_text_are_removed_exactly(tmp_path):
 
 
 @pytest.mark.slow
+def test_inspect_shows_the_removals_and_check_proves_them(tmp_path, capsys):
+    from reader.inspect import run
+
+    corpus, _ = _corpus(tmp_path)
+    evals = _evals(tmp_path)
+    run_job(tmp_path / "out", *_job(corpus, evals), "--split", "val=0.3")
+    for split in ("train", "val"):
+        assert run([str(tmp_path / "out" / split), "--check"]) == 0
+        text = capsys.readouterr().out
+        assert "removed 3 exact and 3 near copies" in text, text
+        assert "(lines.txt 0, qa.jsonl 3)" in text
+    assert run([str(tmp_path / "out" / "val"), "--check", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["check"]["ok"] and report["check"]["checked"]["kept_aside"] == 9
+    # A kept-aside record lost, and another naming a larger doc_id as kept: both found.
+    near = tmp_path / "out" / "_rejects" / "near_duplicate.jsonl"
+    lines = near.read_text().splitlines()
+    edited = {**json.loads(lines[1]), "kept": "zzz"}
+    near.write_text(json.dumps(edited) + "\n" + "\n".join(lines[2:]) + "\n")
+    assert run([str(tmp_path / "out" / "train"), "--check", "--json"]) == 1
+    messages = [f["message"] for f in json.loads(capsys.readouterr().out)["check"]["failures"]]
+    assert messages == [
+        "_rejects/near_duplicate.jsonl holds 2 records, but _manifest.json counts 3 skipped "
+        "as near_duplicate",
+        f"{edited['source']} (doc_id {edited['doc_id']!r}) names 'zzz' as the document kept "
+        "in its place, which is not its cluster's smallest kept doc_id",
+        "doc_id 'zzz' is named as the document kept in place of a copy, and belongs here, "
+        "but the rows do not hold it"]
+
+
+@pytest.mark.slow
 def test_same_documents_kept_for_another_window_seed_tokenizer_and_runner(tmp_path):
     corpus, _ = _corpus(tmp_path)
     evals = _evals(tmp_path)
@@ -233,7 +264,8 @@ def test_drop_removed_keeps_aside_by_position_and_refuses_a_moved_document():
     assert [d.doc_id for d in kept] == ["a", "c"]
     assert gone[0].to_json() == {"reason": "exact_duplicate", "source": "f.jsonl:2",
                                  "detail": "the same normalized text as 'a', which is kept",
-                                 "record": "text b", "truncated": False, "kept": "a"}
+                                 "record": "text b", "truncated": False, "doc_id": "b",
+                                 "kept": "a"}
     with pytest.raises(RuntimeError, match="the input changed while the job ran"):
         drop_removed(docs, 3, {5: removal})
 

@@ -147,15 +147,17 @@ class Removed(NamedTuple):
     detail: str
     record: str
     truncated: bool = False
+    doc_id: str = ""  # the removed document's
     kept: str | None = None  # the doc_id of the document kept in its place (copies)
     eval_file: str | None = None  # where the shared n-gram was found (contaminated)
     eval_line: int | None = None
     ngram: str | None = None
 
     def to_json(self) -> JsonObject:
-        """`Reject.to_json` plus ``kept`` (copies) or ``eval_file``, ``eval_line`` and
-        ``ngram`` (contaminated)."""
+        """`Reject.to_json` plus ``doc_id`` and ``kept`` (copies) or ``eval_file``,
+        ``eval_line`` and ``ngram`` (contaminated)."""
         out = Reject.to_json(self)  # type: ignore[arg-type]
+        out["doc_id"] = self.doc_id
         if self.kept is not None:
             out["kept"] = self.kept
         if self.eval_file is not None:
@@ -191,7 +193,8 @@ class Removal(NamedTuple):
             detail = f"a near copy of {self.kept!r} (same cluster), which is kept"
         return Removed(reason=self.reason, source=doc.source, detail=detail,
                        record=doc.text[:MAX_REJECT_RECORD_CHARS],
-                       truncated=len(doc.text) > MAX_REJECT_RECORD_CHARS, kept=self.kept,
+                       truncated=len(doc.text) > MAX_REJECT_RECORD_CHARS,
+                       doc_id=doc.doc_id, kept=self.kept,
                        eval_file=self.eval_file, eval_line=self.eval_line, ngram=self.ngram)
 
 
