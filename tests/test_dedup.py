@@ -158,10 +158,10 @@ def test_signature_values_are_pinned():
     """The scheme is part of the format: these values change only with a new SCHEME."""
     sig = signature("The quick brown fox jumps over the lazy dog.", NEAR)
     assert sig.dtype == np.uint64 and sig.shape == (112,)
-    assert sig[:3].tolist() == [3438978522043519994, 3226983735250462852, 3616594127995809636]
+    assert sig[:3].tolist() == [2104443362929987257, 8563243265224040078, 859180597701306055]
     keys = band_keys(sig, NEAR)
     assert len(keys) == 14 and {len(k) for k in keys} == {16}
-    assert keys[0].hex() == "0c7de09da6fe0e7afa6431fb748d1ca8"
+    assert keys[0].hex() == "8e7cf60bf26beaadc26c7fba80bdd57b"
 
 
 def test_signatures_equal_signature_one_by_one():

@@ -1,0 +1,209 @@
+"""What near-duplicate detection costs, and how it agrees with datatrove's MinHash.
+
+``--core`` (the pure functions of ``transforms/dedup.py``, one process, one core): on the same
+texts, in alternating rounds (rotating which goes first), the median CPU time of
+
+* ``ours``: `transforms.dedup.signatures` in batches of about `BATCH_BYTES` of text, then the
+  14 band keys of each document (everything the job needs per document);
+* ``ours-sig``: the signatures alone;
+* ``datatrove``: datatrove's ``MinhashDedupSignature.get_shingles`` + ``get_signature`` per
+  document (its stage 1 without the file writes), with the same parameters: word 5-grams,
+  14 buckets × 8 hashes, 64-bit; its English word tokenizer (spaCy's) on every text, and
+  its hash function as named (``xxhash``, datatrove's default, or ``sha1``).
+
+and prints MB of UTF-8 text per CPU-second (one core) and the ratio to datatrove. CPU time,
+not wall time: the machine may be shared, and both sides are single-threaded.
+
+Agreement: `AGREE_DOCS` documents of the corpus, each with a planted near copy (3 words in
+100 changed, a header and a footer added) and a far variant (half the words changed); the
+candidate pairs (sharing a band) of each method, compared. Both should find every near copy
+and no far variant; pairs between different corpus documents are reported as they come.
+
+    python bench/bench_dedup.py --core                           # samples/corpus (2 MB)
+    python bench/bench_dedup.py --core --corpus bench/work/corpus-v1-pkg-20mb --mb 20
+
+Needs ``pip install datatrove spacy`` (datatrove's English tokenizer is spaCy's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from transforms.dedup import DedupSpec, band_keys, signatures  # noqa: E402
+
+SPEC = DedupSpec(mode="near", ngram=5, bands=14, rows=8)
+BATCH_BYTES = 1 << 20
+AGREE_DOCS = 300
+
+
+def load_texts(corpus: Path, mb: float) -> list[str]:
+    """The texts of ``corpus``'s ``*.jsonl`` files (sorted), up to ``mb`` MB of UTF-8."""
+    texts: list[str] = []
+    size = 0
+    for path in sorted(corpus.glob("*.jsonl")):
+        with path.open(encoding="utf-8") as f:
+            for line in f:
+                text = json.loads(line)["text"]
+                texts.append(text)
+                size += len(text.encode("utf-8"))
+                if size >= mb * 1e6:
+                    return texts
+    return texts
+
+
+def _batches(texts: list[str]) -> list[list[str]]:
+    out: list[list[str]] = [[]]
+    size = 0
+    for text in texts:
+        if size >= BATCH_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(text)
+        size += len(text)
+    return out
+
+
+def ours(texts: list[str], *, keys: bool) -> list[set[bytes]]:
+    """Our signatures (and band keys) of ``texts``, batched as the job would."""
+    found: list[set[bytes]] = []
+    for batch in _batches(texts):
+        sigs = signatures(batch, SPEC)
+        if keys:
+            found.extend(set(band_keys(sig, SPEC)) for sig in sigs)
+    return found
+
+
+def datatrove_step(hash_fc: str) -> Any:
+    from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupSignature
+    from datatrove.utils.hashing import HashConfig
+
+    config = MinhashConfig(
+        n_grams=5,
+        num_buckets=14,
+        hashes_per_bucket=8,
+        hash_config=HashConfig(precision=64, hash_fc="sha1" if hash_fc == "sha1" else "xxhash"),
+    )
+    step = MinhashDedupSignature(output_folder="/tmp/bench-dedup-unused", config=config)
+    if hash_fc == "xxhash":
+        import xxhash
+
+        # datatrove 0.10 passes str to xxhash, which xxhash 4 refuses: encode it first.
+        step._hash_func = lambda s: xxhash.xxh64_intdigest(s.encode("utf-8"))
+    return step
+
+
+def datatrove(step: Any, texts: list[str], *, keys: bool) -> list[set[bytes]]:
+    """datatrove's signatures of ``texts`` (and each band made a key, for the agreement)."""
+    found: list[set[bytes]] = []
+    for text in texts:
+        shingles = step.get_shingles(text)
+        if shingles.size == 0:
+            found.append(set())
+            continue
+        sig = step.get_signature(shingles)
+        if keys:
+            found.append({repr((i, tuple(b))).encode() for i, b in enumerate(sig)})
+    return found
+
+
+def _cpu(fn: Callable[[], object]) -> float:
+    started = time.process_time()
+    fn()
+    return time.process_time() - started
+
+
+def run_core(texts: list[str], rounds: int, hash_fcs: list[str]) -> dict[str, float]:
+    size = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+    steps = {f"datatrove-{h}": datatrove_step(h) for h in hash_fcs}
+    runs: dict[str, Callable[[], object]] = {
+        "ours": lambda: ours(texts, keys=True),
+        "ours-sig": lambda: ours(texts, keys=False),
+    }
+    for name, step in steps.items():
+        runs[name] = lambda step=step: datatrove(step, texts, keys=False)
+    ours(texts[:50], keys=True)  # the word-class table, built once per process
+    seconds: dict[str, list[float]] = {n: [] for n in runs}
+    names = list(runs)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            seconds[name].append(_cpu(runs[name]))
+    print(f"{len(texts)} documents, {size:.2f} MB of UTF-8 text, {rounds} rounds (median CPU s)")
+    rates = {}
+    for name in names:
+        med = statistics.median(seconds[name])
+        rates[name] = size / med
+        print(f"  {name:18s} {med:8.3f} s  {size / med:8.2f} MB/s per core")
+    for name in names:
+        if name.startswith("datatrove"):
+            print(f"  ours / {name}: {rates['ours'] / rates[name]:.1f}×, signatures alone "
+                  f"{rates['ours-sig'] / rates[name]:.1f}× the throughput per core")
+    return rates
+
+
+def _alter(words: list[str], share: float, rnd: random.Random) -> list[str]:
+    out = list(words)
+    for p in rnd.sample(range(len(out)), max(1, int(len(out) * share))):
+        out[p] = f"w{rnd.randrange(10**6)}"
+    return out
+
+
+def _pairs(keysets: list[set[bytes]]) -> set[tuple[int, int]]:
+    buckets: dict[bytes, list[int]] = {}
+    for i, keys in enumerate(keysets):
+        for key in keys:
+            buckets.setdefault(key, []).append(i)
+    return {p for docs in buckets.values() for p in itertools.combinations(sorted(docs), 2)}
+
+
+def run_agreement(texts: list[str], hash_fc: str) -> None:
+    rnd = random.Random(41)
+    base = [t for t in texts if len(t.split()) >= 100][:AGREE_DOCS]
+    docs: list[str] = []
+    for text in base:
+        words = text.split()
+        near = " ".join(_alter(words, 0.01, rnd))
+        docs += [text, f"Posted on 3 May 2021 by admin\n\n{near}\n\nShare this story",
+                 " ".join(_alter(words, 0.5, rnd))]
+    mine = _pairs(ours(docs, keys=True))
+    theirs = _pairs(datatrove(datatrove_step(hash_fc), docs, keys=True))
+    near = {(3 * i, 3 * i + 1) for i in range(len(base))}
+    far = {(3 * i, 3 * i + 2) for i in range(len(base))}
+    print(f"agreement on {len(base)} documents + a near copy + a far variant each:")
+    for name, pairs in (("ours", mine), (f"datatrove-{hash_fc}", theirs)):
+        other = len(pairs - near - far)
+        print(f"  {name:18s} near copies found {len(pairs & near)}/{len(near)}, far variants "
+              f"{len(pairs & far)}/{len(far)}, other pairs {other}")
+    print(f"  candidate pairs: both {len(mine & theirs)}, ours only {len(mine - theirs)}, "
+          f"datatrove only {len(theirs - mine)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--core", action="store_true", help="the pure functions vs datatrove's")
+    parser.add_argument("--corpus", type=Path, default=ROOT / "samples" / "corpus")
+    parser.add_argument("--mb", type=float, default=2.0, help="MB of text to read (default 2)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--hash", nargs="+", default=["xxhash", "sha1"],
+                        choices=["xxhash", "sha1"], help="datatrove's hash function(s)")
+    args = parser.parse_args()
+    if not args.core:
+        parser.error("choose a mode: --core")
+    texts = load_texts(args.corpus, args.mb)
+    run_core(texts, args.rounds, args.hash)
+    run_agreement(texts, args.hash[0])
+
+
+if __name__ == "__main__":
+    main()
