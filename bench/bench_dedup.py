@@ -22,6 +22,12 @@ and no far variant; pairs between different corpus documents are reported as the
     python bench/bench_dedup.py --core                           # samples/corpus (2 MB)
     python bench/bench_dedup.py --core --corpus bench/work/corpus-v1-pkg-20mb --mb 20
 
+``--job``: the whole job (``python -m pipeline``) with ``--dedup near`` against the same job
+without it, on every ``*.jsonl`` of ``--corpus``, alternating which goes first: median wall
+and CPU time and peak RSS of each, and the ratios (goal: wall ≤ 1.3×).
+
+    python bench/bench_dedup.py --job --corpus bench/work/corpus-v1-pkg-20mb --rounds 2
+
 Needs ``pip install datatrove spacy`` (datatrove's English tokenizer is spaCy's).
 """
 
@@ -189,6 +195,47 @@ def run_agreement(texts: list[str], hash_fc: str) -> None:
           f"datatrove only {len(theirs - mine)}")
 
 
+def run_job_bench(corpus: Path, *, rounds: int, tokenizer: str, extra: list[str]) -> None:
+    """``--job``: ``python -m pipeline`` on every ``*.jsonl`` of ``corpus`` with
+    ``--dedup near`` and without, alternating which runs first, each in a fresh process;
+    the median wall and CPU seconds, peak RSS (`bench_job.measure`) and their ratios."""
+    import shutil
+    import tempfile
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_job import measure
+
+    size = sum(p.stat().st_size for p in corpus.glob("*.jsonl")) / 1e6
+    base = [sys.executable, "-m", "pipeline", "--input", str(corpus / "*.jsonl"),
+            "--id-field", "id", "--tokenizer", tokenizer, "--window", "2048", *extra]
+    variants = {"without": [], "--dedup near": ["--dedup", "near"]}
+    runs: dict[str, list[Any]] = {name: [] for name in variants}
+    removed: dict[str, int] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-dedup-") as tmp:
+        for rnd in range(rounds):
+            order = list(variants) if rnd % 2 == 0 else list(variants)[::-1]
+            for name in order:
+                out = Path(tmp) / f"out-{rnd}-{len(runs[name])}"
+                got = measure([*base, *variants[name], "--output", str(out)])
+                runs[name].append(got)
+                skipped = json.loads((out / "_manifest.json").read_text())["counts"]["skipped"]
+                removed = {k: v for k, v in skipped.items() if "duplicate" in k} or removed
+                print(f"round {rnd} {name:14s} wall {got.wall_s:6.1f} s  cpu {got.cpu_s:6.1f} s"
+                      f"  peak RSS {got.peak_rss_mb:6.0f} MB  (others used "
+                      f"{got.others_cores:.2f} cores)", flush=True)
+                shutil.rmtree(out)
+    med = {name: {k: statistics.median(getattr(r, k) for r in rs)
+                  for k in ("wall_s", "cpu_s", "peak_rss_mb")} for name, rs in runs.items()}
+    a, b = med["without"], med["--dedup near"]
+    print(f"\n{size:.0f} MB of JSONL, {rounds} rounds, {' '.join(extra) or 'in_memory'}; "
+          f"removed {removed}")
+    print(f"{'':16s}{'wall s':>9s}{'cpu s':>9s}{'peak RSS MB':>13s}")
+    for name, m in med.items():
+        print(f"{name:16s}{m['wall_s']:9.1f}{m['cpu_s']:9.1f}{m['peak_rss_mb']:13.0f}")
+    print(f"{'ratio':16s}{b['wall_s'] / a['wall_s']:9.2f}{b['cpu_s'] / a['cpu_s']:9.2f}"
+          f"{b['peak_rss_mb'] / a['peak_rss_mb']:13.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--core", action="store_true", help="the pure functions vs datatrove's")
@@ -197,9 +244,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hash", nargs="+", default=["xxhash", "sha1"],
                         choices=["xxhash", "sha1"], help="datatrove's hash function(s)")
+    parser.add_argument("--job", action="store_true",
+                        help="the job with --dedup near vs the same job without")
+    parser.add_argument("--tokenizer", type=str, default=str(ROOT / "samples" / "spm.model"),
+                        help="--job: the job's tokenizer (default: samples/spm.model)")
+    parser.add_argument("--runner-args", nargs="*", default=[],
+                        help="--job: more flags for both jobs (e.g. "
+                        "--direct_running_mode=multi_processing)")
     args = parser.parse_args()
+    if args.job:
+        run_job_bench(args.corpus, rounds=args.rounds, tokenizer=args.tokenizer,
+                      extra=args.runner_args)
+        return
     if not args.core:
-        parser.error("choose a mode: --core")
+        parser.error("choose a mode: --core or --job")
     texts = load_texts(args.corpus, args.mb)
     run_core(texts, args.rounds, args.hash)
     run_agreement(texts, args.hash[0])

@@ -19,16 +19,6 @@ import pytest
 
 from tests.conftest import dir_bytes, read_rows, run_job, run_main, write_jsonl
 from tests.test_runners import _cli, dask_cluster, needs_dask  # noqa: F401 (a fixture)
-from transforms.dedup import DedupSpec
-from transforms.documents import Document
-from transforms.removal import (
-    KeyBlock,
-    Removal,
-    RemovalSpec,
-    bucket_edges,
-    cluster_removals,
-    drop_removed,
-)
 
 SPM = str(pathlib.Path(__file__).parent.parent / "samples" / "spm.model")
 _VOCAB = [f"w{i}" for i in range(3000)]
@@ -228,57 +218,6 @@ def test_bad_flags_are_refused_before_any_work(tmp_path, args, message):
     assert code == 2, err
     assert message in err
     assert not (tmp_path / "out" / "_manifest.json").exists()
-
-
-def _member(doc_id: str, position: int = 0) -> tuple[str, tuple[str, int], int]:
-    return doc_id, ("f.jsonl", 0), position
-
-
-def test_buckets_link_each_member_to_the_smallest_whatever_the_block_order():
-    blocks = [KeyBlock(chunk=("f.jsonl", 0), ids=["d", "b", "x"], positions=[0, 1, 2],
-                       keys=b"K" * 16 + b"L" * 16 + b"M" * 16, width=16),
-              KeyBlock(chunk=("g.jsonl", 0), ids=["a", "c"], positions=[0, 1],
-                       keys=b"L" * 16 + b"K" * 16, width=16)]
-    edges = sorted(bucket_edges(blocks))
-    assert edges == sorted(bucket_edges(blocks[::-1]))
-    assert edges == [(("b", ("f.jsonl", 0), 1), ("a", ("g.jsonl", 0), 0)),
-                     (("d", ("f.jsonl", 0), 0), ("c", ("g.jsonl", 0), 1))]
-
-
-def test_a_chain_is_one_cluster_and_reasons_follow_the_exact_edges():
-    # a ~ b (near), b = c (exact), d = e (exact): a keeps b and c; d keeps e.
-    edges = [(0, _member("b", 1), _member("a", 0)), (-1, _member("c", 2), _member("b", 1)),
-             (-1, _member("e", 4), _member("d", 3))]
-    removed = {r.doc_id: (r.reason, r.kept) for _, r in cluster_removals(edges)}
-    assert removed == {"b": ("near_duplicate", "a"), "c": ("near_duplicate", "a"),
-                       "e": ("exact_duplicate", "d")}
-    # The same, edges in another order.
-    assert {r.doc_id: (r.reason, r.kept) for _, r in cluster_removals(edges[::-1])} == removed
-
-
-def test_drop_removed_keeps_aside_by_position_and_refuses_a_moved_document():
-    docs = [Document(doc_id=i, text=f"text {i}", source=f"f.jsonl:{n}")
-            for n, i in enumerate("abc", 1)]
-    removal = Removal(position=5, doc_id="b", reason="exact_duplicate", kept="a")
-    kept, gone = drop_removed(docs, 4, {5: removal})
-    assert [d.doc_id for d in kept] == ["a", "c"]
-    assert gone[0].to_json() == {"reason": "exact_duplicate", "source": "f.jsonl:2",
-                                 "detail": "the same normalized text as 'a', which is kept",
-                                 "record": "text b", "truncated": False, "doc_id": "b",
-                                 "kept": "a"}
-    with pytest.raises(RuntimeError, match="the input changed while the job ran"):
-        drop_removed(docs, 3, {5: removal})
-
-
-def test_removal_spec_manifest_object_and_validation():
-    spec = RemovalSpec(dedup=DedupSpec(mode="exact"), eval_files=(("/x/e.jsonl", "e.jsonl", 9),))
-    assert spec.to_json({"e.jsonl": 2}) == {
-        "mode": "exact", "decontaminate": {"ngram": 13, "files": {"e.jsonl": 2}}}
-    assert spec.fingerprint_json()["decontaminate"]["files"] == {"e.jsonl": 9}
-    with pytest.raises(ValueError, match="`decontaminate_ngram` must be at most 64"):
-        RemovalSpec(eval_ngram=65)
-    with pytest.raises(ValueError, match="both named e.jsonl"):
-        RemovalSpec(eval_files=(("/x/e.jsonl", "e.jsonl", 1), ("/y/e.jsonl", "e.jsonl", 1)))
 
 
 @pytest.mark.slow

@@ -38,7 +38,7 @@ from typing import NamedTuple
 import numpy as np
 
 from transforms.contamination import DEFAULT_NGRAM, EvalNgramIndex
-from transforms.dedup import MAX_NGRAM, DedupSpec, band_keys, exact_key, signatures
+from transforms.dedup import MAX_NGRAM, DedupSpec, exact_key, signatures
 from transforms.documents import MAX_REJECT_RECORD_CHARS, Document, Reject
 from transforms.json_fields import JsonObject
 from transforms.params import check_positive_int
@@ -57,6 +57,7 @@ __all__ = [
     "Removal",
     "RemovalSpec",
     "Removed",
+    "band_key_matrix",
     "bucket_edges",
     "chunk_keys",
     "cluster_removals",
@@ -223,16 +224,9 @@ def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
     ids: list[str] = []
     positions: list[int] = []
     exact: list[bytes] = []
-    bands: list[list[bytes]] = []
+    sigs: list[np.ndarray] = []
     near = spec.dedup.mode == "near"
-    pending: list[Document] = []
-
-    def flush() -> None:
-        if near and pending:
-            sigs = signatures([d.text for d in pending], spec.dedup)
-            bands.extend(band_keys(sig, spec.dedup) for sig in sigs)
-        pending.clear()
-
+    pending: list[str] = []
     for position, doc in enumerate(docs):
         if index is not None:
             match = index.first_match(doc.text)
@@ -246,26 +240,62 @@ def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
         ids.append(doc.doc_id)
         positions.append(position)
         exact.append(exact_key(doc.text))
-        pending.append(doc)
-        if len(pending) >= batch:
-            flush()
-    flush()
+        if near:
+            pending.append(doc.text)
+            if len(pending) >= batch:
+                sigs.append(signatures(pending, spec.dedup))
+                pending = []
     if not ids:
         return removals, []
-    blocks = [(EXACT, _block(chunk, ids, positions, exact))]
+    blocks = [(EXACT, KeyBlock(chunk=chunk, ids=ids, positions=positions,
+                               keys=b"".join(exact), width=len(exact[0])))]
     if near:
+        if pending:
+            sigs.append(signatures(pending, spec.dedup))
+        keys = band_key_matrix(np.concatenate(sigs), spec.dedup)
         for band in range(spec.dedup.bands):
-            blocks.append((band, _block(chunk, ids, positions, [b[band] for b in bands])))
+            blocks.append((band, KeyBlock(chunk=chunk, ids=ids, positions=positions,
+                                          keys=keys[:, band].tobytes(), width=16)))
     return removals, blocks
 
 
-def _block(chunk: ChunkRef, ids: list[str], positions: list[int],
-           keys: list[bytes]) -> KeyBlock:
-    width = len(keys[0])
-    if any(len(k) != width for k in keys):
-        raise ValueError("the keys of one band must all have the same width")
-    return KeyBlock(chunk=chunk, ids=ids, positions=positions, keys=b"".join(keys),
-                    width=width)
+_MIX_1, _MIX_2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_SEEDS = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xD1B54A32D192ED03))
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer (a bijection of 64-bit words), in place."""
+    z ^= z >> np.uint64(30)
+    z *= _MIX_1
+    z ^= z >> np.uint64(27)
+    z *= _MIX_2
+    z ^= z >> np.uint64(31)
+    return z
+
+
+def band_key_matrix(sigs: np.ndarray, spec: DedupSpec) -> np.ndarray:
+    """Every document's key of every band at once: ``(n, bands)`` 16-byte keys (dtype
+    ``V16``), equal whenever the band's ``rows`` MinHash values are.
+
+    The job's form of `transforms.dedup.band_keys` (a BLAKE2b per band per document, 10 µs
+    each in Python): two 64-bit folds of the band's values through SplitMix64's finalizer,
+    from two seeds and the band's index, computed for all documents and bands in NumPy.
+    Bands whose values differ share a key with a probability of about 2**-128, and only
+    within one band (the index is folded in): the candidates are those of ``band_keys``.
+    """
+    n = len(sigs)
+    values = np.ascontiguousarray(sigs, dtype=np.uint64).reshape(n, spec.bands, spec.rows)
+    out = np.empty((n, spec.bands, 2), np.uint64)
+    with np.errstate(over="ignore"):
+        for half, seed in enumerate(_SEEDS):
+            h = np.broadcast_to(_mix(np.arange(spec.bands, dtype=np.uint64) ^ seed),
+                                (n, spec.bands)).copy()
+            for row in range(spec.rows):
+                h ^= values[:, :, row]
+                _mix(h)
+                h += seed
+            out[:, :, half] = h
+    return out.view("V16").reshape(n, spec.bands)
 
 
 def bucket_edges(blocks: Iterable[KeyBlock]) -> Iterator[tuple[Member, Member]]:
@@ -366,6 +396,8 @@ def drop_removed(docs: Sequence[Document], first: int, removals: Mapping[int, Re
         RuntimeError: a removal names another document than the one at its position (the
             chunk was read differently in the two passes).
     """
+    if not removals or not any(first <= p < first + len(docs) for p in removals):
+        return list(docs), []
     kept: list[Document] = []
     gone: list[Removed] = []
     for position, doc in enumerate(docs, first):

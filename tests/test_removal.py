@@ -1,0 +1,104 @@
+"""The pure side of dedup and decontamination in the job (`transforms.removal`): buckets,
+clusters, the band keys, what the encoding step skips, the manifest's object."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from transforms.dedup import DedupSpec
+from transforms.documents import Document
+from transforms.removal import (
+    KeyBlock,
+    Removal,
+    RemovalSpec,
+    band_key_matrix,
+    bucket_edges,
+    chunk_keys,
+    cluster_removals,
+    drop_removed,
+)
+
+
+def _member(doc_id: str, position: int = 0) -> tuple[str, tuple[str, int], int]:
+    return doc_id, ("f.jsonl", 0), position
+
+
+def test_buckets_link_each_member_to_the_smallest_whatever_the_block_order():
+    blocks = [KeyBlock(chunk=("f.jsonl", 0), ids=["d", "b", "x"], positions=[0, 1, 2],
+                       keys=b"K" * 16 + b"L" * 16 + b"M" * 16, width=16),
+              KeyBlock(chunk=("g.jsonl", 0), ids=["a", "c"], positions=[0, 1],
+                       keys=b"L" * 16 + b"K" * 16, width=16)]
+    edges = sorted(bucket_edges(blocks))
+    assert edges == sorted(bucket_edges(blocks[::-1]))
+    assert edges == [(("b", ("f.jsonl", 0), 1), ("a", ("g.jsonl", 0), 0)),
+                     (("d", ("f.jsonl", 0), 0), ("c", ("g.jsonl", 0), 1))]
+
+
+def test_a_chain_is_one_cluster_and_reasons_follow_the_exact_edges():
+    # a ~ b (near), b = c (exact), d = e (exact): a keeps b and c; d keeps e.
+    edges = [(0, _member("b", 1), _member("a", 0)), (-1, _member("c", 2), _member("b", 1)),
+             (-1, _member("e", 4), _member("d", 3))]
+    removed = {r.doc_id: (r.reason, r.kept) for _, r in cluster_removals(edges)}
+    assert removed == {"b": ("near_duplicate", "a"), "c": ("near_duplicate", "a"),
+                       "e": ("exact_duplicate", "d")}
+    # The same, edges in another order.
+    assert {r.doc_id: (r.reason, r.kept) for _, r in cluster_removals(edges[::-1])} == removed
+
+
+def test_drop_removed_keeps_aside_by_position_and_refuses_a_moved_document():
+    docs = [Document(doc_id=i, text=f"text {i}", source=f"f.jsonl:{n}")
+            for n, i in enumerate("abc", 1)]
+    removal = Removal(position=5, doc_id="b", reason="exact_duplicate", kept="a")
+    kept, gone = drop_removed(docs, 4, {5: removal})
+    assert [d.doc_id for d in kept] == ["a", "c"]
+    assert gone[0].to_json() == {"reason": "exact_duplicate", "source": "f.jsonl:2",
+                                 "detail": "the same normalized text as 'a', which is kept",
+                                 "record": "text b", "truncated": False, "doc_id": "b",
+                                 "kept": "a"}
+    with pytest.raises(RuntimeError, match="the input changed while the job ran"):
+        drop_removed(docs, 3, {5: removal})
+
+
+def test_removal_spec_manifest_object_and_validation():
+    spec = RemovalSpec(dedup=DedupSpec(mode="exact"), eval_files=(("/x/e.jsonl", "e.jsonl", 9),))
+    assert spec.to_json({"e.jsonl": 2}) == {
+        "mode": "exact", "decontaminate": {"ngram": 13, "files": {"e.jsonl": 2}}}
+    assert spec.fingerprint_json()["decontaminate"]["files"] == {"e.jsonl": 9}
+    with pytest.raises(ValueError, match="`decontaminate_ngram` must be at most 64"):
+        RemovalSpec(eval_ngram=65)
+    with pytest.raises(ValueError, match="both named e.jsonl"):
+        RemovalSpec(eval_files=(("/x/e.jsonl", "e.jsonl", 1), ("/y/e.jsonl", "e.jsonl", 1)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 3), min_size=6, max_size=6), min_size=1, max_size=30))
+def test_band_keys_are_equal_exactly_when_the_band_values_are(rows):
+    # Few distinct values, so that equal bands are common; 3 bands of 2 rows.
+    spec = DedupSpec(mode="near", bands=3, rows=2)
+    sigs = np.array(rows, np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    keys = band_key_matrix(sigs, spec)
+    assert keys.shape == (len(rows), 3)
+    for i in range(len(rows)):
+        for j in range(len(rows)):
+            for b in range(3):
+                same = rows[i][2 * b: 2 * b + 2] == rows[j][2 * b: 2 * b + 2]
+                assert (keys[i, b].tobytes() == keys[j, b].tobytes()) == same
+    # A band's key never equals another band's, even for equal values.
+    flat = np.zeros((1, 6), np.uint64)
+    k = band_key_matrix(flat, spec)
+    assert len({k[0, b].tobytes() for b in range(3)}) == 3
+
+
+def test_chunk_keys_one_block_per_band_keys_of_the_kept_documents():
+    docs = [Document(doc_id=f"d{i}", text=f"same words here {i % 2}", source=f"f:{i}")
+            for i in range(5)]
+    removals, blocks = chunk_keys(docs, chunk=("f", 0), spec=RemovalSpec(
+        dedup=DedupSpec(mode="near", bands=4, rows=2)), index=None, batch=2)
+    assert removals == []
+    assert [band for band, _ in blocks] == [-1, 0, 1, 2, 3]
+    assert all(b.ids == [d.doc_id for d in docs] and len(b.keys) == 16 * 5 for _, b in blocks)
+    edges = sorted(bucket_edges([blocks[0][1]]))
+    assert [(a[0], b[0]) for a, b in edges] == [("d2", "d0"), ("d3", "d1"), ("d4", "d0")]
