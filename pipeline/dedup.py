@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import apache_beam as beam
@@ -115,8 +116,17 @@ class _KeyChunkFn(StepFn):
         self._read = context.config.read
         self._handle = shared.Shared()
         self._documents = Metrics.counter("dedup", "documents")
+        # As many hashing threads as the encoding has (--encode-threads: cores per process).
+        self._threads = max(1, context.config.encode_threads)
+
+    def teardown(self) -> None:
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def setup(self) -> None:
+        # Signatures of the next batches on helper threads while this one parses the chunk.
+        self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="dedup")
         # One index per worker process, shared by its threads and DoFn instances.
         if self._spec.eval_files:
             spec, read = self._spec, self._read
@@ -130,7 +140,8 @@ class _KeyChunkFn(StepFn):
     def process(self, chunk: Chunk) -> Iterator[tuple[str, Any]]:
         ref = chunk_ref(chunk)
         docs = (d for d in read_chunk(chunk, self._read, fs.open_raw) if isinstance(d, Document))
-        removals, blocks = chunk_keys(docs, chunk=ref, spec=self._spec, index=self._index)
+        removals, blocks = chunk_keys(docs, chunk=ref, spec=self._spec, index=self._index,
+                                      pool=self._pool, ahead=self._threads)
         for removal in removals:
             Metrics.counter("dedup", CONTAMINATED).inc()
             yield REMOVALS, (ref, removal)

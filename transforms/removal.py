@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Executor, Future
 from typing import NamedTuple
 
 import numpy as np
@@ -211,14 +212,17 @@ class KeyBlock(NamedTuple):
 
 
 def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
-               index: EvalNgramIndex | None,
-               batch: int = 512) -> tuple[list[Removal], list[tuple[int, KeyBlock]]]:
+               index: EvalNgramIndex | None, batch: int = 512,
+               pool: Executor | None = None,
+               ahead: int = 2) -> tuple[list[Removal], list[tuple[int, KeyBlock]]]:
     """A chunk's documents → the contaminated ones, and (band, `KeyBlock`) for every band
     (`EXACT` first, then 0 … bands − 1; none without ``--dedup``) over the others.
 
     ``index`` is the evaluation texts' n-gram index, None without ``--decontaminate``.
-    Documents are hashed ``batch`` at a time (`transforms.dedup.signatures`); only their
-    keys are held, never their texts.
+    Documents are hashed ``batch`` at a time (`transforms.dedup.signatures`), on ``pool``'s
+    threads if given (NumPy releases the GIL in the MinHash products), at most ``ahead``
+    batches at once, while this thread parses and takes exact keys; only their keys are
+    held, never their texts.
     """
     removals: list[Removal] = []
     ids: list[str] = []
@@ -243,20 +247,31 @@ def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
         if near:
             pending.append(doc.text)
             if len(pending) >= batch:
-                sigs.append(signatures(pending, spec.dedup))
+                sigs.append(_start(pool, pending, spec.dedup))
                 pending = []
+                if pool is not None and len(sigs) > ahead:  # the oldest in flight, done
+                    sigs[-ahead - 1] = _done(sigs[-ahead - 1])
     if not ids:
         return removals, []
     blocks = [(EXACT, KeyBlock(chunk=chunk, ids=ids, positions=positions,
                                keys=b"".join(exact), width=len(exact[0])))]
     if near:
         if pending:
-            sigs.append(signatures(pending, spec.dedup))
-        keys = band_key_matrix(np.concatenate(sigs), spec.dedup)
+            sigs.append(_start(pool, pending, spec.dedup))
+        keys = band_key_matrix(np.concatenate([_done(s) for s in sigs]), spec.dedup)
         for band in range(spec.dedup.bands):
             blocks.append((band, KeyBlock(chunk=chunk, ids=ids, positions=positions,
                                           keys=keys[:, band].tobytes(), width=16)))
     return removals, blocks
+
+
+def _start(pool: Executor | None, texts: list[str],
+           spec: DedupSpec) -> np.ndarray | Future[np.ndarray]:
+    return signatures(texts, spec) if pool is None else pool.submit(signatures, texts, spec)
+
+
+def _done(sig: np.ndarray | Future[np.ndarray]) -> np.ndarray:
+    return sig.result() if isinstance(sig, Future) else sig
 
 
 _MIX_1, _MIX_2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
