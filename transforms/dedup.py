@@ -47,7 +47,7 @@ import functools
 import hashlib
 import unicodedata
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -56,6 +56,7 @@ __all__ = [
     "MODES",
     "SCHEME",
     "DedupSpec",
+    "WordBatch",
     "band_keys",
     "components",
     "estimate_jaccard",
@@ -66,6 +67,7 @@ __all__ = [
     "normalize",
     "signature",
     "signatures",
+    "word_batch",
     "word_hashes",
     "words",
 ]
@@ -398,8 +400,66 @@ def minhash(hashes: NDArray[np.uint64], spec: DedupSpec) -> NDArray[np.uint64]:
     return out[0]
 
 
+class WordBatch(NamedTuple):
+    """The words of a batch of texts, found and hashed in one NumPy pass (`word_batch`).
+
+    Attributes:
+        joined: The texts' casefolded NFC forms, joined by NUL (a separator).
+        starts: Each word's first code point in ``joined``.
+        ends: Each word's end (exclusive).
+        hashes: Each word's 64-bit hash.
+        first: Per text, the index of its first word (``last`` if it has none).
+        last: Per text, the index after its last word.
+    """
+
+    joined: str
+    starts: NDArray[np.intp]
+    ends: NDArray[np.intp]
+    hashes: NDArray[np.uint64]
+    first: NDArray[np.intp]
+    last: NDArray[np.intp]
+
+    def owners(self) -> NDArray[np.intp]:
+        """Each word's text (non-decreasing)."""
+        return np.repeat(np.arange(len(self.first)), self.last - self.first)
+
+    def ngrams(self, n: int) -> tuple[NDArray[np.uint64], NDArray[np.intp]]:
+        """Every word n-gram that lies within one text: its hash and its first word's index.
+
+        Both in order, so the n-grams of text ``i`` are a contiguous run, in its order.
+        """
+        grams = _combine(self.hashes, n)
+        at = np.arange(len(grams))
+        # An n-gram starting at word w belongs to its text iff its n words all do.
+        valid = self.last[self.owners()[: len(grams)]] - at >= n
+        return grams[valid], at[valid]
+
+    def text(self, lo: int, hi: int) -> str:
+        """Words ``lo`` … ``hi - 1``, joined by one space."""
+        spans = zip(self.starts[lo:hi].tolist(), self.ends[lo:hi].tolist(), strict=True)
+        return " ".join(self.joined[a:b] for a, b in spans)
+
+
+def word_batch(texts: Sequence[str]) -> WordBatch:
+    """The `words` of many texts and their hashes, in one pass (a NUL keeps texts apart)."""
+    forms = [_near_form(t) for t in texts]
+    joined = "\0".join(forms)
+    cps = _code_points(joined)
+    starts, ends = _spans(cps)
+    hashes = _hash_spans(cps, starts, ends)
+    text_starts = np.cumsum([0] + [len(f) + 1 for f in forms[:-1]])
+    owner = np.searchsorted(text_starts, starts, side="right") - 1
+    ids = np.arange(len(texts))
+    first = np.searchsorted(owner, ids, side="left")
+    last = np.searchsorted(owner, ids, side="right")
+    return WordBatch(joined, starts, ends, hashes, first, last)
+
+
 def signatures(texts: Sequence[str], spec: DedupSpec) -> NDArray[np.uint64]:
     """The MinHash signatures of many texts at once (faster than one by one).
+
+    All texts are cut into words, hashed and shingled in one NumPy pass (a NUL between them
+    keeps their words apart), so a batch of short texts costs about what one long text does.
 
     Args:
         texts: Document texts.
@@ -408,28 +468,20 @@ def signatures(texts: Sequence[str], spec: DedupSpec) -> NDArray[np.uint64]:
     Returns:
         A ``(len(texts), bands × rows)`` uint64 array; row ``i`` is `signature` (texts[i]).
     """
-    k = spec.num_hashes
     n = spec.ngram
-    out = np.full((len(texts), k), _MASK, dtype=_U64)
+    out = np.full((len(texts), spec.num_hashes), _MASK, dtype=_U64)
     if not len(texts):
         return out
-    forms = [_near_form(t) for t in texts]
-    # One pass over all texts: a NUL (a separator) between them keeps words apart.
-    joined = "\0".join(forms)
-    cps = _code_points(joined)
-    starts, ends = _spans(cps)
-    hashes = _hash_spans(cps, starts, ends)
-    text_starts = np.cumsum([0] + [len(f) + 1 for f in forms[:-1]])
-    owner = np.searchsorted(text_starts, starts, side="right") - 1
-    first = np.searchsorted(owner, np.arange(len(texts)), side="left")
-    last = np.searchsorted(owner, np.arange(len(texts)), side="right")
-    grams = _combine(hashes, n)
-    # A shingle starting at word w belongs to its text iff its n words all do.
-    valid = (last[owner[: len(grams)]] - np.arange(len(grams))) >= n
-    _min_hash(grams[valid], owner[: len(grams)][valid], out)
-    for i in np.flatnonzero(last - first < n).tolist():
-        x = _short_shingle(hashes[first[i] : last[i]], texts[i])
-        _min_hash(np.array([x], dtype=_U64), np.array([i], dtype=np.intp), out)
+    batch = word_batch(texts)
+    grams, at = batch.ngrams(n)
+    _min_hash(grams, batch.owners()[at], out)
+    short = np.flatnonzero(batch.last - batch.first < n)
+    if len(short):
+        one = [
+            _short_shingle(batch.hashes[batch.first[i] : batch.last[i]], texts[i])
+            for i in short.tolist()
+        ]
+        _min_hash(np.array(one, dtype=_U64), short, out)
     return out
 
 
