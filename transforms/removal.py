@@ -219,7 +219,8 @@ def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
     (`EXACT` first, then 0 … bands − 1; none without ``--dedup``) over the others.
 
     ``index`` is the evaluation texts' n-gram index, None without ``--decontaminate``.
-    Documents are hashed ``batch`` at a time (`transforms.dedup.signatures`), on ``pool``'s
+    Documents are looked up (`EvalNgramIndex.first_matches`) and hashed ``batch`` at a time
+    (`transforms.dedup.signatures`), the signatures on ``pool``'s
     threads if given (NumPy releases the GIL in the MinHash products), at most ``ahead``
     batches at once, while this thread parses and takes exact keys; only their keys are
     held, never their texts.
@@ -228,36 +229,44 @@ def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
     ids: list[str] = []
     positions: list[int] = []
     exact: list[bytes] = []
-    sigs: list[np.ndarray] = []
+    sigs: list[np.ndarray | Future[np.ndarray]] = []
     near = spec.dedup.mode == "near"
-    pending: list[str] = []
-    for position, doc in enumerate(docs):
-        if index is not None:
-            match = index.first_match(doc.text)
+
+    def take(batch_docs: list[Document], first: int) -> None:
+        """A batch of documents, the first at ``first`` among the chunk's."""
+        matches = (index.first_matches([d.text for d in batch_docs]) if index is not None
+                   else [None] * len(batch_docs))
+        texts = []
+        for position, (doc, match) in enumerate(zip(batch_docs, matches, strict=True), first):
             if match is not None:
                 removals.append(Removal(position=position, doc_id=doc.doc_id,
                                         reason=CONTAMINATED, eval_file=match.eval_file,
                                         eval_line=match.eval_line, ngram=match.ngram))
-                continue
-        if not spec.dedup_active:
-            continue
-        ids.append(doc.doc_id)
-        positions.append(position)
-        exact.append(exact_key(doc.text))
-        if near:
-            pending.append(doc.text)
-            if len(pending) >= batch:
-                sigs.append(_start(pool, pending, spec.dedup))
-                pending = []
-                if pool is not None and len(sigs) > ahead:  # the oldest in flight, done
-                    sigs[-ahead - 1] = _done(sigs[-ahead - 1])
+            elif spec.dedup_active:
+                ids.append(doc.doc_id)
+                positions.append(position)
+                exact.append(exact_key(doc.text))
+                texts.append(doc.text)
+        if near and texts:
+            sigs.append(_start(pool, texts, spec.dedup))
+            if pool is not None and len(sigs) > ahead:  # the oldest in flight, done
+                sigs[-ahead - 1] = _done(sigs[-ahead - 1])
+
+    pending: list[Document] = []
+    read = 0
+    for doc in docs:
+        pending.append(doc)
+        if len(pending) >= batch:
+            take(pending, read)
+            read += len(pending)
+            pending = []
+    if pending:
+        take(pending, read)
     if not ids:
         return removals, []
     blocks = [(EXACT, KeyBlock(chunk=chunk, ids=ids, positions=positions,
                                keys=b"".join(exact), width=len(exact[0])))]
     if near:
-        if pending:
-            sigs.append(_start(pool, pending, spec.dedup))
         keys = band_key_matrix(np.concatenate([_done(s) for s in sigs]), spec.dedup)
         for band in range(spec.dedup.bands):
             blocks.append((band, KeyBlock(chunk=chunk, ids=ids, positions=positions,
