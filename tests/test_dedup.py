@@ -362,3 +362,39 @@ def test_components_do_not_depend_on_edge_order(edges, rnd):
         assert rep == keeper(members) and expected[rep] == rep
     # Every edge's ends are in one cluster.
     assert all(expected[a] == expected[b] for a, b in edges)
+
+
+# -- properties of the word pass ------------------------------------------------------------
+
+# Letters of several scripts, digits, marks, punctuation, whitespace and NUL.
+_ALPHABET = st.sampled_from(
+    list("abcXYZ019 \t\n.,!_-'\0")
+    + ["é", "e\u0301", "ß", "İ", "大", "學", "東", "こ", "カ", "ｶ", "한", "글", "ภ", "ा", "क"]
+    + ["\u3000", "\u00a0", "😀", "\U00020000", "١", "Ⅻ"]
+)
+_TEXTS = st.lists(_ALPHABET, max_size=40).map("".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_TEXTS, max_size=8))
+def test_a_batch_equals_its_texts_one_by_one(texts):
+    spec = DedupSpec(mode="near", ngram=3, bands=4, rows=2)
+    batch = signatures(texts, spec)
+    for row, text in zip(batch, texts, strict=True):
+        assert row.tolist() == signature(text, spec).tolist()
+        if len(words(text)) >= 3:
+            assert row.tolist() == minhash(ngram_hashes(text, 3), spec).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(_TEXTS)
+def test_words_are_what_they_say(text):
+    found = words(text)
+    # Words hold no separator, and their hashes are the reference's.
+    assert all(w and not any(c.isspace() or c in ".,!_-'\0" for c in w) for w in found)
+    assert word_hashes(text).tolist() == [word_hash_reference(w) for w in found]
+    # Cutting the words out again changes nothing.
+    assert words(" ".join(found)) == found
+    # Which separators, and case, do not matter.
+    assert words(text.replace(",", " ").replace("\n", "  ")) == found
+    assert words(text.upper()) == found
