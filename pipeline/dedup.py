@@ -4,24 +4,30 @@ With ``--dedup`` or ``--decontaminate`` (`transforms.removal.RemovalSpec`), `Fin
 reads the chunks once more before EncodeChunks does, and `JoinRemovals` hands each chunk to
 EncodeChunks with the removals of its documents::
 
-    chunks ─▶ KeyChunks ─(band, KeyBlock)─▶ GroupByBand ─▶ BucketEdges ─┐
-                 │                                                     ├▶ OneKey ─▶ Clusters
-                 └──────────── contaminated (chunk, Removal) ──────────┘   (one process)
-    chunks ─┬─────────────────────────────────────────── JoinRemovals ◀── (chunk, Removal)
+    chunks ─▶ KeyChunks ─(band, KeyBlock)─▶ GroupByBand ─▶ BucketEdges ─ edges ──────┐
+                 │ └──(chunk, doc_ids)──▶ GroupIdsByChunk ◀─ wanted ─┘               │
+                 │                            └─▶ Names ─ (document, doc_id) ────────┤
+                 └──────────── contaminated (chunk, Removal) ────────────────────────┤
+                                                        Clusters (one process) ◀─────┘
+    chunks ─┬──────────────────────────────────────── JoinRemovals ◀── (chunk, Removal)
             └▶ EncodeChunks (chunk, {position: Removal}) ─▶ …
 
 * **KeyChunks**: a chunk → its contaminated documents (`transforms.contamination`'s index
   of the evaluation texts, built once per worker process) and, for every other document,
   its exact key and band keys (`transforms.removal.chunk_keys`): one element per band per
-  chunk, keys end to end, never texts.
+  chunk, keys and positions end to end (20 bytes a document, no doc_id, never a text),
+  and one with the chunk's doc_ids.
 * **GroupByBand**, **BucketEdges**: the runner's GroupByKey by band, then in each band the
-  documents sharing a key, as edges to the bucket's smallest member
-  (`transforms.removal.bucket_edges`). A band's group holds about 16 bytes and a doc_id
-  per document.
-* **Clusters**: every edge and contaminated document under one key, in one process: the
-  connected components, each keeping its smallest doc_id
-  (`transforms.removal.cluster_removals`). It holds only documents that have a copy (or
-  are contaminated), and emits the removals keyed by chunk and one `RemovalSummary`.
+  documents sharing a key, as edges to the bucket's first (`transforms.removal.bucket_edges`),
+  and the documents with an edge, whose doc_ids are wanted.
+* **GroupIdsByChunk**, **Names**: each chunk's doc_ids with its wanted positions: the
+  doc_ids of the documents that have a candidate copy (`transforms.removal.named`). A doc_id
+  crosses a shuffle once, not once per band.
+* **Clusters**: every edge, name and contaminated document under one key, in one process:
+  the connected components, each keeping its smallest doc_id
+  (`transforms.removal.cluster_removals`). It holds only documents that have a candidate
+  copy (or are contaminated), and emits the removals keyed by chunk and one
+  `RemovalSummary`.
 * **JoinRemovals**: the chunks and the removals grouped by chunk (a GroupByKey, not a side
   input, which Beam's DaskRunner would compute again inside every task reading it).
 
@@ -52,11 +58,13 @@ from transforms.removal import (
     CONTAMINATED,
     ChunkRef,
     KeyBlock,
+    Ref,
     Removal,
     RemovalSpec,
     bucket_edges,
     chunk_keys,
     cluster_removals,
+    named,
 )
 
 if TYPE_CHECKING:
@@ -65,7 +73,8 @@ if TYPE_CHECKING:
 __all__ = ["FindRemovals", "JoinRemovals", "RemovalSummary", "chunk_ref", "eval_index"]
 
 # The tags of the dedup pass's multi-output steps (`pipeline.tagged`).
-BLOCKS, REMOVALS, EDGES, SUMMARY = "blocks", "removals", "edges", "summary"
+BLOCKS, IDS, REMOVALS, SUMMARY = "blocks", "ids", "removals", "summary"
+EDGES, WANTED, NAMES = "edges", "wanted", "names"
 # The one element the clusters' group always has, so that a job without a copy or a
 # contaminated document still gets its summary (a GroupByKey of nothing runs nothing).
 _START = "start"
@@ -140,15 +149,17 @@ class _KeyChunkFn(StepFn):
     def process(self, chunk: Chunk) -> Iterator[tuple[str, Any]]:
         ref = chunk_ref(chunk)
         docs = (d for d in read_chunk(chunk, self._read, fs.open_raw) if isinstance(d, Document))
-        removals, blocks = chunk_keys(docs, chunk=ref, spec=self._spec, index=self._index,
-                                      pool=self._pool, ahead=self._threads)
+        removals, blocks, ids = chunk_keys(docs, chunk=ref, spec=self._spec,
+                                           index=self._index, pool=self._pool,
+                                           ahead=self._threads)
         for removal in removals:
             Metrics.counter("dedup", CONTAMINATED).inc()
             yield REMOVALS, (ref, removal)
         for block in blocks:
             yield BLOCKS, block
-        if blocks:
-            self._documents.inc(len(blocks[0][1].ids))
+        if ids is not None:
+            yield IDS, (ref, (IDS, ids))
+            self._documents.inc(len(ids.ids))
 
 
 class _Holder:
@@ -159,9 +170,35 @@ class _Holder:
 
 
 def _edges(item: tuple[int, Iterable[KeyBlock]]) -> Iterator[tuple[str, Any]]:
+    """A band's blocks → (EDGES, (band, document, document)) and, once per document with an
+    edge, (WANTED, (chunk, (WANTED, position))): its doc_id is wanted."""
     band, blocks = item
+    wanted: set[Ref] = set()
     for a, b in bucket_edges(blocks):
         yield EDGES, (band, a, b)
+        wanted.update((a, b))
+    for chunk, position in sorted(wanted):
+        yield WANTED, (chunk, (WANTED, position))
+
+
+def _names(item: tuple[ChunkRef, Iterable[tuple[str, Any]]]) -> Iterator[tuple[str, Any]]:
+    """A chunk's doc_ids and the positions wanted → (NAMES, (document, doc_id)) for each."""
+    chunk, values = item
+    ids, wanted = None, []
+    for tag, value in values:
+        if tag == IDS:
+            ids = value
+        else:
+            wanted.append(value)
+    if wanted:
+        if ids is None:
+            raise RuntimeError(f"the dedup pass lost the doc_ids of chunk {chunk}")
+        for ref, doc_id in named(chunk, ids, wanted):
+            yield NAMES, (ref, doc_id)
+
+
+def _tagged_edge(value: tuple[int, Ref, Ref]) -> tuple[str, tuple[int, Ref, Ref]]:
+    return EDGES, value
 
 
 def _tagged_removal(value: tuple[ChunkRef, Removal]) -> tuple[str, tuple[ChunkRef, Removal]]:
@@ -176,11 +213,15 @@ def _clusters(item: tuple[None, Iterable[tuple[str, Any]]]) -> Iterator[tuple[st
     """Every edge and contaminated removal → (REMOVALS, (chunk, Removal)) for each document
     removed, and one (SUMMARY, RemovalSummary)."""
     edges = []
+    ids: dict[Ref, str] = {}
     by_reason: dict[str, int] = {}
     by_file: dict[str, int] = {}
     for tag, value in item[1]:
         if tag == EDGES:
             edges.append(value)
+            continue
+        if tag == NAMES:
+            ids[value[0]] = value[1]
             continue
         if tag == _START:
             continue
@@ -188,7 +229,7 @@ def _clusters(item: tuple[None, Iterable[tuple[str, Any]]]) -> Iterator[tuple[st
         by_reason[CONTAMINATED] = by_reason.get(CONTAMINATED, 0) + 1
         by_file[removal.eval_file] = by_file.get(removal.eval_file, 0) + 1
         yield REMOVALS, (ref, removal)
-    for ref, removal in cluster_removals(edges):
+    for ref, removal in cluster_removals(edges, ids):
         by_reason[removal.reason] = by_reason.get(removal.reason, 0) + 1
         yield REMOVALS, (ref, removal)
     yield SUMMARY, RemovalSummary(by_reason=dict(sorted(by_reason.items())),
@@ -210,13 +251,19 @@ class FindRemovals(beam.PTransform):
     def expand(self, chunks: beam.PCollection) -> Any:
         keyed = (chunks
                  | "KeyChunks" >> beam.ParDo(_KeyChunkFn(self._context))
-                 | "KeysByTag" >> SplitTags([BLOCKS, REMOVALS]))
-        edges = (keyed[BLOCKS]
+                 | "KeysByTag" >> SplitTags([BLOCKS, IDS, REMOVALS]))
+        found = (keyed[BLOCKS]
                  | "GroupByBand" >> beam.GroupByKey()
-                 | "BucketEdges" >> beam.FlatMap(_edges))
+                 | "BucketEdges" >> beam.FlatMap(_edges)
+                 | "EdgesByTag" >> SplitTags([EDGES, WANTED]))
+        names = ((keyed[IDS], found[WANTED])
+                 | "IdsAndWanted" >> beam.Flatten()
+                 | "GroupIdsByChunk" >> beam.GroupByKey()
+                 | "Names" >> beam.FlatMap(_names))
         contaminated = keyed[REMOVALS] | "Tagged" >> beam.Map(_tagged_removal)
         start = chunks.pipeline | "Start" >> beam.Create([(_START, None)])
-        return ((edges, contaminated, start)
+        return ((found[EDGES] | "TaggedEdges" >> beam.Map(_tagged_edge), names, contaminated,
+                 start)
                 | "EdgesAndContaminated" >> beam.Flatten()
                 | "OneKey" >> beam.Map(_one_key)
                 | "AllAtOnce" >> beam.GroupByKey()

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from transforms.dedup import DedupSpec
 from transforms.documents import Document
 from transforms.removal import (
+    ChunkIds,
     KeyBlock,
     Removal,
     RemovalSpec,
@@ -19,33 +20,41 @@ from transforms.removal import (
     chunk_keys,
     cluster_removals,
     drop_removed,
+    named,
 )
 
 
-def _member(doc_id: str, position: int = 0) -> tuple[str, tuple[str, int], int]:
-    return doc_id, ("f.jsonl", 0), position
+def _block(chunk: str, positions: list[int], keys: bytes) -> KeyBlock:
+    return KeyBlock(chunk=(chunk, 0), positions=np.array(positions, np.int32).tobytes(),
+                    keys=keys, width=16)
 
 
-def test_buckets_link_each_member_to_the_smallest_whatever_the_block_order():
-    blocks = [KeyBlock(chunk=("f.jsonl", 0), ids=["d", "b", "x"], positions=[0, 1, 2],
-                       keys=b"K" * 16 + b"L" * 16 + b"M" * 16, width=16),
-              KeyBlock(chunk=("g.jsonl", 0), ids=["a", "c"], positions=[0, 1],
-                       keys=b"L" * 16 + b"K" * 16, width=16)]
-    edges = sorted(bucket_edges(blocks))
-    assert edges == sorted(bucket_edges(blocks[::-1]))
-    assert edges == [(("b", ("f.jsonl", 0), 1), ("a", ("g.jsonl", 0), 0)),
-                     (("d", ("f.jsonl", 0), 0), ("c", ("g.jsonl", 0), 1))]
+def test_buckets_link_each_document_to_its_first_whatever_the_block_order():
+    blocks = [_block("f.jsonl", [0, 1, 2], b"K" * 16 + b"L" * 16 + b"M" * 16),
+              _block("g.jsonl", [0, 1], b"L" * 16 + b"K" * 16)]
+    edges = list(bucket_edges(blocks))
+    assert edges == list(bucket_edges(blocks[::-1]))
+    assert sorted(edges) == [((("g.jsonl", 0), 0), (("f.jsonl", 0), 1)),
+                             ((("g.jsonl", 0), 1), (("f.jsonl", 0), 0))]
 
 
-def test_a_chain_is_one_cluster_and_reasons_follow_the_exact_edges():
-    # a ~ b (near), b = c (exact), d = e (exact): a keeps b and c; d keeps e.
-    edges = [(0, _member("b", 1), _member("a", 0)), (-1, _member("c", 2), _member("b", 1)),
-             (-1, _member("e", 4), _member("d", 3))]
-    removed = {r.doc_id: (r.reason, r.kept) for _, r in cluster_removals(edges)}
+def test_named_gives_the_doc_ids_of_the_wanted_positions_only():
+    ids = ChunkIds(positions=[0, 2, 5], ids=["x", "y", "z"])
+    assert list(named(("f", 0), ids, [5, 0, 5])) == [((("f", 0), 0), "x"), ((("f", 0), 5), "z")]
+
+
+def test_a_chain_is_one_cluster_kept_by_the_smallest_doc_id():
+    # a ~ b (near), b = c (exact), d = e (exact): a keeps b and c; d keeps e. The documents'
+    # places say nothing of the order: the doc_ids do.
+    ref = {name: (("f.jsonl", 0), 9 - i) for i, name in enumerate("abcde")}
+    ids = {r: name for name, r in ref.items()}
+    edges = [(0, ref["b"], ref["a"]), (-1, ref["c"], ref["b"]), (-1, ref["d"], ref["e"])]
+    removed = {r.doc_id: (r.reason, r.kept) for _, r in cluster_removals(edges, ids)}
     assert removed == {"b": ("near_duplicate", "a"), "c": ("near_duplicate", "a"),
                        "e": ("exact_duplicate", "d")}
-    # The same, edges in another order.
-    assert {r.doc_id: (r.reason, r.kept) for _, r in cluster_removals(edges[::-1])} == removed
+    # The same, edges in another order and the other way round.
+    flipped = [(band, y, x) for band, x, y in edges[::-1]]
+    assert {r.doc_id: (r.reason, r.kept) for _, r in cluster_removals(flipped, ids)} == removed
 
 
 def test_drop_removed_keeps_aside_by_position_and_refuses_a_moved_document():
@@ -95,10 +104,11 @@ def test_band_keys_are_equal_exactly_when_the_band_values_are(rows):
 def test_chunk_keys_one_block_per_band_keys_of_the_kept_documents():
     docs = [Document(doc_id=f"d{i}", text=f"same words here {i % 2}", source=f"f:{i}")
             for i in range(5)]
-    removals, blocks = chunk_keys(docs, chunk=("f", 0), spec=RemovalSpec(
+    removals, blocks, ids = chunk_keys(docs, chunk=("f", 0), spec=RemovalSpec(
         dedup=DedupSpec(mode="near", bands=4, rows=2)), index=None, batch=2)
     assert removals == []
+    assert ids == ChunkIds(positions=[0, 1, 2, 3, 4], ids=[d.doc_id for d in docs])
     assert [band for band, _ in blocks] == [-1, 0, 1, 2, 3]
-    assert all(b.ids == [d.doc_id for d in docs] and len(b.keys) == 16 * 5 for _, b in blocks)
+    assert all(len(b) == 5 and len(b.keys) == 16 * 5 for _, b in blocks)
     edges = sorted(bucket_edges([blocks[0][1]]))
-    assert [(a[0], b[0]) for a, b in edges] == [("d2", "d0"), ("d3", "d1"), ("d4", "d0")]
+    assert [(a[1], b[1]) for a, b in edges] == [(2, 0), (3, 1), (4, 0)]

@@ -11,17 +11,18 @@ The job's dedup pass (`pipeline.dedup`) works in three steps:
 1. `chunk_keys`: one chunk's documents → the contaminated ones (removed at once) and, for
    every other document, its exact key and (``near``) its band keys, as one `KeyBlock` per
    band, holding the chunk's keys end to end, never the texts.
-2. `bucket_edges`: every block of one band → edges from each member of a bucket (documents
-   sharing that band's key) to the bucket's smallest member. Only documents with a copy
-   produce edges.
+2. `bucket_edges`: every block of one band → edges from each document of a bucket
+   (documents sharing that band's key) to the bucket's first. Only documents with a copy
+   produce edges; `named` then gives those documents' doc_ids from their chunk's `ChunkIds`
+   (the only place a doc_id travels: once per document, not once per band).
 3. `cluster_removals`: every edge of the job → connected components; each component keeps
-   its smallest member (by doc_id, then source), every other member is `Removed`:
-   ``exact_duplicate`` when its normalized text equals the kept one's, else
+   its smallest member (by doc_id, then chunk and position), every other member is
+   `Removed`: ``exact_duplicate`` when its normalized text equals the kept one's, else
    ``near_duplicate``.
 
-A member is ``(doc_id, chunk, position)``: the chunk's ``(path, start)`` and the document's
-position among the chunk's documents (rejects not counted), which the encoding step counts
-again to skip it (`drop_removed`).
+A document is ``(chunk, position)`` (`Ref`): the chunk's ``(path, start)`` and its position
+among the chunk's documents (rejects not counted), which the encoding step counts again to
+skip it (`drop_removed`); a `Member` puts its doc_id first, for the keeper's order.
 
 Example: documents ``a`` = "x y z", ``b`` = "x  y z" (one more space), ``c`` = "q": with
 ``--dedup exact``, ``a`` and ``b`` share an exact key; ``b`` is removed as
@@ -52,9 +53,11 @@ __all__ = [
     "MAX_DECONTAMINATE_NGRAM",
     "NEAR_DUPLICATE",
     "REMOVAL_REASONS",
+    "ChunkIds",
     "ChunkRef",
     "KeyBlock",
     "Member",
+    "Ref",
     "Removal",
     "RemovalSpec",
     "Removed",
@@ -63,6 +66,7 @@ __all__ = [
     "chunk_keys",
     "cluster_removals",
     "drop_removed",
+    "named",
 ]
 
 EXACT_DUPLICATE = "exact_duplicate"
@@ -76,7 +80,8 @@ DECONTAMINATE_NGRAM = DEFAULT_NGRAM
 MAX_DECONTAMINATE_NGRAM = MAX_NGRAM
 
 ChunkRef = tuple[str, int]  # a chunk's (path, start): which chunk a member was read from
-Member = tuple[str, ChunkRef, int]  # (doc_id, chunk, position among its documents)
+Ref = tuple[ChunkRef, int]  # (chunk, position among its documents): a document in the pass
+Member = tuple[str, ChunkRef, int]  # (doc_id, chunk, position): a document, in keeper order
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -201,22 +206,34 @@ class Removal(NamedTuple):
 
 
 class KeyBlock(NamedTuple):
-    """One chunk's keys for one band: the documents' ids and their keys end to end (each
-    ``width`` bytes), in the chunk's order; ``positions`` are the documents' positions."""
+    """One chunk's keys for one band: the documents' keys end to end (each ``width`` bytes)
+    and their positions in the chunk (int32, end to end), in the chunk's order. No doc_id:
+    only the documents that turn out to have a copy are named (`ChunkIds`)."""
 
     chunk: ChunkRef
-    ids: list[str]
-    positions: list[int]
+    positions: bytes
     keys: bytes
     width: int
+
+    def __len__(self) -> int:  # type: ignore[override]
+        return len(self.positions) // 4
+
+
+class ChunkIds(NamedTuple):
+    """One chunk's clustered documents: their positions and doc_ids, in the chunk's order."""
+
+    positions: list[int]
+    ids: list[str]
 
 
 def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
                index: EvalNgramIndex | None, batch: int = 512,
                pool: Executor | None = None,
-               ahead: int = 2) -> tuple[list[Removal], list[tuple[int, KeyBlock]]]:
-    """A chunk's documents → the contaminated ones, and (band, `KeyBlock`) for every band
-    (`EXACT` first, then 0 … bands − 1; none without ``--dedup``) over the others.
+               ahead: int = 2
+               ) -> tuple[list[Removal], list[tuple[int, KeyBlock]], ChunkIds | None]:
+    """A chunk's documents → the contaminated ones, (band, `KeyBlock`) for every band
+    (`EXACT` first, then 0 … bands − 1; none without ``--dedup``) over the others, and
+    those others' doc_ids (None if there are none).
 
     ``index`` is the evaluation texts' n-gram index, None without ``--decontaminate``.
     Documents are looked up (`EvalNgramIndex.first_matches`) and hashed ``batch`` at a time
@@ -263,15 +280,16 @@ def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
     if pending:
         take(pending, read)
     if not ids:
-        return removals, []
-    blocks = [(EXACT, KeyBlock(chunk=chunk, ids=ids, positions=positions,
-                               keys=b"".join(exact), width=len(exact[0])))]
+        return removals, [], None
+    at = np.array(positions, np.int32).tobytes()
+    blocks = [(EXACT, KeyBlock(chunk=chunk, positions=at, keys=b"".join(exact),
+                               width=len(exact[0])))]
     if near:
         keys = band_key_matrix(np.concatenate([_done(s) for s in sigs]), spec.dedup)
         for band in range(spec.dedup.bands):
-            blocks.append((band, KeyBlock(chunk=chunk, ids=ids, positions=positions,
+            blocks.append((band, KeyBlock(chunk=chunk, positions=at,
                                           keys=keys[:, band].tobytes(), width=16)))
-    return removals, blocks
+    return removals, blocks, ChunkIds(positions=positions, ids=ids)
 
 
 def _start(pool: Executor | None, texts: list[str],
@@ -322,22 +340,23 @@ def band_key_matrix(sigs: np.ndarray, spec: DedupSpec) -> np.ndarray:
     return out.view("V16").reshape(n, spec.bands)
 
 
-def bucket_edges(blocks: Iterable[KeyBlock]) -> Iterator[tuple[Member, Member]]:
-    """Every block of one band → (member, the smallest member of its bucket) for each
-    member of a bucket of two or more that is not the smallest.
+def bucket_edges(blocks: Iterable[KeyBlock]) -> Iterator[tuple[Ref, Ref]]:
+    """Every block of one band → (document, the first document of its bucket) for each
+    other document of a bucket of two or more (documents sharing the band's key).
 
     Buckets are found by sorting the band's keys (NumPy), so a band of n documents costs
-    O(n log n) and holds n keys and ids; only documents with a copy yield an edge. The
-    edges do not depend on the blocks' order.
+    O(n log n) and holds 20 bytes per document; only documents with a candidate copy yield
+    an edge. The edges' components do not depend on the blocks' order (which member a
+    bucket links to does not matter: `cluster_removals` keeps each component's smallest).
     """
-    blocks = list(blocks)
+    blocks = sorted(blocks)  # the edges themselves, too, whatever the runner's order
     if not blocks:
         return
     width = blocks[0].width
     keys = np.frombuffer(b"".join(b.keys for b in blocks), dtype=f"S{width}")
-    sizes = np.array([len(b.ids) for b in blocks], np.int64)
+    sizes = np.array([len(b) for b in blocks], np.int64)
     block_of = np.repeat(np.arange(len(blocks)), sizes)
-    within = np.concatenate([np.arange(n) for n in sizes.tolist()])
+    within = np.frombuffer(b"".join(b.positions for b in blocks), np.int32)
     _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
     shared = counts[inverse] > 1
     if not shared.any():
@@ -347,15 +366,20 @@ def bucket_edges(blocks: Iterable[KeyBlock]) -> Iterator[tuple[Member, Member]]:
     labels = inverse[order]
     cuts = np.flatnonzero(np.diff(labels)) + 1
     for bucket in np.split(order, cuts):
-        members = []
-        for row in bucket.tolist():
-            block = blocks[block_of[row]]
-            i = int(within[row])
-            members.append((block.ids[i], block.chunk, block.positions[i]))
-        smallest = min(members)
-        for member in members:
-            if member != smallest:
-                yield member, smallest
+        refs = [(blocks[b].chunk, p)
+                for b, p in zip(block_of[bucket].tolist(), within[bucket].tolist(), strict=True)]
+        first = min(refs)
+        for ref in refs:
+            if ref != first:
+                yield ref, first
+
+
+def named(chunk: ChunkRef, ids: ChunkIds, wanted: Iterable[int]) -> Iterator[tuple[Ref, str]]:
+    """(document, its doc_id) for each of a chunk's ``wanted`` positions (those with an
+    edge)."""
+    of = dict(zip(ids.positions, ids.ids, strict=True))
+    for position in sorted(set(wanted)):
+        yield (chunk, position), of[position]
 
 
 def _find(parent: dict[Member, Member], x: Member) -> Member:
@@ -381,10 +405,11 @@ def _components(edges: Iterable[tuple[Member, Member]]) -> dict[Member, Member]:
     return {m: _find(parent, m) for m in parent}
 
 
-def cluster_removals(edges: Iterable[tuple[int, Member, Member]]
+def cluster_removals(edges: Iterable[tuple[int, Ref, Ref]], ids: Mapping[Ref, str]
                      ) -> Iterator[tuple[ChunkRef, Removal]]:
-    """(band, member, member) edges of the whole job → (chunk, `Removal`) for every member
-    that is not its cluster's smallest, in member order.
+    """(band, document, document) edges of the whole job and the doc_ids of their documents
+    → (chunk, `Removal`) for every document that is not its cluster's smallest (by doc_id,
+    then chunk and position), in that order.
 
     Clusters are the connected components of every edge (a chain of copies is one
     cluster); a removed member is an ``exact_duplicate`` when it is in the same component
@@ -393,9 +418,10 @@ def cluster_removals(edges: Iterable[tuple[int, Member, Member]]
     every: list[tuple[Member, Member]] = []
     exact: list[tuple[Member, Member]] = []
     for band, a, b in edges:
-        every.append((a, b))
+        pair = (ids[a], *a), (ids[b], *b)
+        every.append(pair)
         if band == EXACT:
-            exact.append((a, b))
+            exact.append(pair)
     kept = _components(every)
     same_text = _components(exact)
     del every, exact
