@@ -236,3 +236,31 @@ def test_same_bytes_on_a_dask_cluster(tmp_path, dask_cluster):  # noqa: F811 (th
     # would compute again: the one chunk is encoded once.
     logs = "".join(p.read_text(errors="replace") for p in worker_logs)
     assert len(re.findall(r"encoded chunk (\S+): ", logs)) == 1
+
+
+@pytest.mark.slow
+def test_text_files_read_in_runs_and_parquet_inputs_and_evaluation_files(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = random.Random(3)
+    texts = [" ".join(_article(rng, 40)) for _ in range(6)]
+    for i, text in enumerate(texts):  # small files, read as runs of files
+        (tmp_path / "txt").mkdir(exist_ok=True)
+        (tmp_path / "txt" / f"{i}.txt").write_text(text)
+    (tmp_path / "txt" / "9-copy.txt").write_text(texts[2] + "\n")
+    pq.write_table(pa.table({"text": [texts[4], "other words entirely " * 5, texts[5]]}),
+                   tmp_path / "rows.parquet", row_group_size=1)
+    pq.write_table(pa.table({"text": [" ".join(texts[5].split()[3:20])]}),
+                   tmp_path / "eval.parquet")
+    manifest = run_job(tmp_path / "out", "--input", str(tmp_path / "txt" / "*.txt"),
+                       "--input", str(tmp_path / "rows.parquet"), "--tokenizer", "bytes",
+                       "--dedup", "exact", "--decontaminate", str(tmp_path / "eval.parquet"))
+    assert manifest["counts"]["skipped"] == {"contaminated": 2, "exact_duplicate": 2}
+    exact = _rejects(tmp_path / "out", "exact_duplicate")
+    assert sorted((r["doc_id"], r["kept"]) for r in exact) == [("9-copy.txt", "2.txt"),
+                                                                ("rows.parquet:0", "4.txt")]
+    dirty = _rejects(tmp_path / "out", "contaminated")
+    assert sorted(r["doc_id"] for r in dirty) == ["5.txt", "rows.parquet:2"]
+    assert {(r["eval_file"], r["eval_line"]) for r in dirty} == {("eval.parquet", 0)}
+    assert manifest["dedup"]["decontaminate"]["files"] == {"eval.parquet": 2}
