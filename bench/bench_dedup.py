@@ -28,6 +28,13 @@ and CPU time and peak RSS of each, and the ratios (goal: wall ≤ 1.3×).
 
     python bench/bench_dedup.py --job --corpus bench/work/corpus-v1-pkg-20mb --rounds 2
 
+``--job --datatrove``: the job's removed set (``--dedup near``) against datatrove's MinHash
+pipeline (its four stages on the local executor, 2 tasks, the same parameters) on ``--mb`` MB
+of ``--corpus`` with a planted near copy of every 20th document: both removed sets, their
+intersection, and each side's CPU time.
+
+    python bench/bench_dedup.py --job --datatrove --corpus bench/work/corpus-v1-pkg-20mb --mb 5
+
 Needs ``pip install datatrove spacy`` (datatrove's English tokenizer is spaCy's).
 """
 
@@ -236,6 +243,119 @@ def run_job_bench(corpus: Path, *, rounds: int, tokenizer: str, extra: list[str]
           f"{b['peak_rss_mb'] / a['peak_rss_mb']:13.2f}")
 
 
+def _write_planted(corpus: Path, out: Path, mb: float) -> tuple[Path, int]:
+    """``mb`` MB of ``corpus``'s texts as ``{"id", "text"}`` JSONL, and for every 20th text
+    of 100 words or more a near copy (1 word in 100 changed, a header and a footer added)
+    under another id; returns the file and the number of copies planted."""
+    rnd = random.Random(5)
+    texts = load_texts(corpus, mb)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "planted.jsonl"
+    planted = 0
+    with path.open("w", encoding="utf-8") as f:
+        for i, text in enumerate(texts):
+            f.write(json.dumps({"id": f"d{i:07d}", "text": text}, ensure_ascii=False) + "\n")
+            words = text.split()
+            if i % 20 == 0 and len(words) >= 100:
+                near = " ".join(_alter(words, 0.01, rnd))
+                copy = f"Posted on 3 May 2021 by admin\n\n{near}\n\nShare this story"
+                f.write(json.dumps({"id": f"e{i:07d}", "text": copy}, ensure_ascii=False)
+                        + "\n")
+                planted += 1
+    return path, planted
+
+
+def _datatrove_removed(path: Path, work: Path, tasks: int) -> tuple[set[str], float]:
+    """datatrove's MinHash pipeline (its four stages, local executor, ``tasks`` tasks, word
+    5-grams, 14 × 8, 64-bit xxhash) on ``path``: the ids it removes, and its CPU seconds."""
+    from datatrove.executor import LocalPipelineExecutor
+    from datatrove.pipeline.dedup.minhash import (
+        MinhashConfig,
+        MinhashDedupBuckets,
+        MinhashDedupCluster,
+        MinhashDedupFilter,
+        MinhashDedupSignature,
+    )
+    from datatrove.pipeline.readers import JsonlReader
+    from datatrove.pipeline.writers import JsonlWriter
+    from datatrove.utils.hashing import HashConfig
+
+    config = MinhashConfig(n_grams=5, num_buckets=14, hashes_per_bucket=8,
+                           hash_config=HashConfig(precision=64, hash_fc="xxhash"))
+    signature = MinhashDedupSignature(output_folder=str(work / "sigs"), config=config)
+    import xxhash
+
+    # datatrove 0.10 passes str to xxhash, which xxhash 4 refuses: encode it first.
+    signature._hash_func = lambda s: xxhash.xxh64_intdigest(s.encode("utf-8"))
+
+    def reader() -> Any:
+        return JsonlReader(str(path.parent), glob_pattern=path.name, id_key="id")
+
+    stages = [
+        ([reader(), signature], 1),
+        ([MinhashDedupBuckets(input_folder=str(work / "sigs"),
+                              output_folder=str(work / "buckets"), config=config)],
+         config.num_buckets),
+        ([MinhashDedupCluster(input_folder=str(work / "buckets"),
+                              output_folder=str(work / "remove_ids"), config=config)], 1),
+        ([reader(), MinhashDedupFilter(input_folder=str(work / "remove_ids"),
+                                       exclusion_writer=JsonlWriter(str(work / "removed"),
+                                                                    compression=None)),
+          JsonlWriter(str(work / "kept"), compression=None)], 1),
+    ]
+    started = _cpu_now()
+    for i, (steps, n) in enumerate(stages):
+        LocalPipelineExecutor(pipeline=steps, tasks=n, workers=min(n, tasks),
+                              logging_dir=str(work / f"logs-{i}")).run()
+    cpu = _cpu_now() - started
+    removed = set()
+    for f in (work / "removed").glob("*.jsonl"):
+        removed |= {json.loads(line)["id"] for line in f.read_text().splitlines()}
+    return removed, cpu
+
+
+def _cpu_now() -> float:
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def run_job_agreement(corpus: Path, mb: float) -> None:
+    """``--job --datatrove``: our job's removed set against datatrove's MinHash pipeline on
+    the same texts (``mb`` MB of ``corpus`` with planted near copies)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="bench-dedup-agree-") as tmp:
+        path, planted = _write_planted(corpus, Path(tmp) / "in", mb)
+        size = path.stat().st_size / 1e6
+        out = Path(tmp) / "out"
+        started = _cpu_now()
+        subprocess.run([sys.executable, "-m", "pipeline", "--input", str(path), "--id-field",
+                        "id", "--tokenizer", "bytes", "--window", "4096", "--dedup", "near",
+                        "--output", str(out)], check=True, cwd=ROOT, capture_output=True)
+        ours_cpu = _cpu_now() - started
+        mine = set()
+        for reason in ("exact_duplicate", "near_duplicate"):
+            f = out / "_rejects" / f"{reason}.jsonl"
+            if f.exists():
+                mine |= {json.loads(line)["doc_id"] for line in f.read_text().splitlines()}
+        theirs, their_cpu = _datatrove_removed(path, Path(tmp) / "dt", tasks=2)
+    copies = {f"e{i:07d}" for i in range(0, 10**7, 20)}
+    print(f"{size:.1f} MB, {planted} near copies planted (ids e…):")
+    print(f"  ours (the whole job, bytes tokenizer): removed {len(mine)}, of them planted "
+          f"copies {len(mine & copies)}; CPU {ours_cpu:.1f} s ({size / ours_cpu:.2f} MB/s "
+          "per core)")
+    print(f"  datatrove (4 stages, 2 tasks):           removed {len(theirs)}, of them planted "
+          f"copies {len(theirs & copies)}; CPU {their_cpu:.1f} s "
+          f"({size / their_cpu:.2f} MB/s per core)")
+    print(f"  removed by both {len(mine & theirs)}, ours only {len(mine - theirs)} "
+          f"{sorted(mine - theirs)[:8]}, datatrove only {len(theirs - mine)} "
+          f"{sorted(theirs - mine)[:8]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--core", action="store_true", help="the pure functions vs datatrove's")
@@ -251,7 +371,13 @@ def main() -> None:
     parser.add_argument("--runner-args", nargs="*", default=[],
                         help="--job: more flags for both jobs (e.g. "
                         "--direct_running_mode=multi_processing)")
+    parser.add_argument("--datatrove", action="store_true",
+                        help="--job: our removed set against datatrove's MinHash pipeline "
+                        "on --mb MB of --corpus with planted near copies")
     args = parser.parse_args()
+    if args.job and args.datatrove:
+        run_job_agreement(args.corpus, args.mb)
+        return
     if args.job:
         run_job_bench(args.corpus, rounds=args.rounds, tokenizer=args.tokenizer,
                       extra=args.runner_args)
