@@ -39,7 +39,10 @@ keep their smallest member, and removals are looked up by position.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
+import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -53,9 +56,11 @@ from pipeline.tagged import SplitTags, StepFn
 from transforms.chunks import Chunk, detect_format, plan_chunks, read_chunk
 from transforms.contamination import EvalNgramIndex
 from transforms.documents import Document, source_order
+from transforms.key_spill import IDS_BAND, KeySpillWriter, read_band, read_record
 from transforms.params import ReadSpec
 from transforms.removal import (
     CONTAMINATED,
+    EXACT,
     ChunkRef,
     KeyBlock,
     Ref,
@@ -74,7 +79,7 @@ __all__ = ["FindRemovals", "JoinRemovals", "RemovalSummary", "chunk_ref", "eval_
 
 # The tags of the dedup pass's multi-output steps (`pipeline.tagged`).
 BLOCKS, IDS, REMOVALS, SUMMARY = "blocks", "ids", "removals", "summary"
-EDGES, WANTED, NAMES = "edges", "wanted", "names"
+EDGES, WANTED, NAMES, SPILLS = "edges", "wanted", "names", "spills"
 # The one element the clusters' group always has, so that a job without a copy or a
 # contaminated document still gets its summary (a GroupByKey of nothing runs nothing).
 _START = "start"
@@ -117,8 +122,8 @@ def eval_index(spec: RemovalSpec, read: ReadSpec) -> EvalNgramIndex:
 
 
 class _KeyChunkFn(StepFn):
-    """A chunk → (BLOCKS, (band, KeyBlock)) per band and (REMOVALS, (chunk, Removal)) per
-    contaminated document."""
+    """A chunk → (BLOCKS, (band, KeyBlock)) per band, (IDS, (chunk, (IDS, ChunkIds))) once
+    and (REMOVALS, (chunk, Removal)) per contaminated document."""
 
     def __init__(self, context: JobContext) -> None:
         self._spec = context.removal
@@ -127,11 +132,10 @@ class _KeyChunkFn(StepFn):
         self._documents = Metrics.counter("dedup", "documents")
         # As many hashing threads as the encoding has (--encode-threads: cores per process).
         self._threads = max(1, context.config.encode_threads)
-
-    def teardown(self) -> None:
-        pool = getattr(self, "_pool", None)
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+        # With the file shuffle, each bundle's blocks go to a key spill file.
+        self._spill_dir = spill_dir(context)
+        self._root = context.output
+        self._spill: _KeySpill | None = None
 
     def setup(self) -> None:
         # Signatures of the next batches on helper threads while this one parses the chunk.
@@ -146,6 +150,32 @@ class _KeyChunkFn(StepFn):
         else:
             self._index = None
 
+    def teardown(self) -> None:
+        pool = getattr(self, "_pool", None)  # None when setup failed
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+        self._abandon()
+
+    def start_bundle(self) -> None:
+        self._abandon()  # a failed bundle's file, if finish_bundle never came
+
+    def finish_bundle(self) -> None:
+        # Nothing is emitted here (Beam's DaskRunner drops it): the file's path went on
+        # with the bundle's first chunk; the index and footer are written now.
+        spill, self._spill = self._spill, None
+        if spill is not None:
+            try:
+                spill.writer.finish()
+                spill.file.close()
+            except BaseException:
+                spill.abandon()
+                raise
+
+    def _abandon(self) -> None:
+        spill, self._spill = getattr(self, "_spill", None), None
+        if spill is not None:
+            spill.abandon()
+
     def process(self, chunk: Chunk) -> Iterator[tuple[str, Any]]:
         ref = chunk_ref(chunk)
         docs = (d for d in read_chunk(chunk, self._read, fs.open_raw) if isinstance(d, Document))
@@ -155,11 +185,44 @@ class _KeyChunkFn(StepFn):
         for removal in removals:
             Metrics.counter("dedup", CONTAMINATED).inc()
             yield REMOVALS, (ref, removal)
-        for block in blocks:
-            yield BLOCKS, block
         if ids is not None:
-            yield IDS, (ref, (IDS, ids))
             self._documents.inc(len(ids.ids))
+        if self._spill_dir is None:
+            for block in blocks:
+                yield BLOCKS, block
+            if ids is not None:
+                yield IDS, (ref, (IDS, ids))
+            return
+        if ids is None:
+            return
+        if self._spill is None:  # the bundle's first keys: its file's path goes on now
+            self._spill = _KeySpill(self._spill_dir, root=self._root, first=chunk)
+            yield SPILLS, self._spill.path
+        at = self._spill.writer.write(IDS_BAND, ids)
+        for band, block in blocks:
+            self._spill.writer.write(band, block._replace(ids_at=at))
+
+
+def spill_dir(context: JobContext) -> str | None:
+    """Where the dedup pass spills its keys (with the file shuffle), else None."""
+    return None if context.spill_dir is None else fs.join(context.tmp_dir, "dedup")
+
+
+class _KeySpill:
+    """One bundle's key spill file (`transforms.key_spill`), below the output directory."""
+
+    def __init__(self, directory: str, *, root: str, first: Chunk) -> None:
+        # A name of the bundle's first chunk and a random attempt id: a retried bundle never
+        # touches the file of an attempt the runner may still use. It never reaches the
+        # output.
+        name = hashlib.sha256(f"{first.path}@{first.start}".encode()).hexdigest()[:16]
+        self.path = fs.join(directory, f"{name}-{uuid.uuid4().hex[:12]}.keys")
+        self.file = fs.create(self.path, root=root)
+        self.writer = KeySpillWriter(self.file, self.path)
+
+    def abandon(self) -> None:
+        with contextlib.suppress(Exception):
+            self.file.close()
 
 
 class _Holder:
@@ -171,26 +234,45 @@ class _Holder:
 
 def _edges(item: tuple[int, Iterable[KeyBlock]]) -> Iterator[tuple[str, Any]]:
     """A band's blocks → (EDGES, (band, document, document)) and, once per document with an
-    edge, (WANTED, (chunk, (WANTED, position))): its doc_id is wanted."""
+    edge, (WANTED, (chunk, (WANTED, position, where its chunk's doc_ids were spilled)))."""
     band, blocks = item
+    blocks = list(blocks)
+    ids_at = {block.chunk: block.ids_at for block in blocks}
     wanted: set[Ref] = set()
     for a, b in bucket_edges(blocks):
         yield EDGES, (band, a, b)
         wanted.update((a, b))
     for chunk, position in sorted(wanted):
-        yield WANTED, (chunk, (WANTED, position))
+        yield WANTED, (chunk, (WANTED, position, ids_at[chunk]))
+
+
+def _band_jobs(item: tuple[None, Iterable[str]], bands: list[int]
+               ) -> Iterator[tuple[int, list[str]]]:
+    """Every key spill file → (band, every file) for each band."""
+    paths = sorted(item[1])
+    for band in bands:
+        yield band, paths
+
+
+def _spilled_band(item: tuple[int, list[str]]) -> Iterator[tuple[str, Any]]:
+    """`_edges` of one band's blocks, read from every key spill file."""
+    band, paths = item
+    return _edges((band, read_band(paths, band, fs.open_raw)))
 
 
 def _names(item: tuple[ChunkRef, Iterable[tuple[str, Any]]]) -> Iterator[tuple[str, Any]]:
     """A chunk's doc_ids and the positions wanted → (NAMES, (document, doc_id)) for each."""
     chunk, values = item
-    ids, wanted = None, []
-    for tag, value in values:
-        if tag == IDS:
-            ids = value
+    ids, wanted, at = None, [], None
+    for value in values:
+        if value[0] == IDS:
+            ids = value[1]
         else:
-            wanted.append(value)
+            wanted.append(value[1])
+            at = value[2]
     if wanted:
+        if ids is None and at is not None:  # spilled: read back for this chunk only
+            ids = read_record(at, fs.open_raw)
         if ids is None:
             raise RuntimeError(f"the dedup pass lost the doc_ids of chunk {chunk}")
         for ref, doc_id in named(chunk, ids, wanted):
@@ -249,15 +331,29 @@ class FindRemovals(beam.PTransform):
         self._context = context
 
     def expand(self, chunks: beam.PCollection) -> Any:
+        spilled = spill_dir(self._context) is not None
         keyed = (chunks
                  | "KeyChunks" >> beam.ParDo(_KeyChunkFn(self._context))
-                 | "KeysByTag" >> SplitTags([BLOCKS, IDS, REMOVALS]))
-        found = (keyed[BLOCKS]
-                 | "GroupByBand" >> beam.GroupByKey()
-                 | "BucketEdges" >> beam.FlatMap(_edges)
-                 | "EdgesByTag" >> SplitTags([EDGES, WANTED]))
-        names = ((keyed[IDS], found[WANTED])
-                 | "IdsAndWanted" >> beam.Flatten()
+                 | "KeysByTag" >> SplitTags([SPILLS, REMOVALS] if spilled
+                                            else [BLOCKS, IDS, REMOVALS]))
+        if spilled:
+            # Only the key spill files' paths go on; each band is read from all of them.
+            removal = self._context.removal
+            bands = [EXACT, *range(removal.dedup.bands if removal.dedup.mode == "near" else 0)]
+            found = (keyed[SPILLS]
+                     | "KeySpills" >> beam.Map(_one_key)
+                     | "AllKeySpills" >> beam.GroupByKey()
+                     | "EveryBand" >> beam.FlatMap(_band_jobs, bands)
+                     | "BucketEdges" >> beam.FlatMap(_spilled_band)
+                     | "EdgesByTag" >> SplitTags([EDGES, WANTED]))
+            wanted = found[WANTED]
+        else:
+            found = (keyed[BLOCKS]
+                     | "GroupByBand" >> beam.GroupByKey()
+                     | "BucketEdges" >> beam.FlatMap(_edges)
+                     | "EdgesByTag" >> SplitTags([EDGES, WANTED]))
+            wanted = (keyed[IDS], found[WANTED]) | "IdsAndWanted" >> beam.Flatten()
+        names = (wanted
                  | "GroupIdsByChunk" >> beam.GroupByKey()
                  | "Names" >> beam.FlatMap(_names))
         contaminated = keyed[REMOVALS] | "Tagged" >> beam.Map(_tagged_removal)

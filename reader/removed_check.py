@@ -77,7 +77,10 @@ def check_removed(ds: InspectedDataset, doc_ids: set[str],
         if files.get(name, 0) != by_file.get(name, 0):
             fail("dedup", f"dedup.decontaminate.files says {name} removed {files.get(name, 0)}"
                  f" documents, {REJECTS_DIR}/contaminated.jsonl holds {by_file.get(name, 0)}")
-    removed = {r["doc_id"] for found in records.values() for r in found}
+    # A copy of a record with the same doc_id (both under one --id-field value) leaves that
+    # doc_id kept: it is no removed doc_id.
+    removed = {r["doc_id"] for found in records.values() for r in found
+               if r.get("kept") != r["doc_id"]}
     for doc in sorted(removed & doc_ids):
         fail("dedup", f"doc_id {doc!r} was removed (kept aside in {REJECTS_DIR}/), but the "
              "rows hold it")

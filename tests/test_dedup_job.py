@@ -17,6 +17,7 @@ import unicodedata
 
 import pytest
 
+from pipeline.context import Tuning
 from tests.conftest import dir_bytes, read_rows, run_job, run_main, write_jsonl
 from tests.test_runners import _cli, dask_cluster, needs_dask  # noqa: F401 (a fixture)
 
@@ -163,6 +164,10 @@ def test_same_documents_kept_for_another_window_seed_tokenizer_and_runner(tmp_pa
     run_job(tmp_path / "b", *_job(corpus, evals), "--direct_running_mode=multi_processing",
             "--direct_num_workers=2", "--shuffle", "runner")
     assert dir_bytes(tmp_path / "a") == dir_bytes(tmp_path / "b")
+    # The key spill files (the file shuffle) written by two worker processes: the same.
+    run_job(tmp_path / "b2", *_job(corpus, evals), "--direct_running_mode=multi_processing",
+            "--direct_num_workers=2", tuning=Tuning(chunk_bytes=4096))
+    assert dir_bytes(tmp_path / "a") == dir_bytes(tmp_path / "b2")
     other = [*_job(corpus, evals)]
     other[other.index("bytes")] = SPM
     other[other.index("64")] = "17"
@@ -264,3 +269,18 @@ def test_text_files_read_in_runs_and_parquet_inputs_and_evaluation_files(tmp_pat
     assert sorted(r["doc_id"] for r in dirty) == ["5.txt", "rows.parquet:2"]
     assert {(r["eval_file"], r["eval_line"]) for r in dirty} == {("eval.parquet", 0)}
     assert manifest["dedup"]["decontaminate"]["files"] == {"eval.parquet": 2}
+
+
+@pytest.mark.slow
+def test_a_copy_under_the_same_id_is_removed_and_check_accepts_it(tmp_path, capsys):
+    from reader.inspect import run
+
+    corpus = write_jsonl(tmp_path / "in" / "c.jsonl", [
+        {"id": "x", "text": "one text, twice"}, {"id": "y", "text": "another"},
+        {"id": "x", "text": "one  text, twice"}])
+    manifest = run_job(tmp_path / "out", "--input", str(corpus), "--id-field", "id",
+                       "--tokenizer", "bytes", "--dedup", "exact")
+    assert manifest["counts"]["skipped"] == {"exact_duplicate": 1}  # no duplicate_id left
+    (removed,) = _rejects(tmp_path / "out", "exact_duplicate")
+    assert (removed["doc_id"], removed["kept"], removed["source"]) == ("x", "x", f"{corpus}:3")
+    assert run([str(tmp_path / "out"), "--check"]) == 0, capsys.readouterr().out

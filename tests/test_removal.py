@@ -109,6 +109,6 @@ def test_chunk_keys_one_block_per_band_keys_of_the_kept_documents():
     assert removals == []
     assert ids == ChunkIds(positions=[0, 1, 2, 3, 4], ids=[d.doc_id for d in docs])
     assert [band for band, _ in blocks] == [-1, 0, 1, 2, 3]
-    assert all(len(b) == 5 and len(b.keys) == 16 * 5 for _, b in blocks)
+    assert all(b.size == 5 and len(b.keys) == 16 * 5 for _, b in blocks)
     edges = sorted(bucket_edges([blocks[0][1]]))
     assert [(a[1], b[1]) for a, b in edges] == [(2, 0), (3, 1), (4, 0)]

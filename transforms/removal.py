@@ -214,8 +214,11 @@ class KeyBlock(NamedTuple):
     positions: bytes
     keys: bytes
     width: int
+    ids_at: tuple[str, int, int] | None = None  # where the chunk's doc_ids were spilled
 
-    def __len__(self) -> int:  # type: ignore[override]
+    @property
+    def size(self) -> int:
+        """How many documents it holds."""
         return len(self.positions) // 4
 
 
@@ -354,7 +357,7 @@ def bucket_edges(blocks: Iterable[KeyBlock]) -> Iterator[tuple[Ref, Ref]]:
         return
     width = blocks[0].width
     keys = np.frombuffer(b"".join(b.keys for b in blocks), dtype=f"S{width}")
-    sizes = np.array([len(b) for b in blocks], np.int64)
+    sizes = np.array([b.size for b in blocks], np.int64)
     block_of = np.repeat(np.arange(len(blocks)), sizes)
     within = np.frombuffer(b"".join(b.positions for b in blocks), np.int32)
     _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
