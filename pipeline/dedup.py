@@ -28,6 +28,11 @@ EncodeChunks with the removals of its documents::
   (`transforms.removal.cluster_removals`). It holds only documents that have a candidate
   copy (or are contaminated), and emits the removals keyed by chunk and one
   `RemovalSummary`.
+* With the file shuffle (the local runner's default, whose GroupByKey holds its input in
+  memory), KeyChunks writes each bundle's blocks and doc_ids to a key spill file
+  (`transforms.key_spill`) and only its path goes on; **BucketEdges** then reads one band
+  at a time from every file, and **Names** reads a chunk's doc_ids back only if one of its
+  documents has an edge.
 * **JoinRemovals**: the chunks and the removals grouped by chunk (a GroupByKey, not a side
   input, which Beam's DaskRunner would compute again inside every task reading it).
 
