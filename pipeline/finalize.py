@@ -106,12 +106,11 @@ class _FinalizeFn(StepFn):
                 f"--sample {self._splits.sample if self._splits else '?'} left out every one of "
                 f"the {sampled_out} documents; raise --sample; no manifest was written")
         # Records are skipped before the sample is drawn: the share is of every record read.
-        # Copies and contaminated documents removed on request are no sign of a wrong flag
-        # (but a job that keeps nothing still fails).
-        kept_share = sum(skipped.values()) == records or not set(skipped) & set(REMOVAL_REASONS)
-        check_skipped_share(records=records,
-                            skipped=skipped if kept_share else
-                            {k: v for k, v in skipped.items() if k not in REMOVAL_REASONS},
+        # Copies and contaminated documents removed on request are no sign of a wrong flag:
+        # they count only when every record was skipped (a job that keeps nothing fails).
+        counted = skipped if sum(skipped.values()) == records else {
+            k: v for k, v in skipped.items() if k not in REMOVAL_REASONS}
+        check_skipped_share(records=records, skipped=counted,
                             first={reason: c.first for reason, c in rejects.items()},
                             max_share=self._max_skipped_share)
         shards = list(shards)
