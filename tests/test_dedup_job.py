@@ -284,3 +284,19 @@ def test_a_copy_under_the_same_id_is_removed_and_check_accepts_it(tmp_path, caps
     (removed,) = _rejects(tmp_path / "out", "exact_duplicate")
     assert (removed["doc_id"], removed["kept"], removed["source"]) == ("x", "x", f"{corpus}:3")
     assert run([str(tmp_path / "out"), "--check"]) == 0, capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_removals_do_not_count_toward_the_skipped_share_unless_nothing_is_left(tmp_path):
+    corpus = write_jsonl(tmp_path / "in" / "c.jsonl", [
+        {"text": "the same words"}, {"text": "the  same words"}, {"text": "other ones"}])
+    manifest = run_job(tmp_path / "a", "--input", str(corpus), "--tokenizer", "bytes",
+                       "--dedup", "exact", "--max-skipped-share", "0.1")
+    assert manifest["counts"]["skipped"] == {"exact_duplicate": 1}
+    evals = write_jsonl(tmp_path / "e.jsonl", [{"text": "the same words other ones"}])
+    code, err = run_main("--input", str(corpus), "--tokenizer", "bytes", "--output",
+                         str(tmp_path / "b"), "--decontaminate", str(evals),
+                         "--decontaminate-ngram", "2")
+    assert code == 1
+    assert "all 3 records skipped as contaminated" in err
+    assert "check the --decontaminate files (or raise --decontaminate-ngram)" in err
