@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import SAMPLES
+from transforms import dedup
 from transforms.dedup import (
     DedupSpec,
     band_keys,
@@ -138,6 +139,18 @@ def test_word_hashes_match_the_slow_reference():
     assert hashes[0] == hashes[2] == hashes[4] != hashes[1]
 
 
+def test_word_hashes_across_the_power_tables_blocks():
+    # Powers of the base come in blocks of 2**16 code points: words on and past the seams.
+    text = " " * 65533 + "hello " + "x" * 70000 + " 大學 " * 40000 + "end"
+    hashes = word_hashes(text)
+    found = words(text)
+    assert len(hashes) == len(found) == 2 + 80000 + 1
+    assert hashes[0] == word_hash_reference("hello")
+    assert hashes[1] == word_hash_reference("x" * 70000)
+    assert hashes[2] == hashes[4] == word_hash_reference("大") != hashes[3]
+    assert hashes[-1] == word_hash_reference("end")
+
+
 def test_ngram_hashes():
     text = "one two three four five six"
     grams = ngram_hashes(text, 5)
@@ -180,6 +193,14 @@ def test_signatures_equal_signature_one_by_one():
     for row, text in zip(batch, texts, strict=True):
         assert row.tolist() == signature(text, NEAR).tolist()
     assert signatures([], NEAR).shape == (0, 112)
+
+
+def test_signatures_in_several_passes(monkeypatch):
+    texts = [f"text number {i} has some words in it, {'more ' * (i % 7)}" for i in range(40)]
+    whole = signatures(texts, NEAR)
+    monkeypatch.setattr(dedup, "PASS_CHARS", 100)  # passes of a few texts, one alone
+    assert signatures(texts, NEAR).tolist() == whole.tolist()
+    assert [signature(t, NEAR).tolist() for t in texts] == whole.tolist()
 
 
 def test_short_and_empty_texts():

@@ -20,7 +20,7 @@ The hashing, all of it stable across processes, machines and runs (nothing from 
 salted ``hash()``, nothing from the job's ``--seed``):
 
 * a word's hash is ``mix64(Σ cp[i]·P**i mod 2**64)`` over its code points ``cp``, computed for
-  a whole batch of texts at once from prefix sums;
+  a whole batch of texts at once by one segmented sum;
 * an n-gram's hash is ``mix64(Σ w[j]·C[j] mod 2**64)`` over its n word hashes ``w``;
 * the MinHash value ``i`` of a document is the minimum over its distinct n-gram hashes ``x``
   of ``A[i]·x mod 2**64``, ``A[i]`` odd. An odd multiplier is a bijection of the 64-bit
@@ -54,6 +54,7 @@ from numpy.typing import NDArray
 
 __all__ = [
     "MODES",
+    "PASS_CHARS",
     "SCHEME",
     "DedupSpec",
     "WordBatch",
@@ -241,8 +242,11 @@ def _code_points(text: str) -> NDArray[np.uint32]:
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
 
 
-def _spans(cps: NDArray[np.uint32]) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
-    """The start and end (exclusive) of every word in the code points ``cps``."""
+def _spans(
+    cps: NDArray[np.uint32],
+) -> tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.bool_]]:
+    """The start and end (exclusive) of every word in the code points ``cps``, and which code
+    points are in a word."""
     cls = _classes()[cps]
     run = cls == _RUN
     single = cls == _SINGLE
@@ -255,7 +259,7 @@ def _spans(cps: NDArray[np.uint32]) -> tuple[NDArray[np.intp], NDArray[np.intp]]
         next_run[:-1] = run[1:]
     starts = np.flatnonzero(single | (run & ~prev_run))
     ends = np.flatnonzero(single | (run & ~next_run)) + 1
-    return starts, ends
+    return starts, ends, cls != _SEP
 
 
 def _powers(base: int, count: int) -> NDArray[np.uint64]:
@@ -266,22 +270,42 @@ def _powers(base: int, count: int) -> NDArray[np.uint64]:
     return np.cumprod(out, dtype=_U64)
 
 
-def _hash_spans(
-    cps: NDArray[np.uint32], starts: NDArray[np.intp], ends: NDArray[np.intp]
-) -> NDArray[np.uint64]:
-    """Each word's hash, ``mix64(Σ cp[i]·P**i)``, from one prefix sum over all code points.
+# Powers of P are taken as P**(lo + 2**16·hi) = P**lo · (P**2**16)**hi: one small table for lo,
+# so a batch of any size needs no table of its own length.
+_LOW_BITS = 16
+_LOW = 1 << _LOW_BITS
 
-    ``H[k] = Σ_{j<k} cp[j]·P**j``, so ``(H[e] - H[s])·P**-s`` is the word's own polynomial
-    whatever its position; all of it mod 2**64, which NumPy's uint64 arithmetic is.
+
+@functools.cache
+def _low_powers() -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
+    """``P**i`` and ``P**-i`` for i in [0, 2**16)."""
+    return _powers(_P, _LOW), _powers(_P_INV, _LOW)
+
+
+def _hash_spans(
+    cps: NDArray[np.uint32], inword: NDArray[np.bool_], starts: NDArray[np.intp]
+) -> NDArray[np.uint64]:
+    """Each word's hash, ``mix64(Σ cp[i]·P**i)``, from one segmented sum over the code points.
+
+    With ``x[j] = cp[j]·P**j`` (0 outside words), the sum of ``x`` from a word's start to the
+    next word's start is ``P**s`` times the word's own polynomial, whatever its position
+    ``s``; all of it mod 2**64, which NumPy's uint64 arithmetic is.
     """
     if not len(starts):
         return np.empty(0, dtype=_U64)
-    count = int(ends[-1])
-    power = _powers(_P, count)
-    prefix = np.zeros(count + 1, dtype=_U64)
-    np.cumsum(cps[:count].astype(_U64) * power, out=prefix[1:])
-    inverse = _powers(_P_INV, count)
-    return _mix64((prefix[ends] - prefix[starts]) * inverse[starts])
+    low, low_inv = _low_powers()
+    count = len(cps)
+    blocks = (count + _LOW - 1) >> _LOW_BITS
+    x = np.zeros(blocks << _LOW_BITS, dtype=_U64)
+    np.multiply(cps, inword, out=x[:count], casting="unsafe")
+    grid = x.reshape(blocks, _LOW)
+    grid *= low
+    grid *= _powers(int(low[-1]) * _P & _MASK, blocks)[:, None]
+    sums = np.add.reduceat(x, starts)
+    high_inv = _powers(int(low_inv[-1]) * _P_INV & _MASK, blocks)
+    sums *= low_inv[starts & (_LOW - 1)]
+    sums *= high_inv[starts >> _LOW_BITS]
+    return _mix64(sums)
 
 
 def _word_hash_reference(word: str) -> int:
@@ -308,15 +332,15 @@ def words(text: str) -> list[str]:
         ``["don", "t", "stop", "東", "京"]``.
     """
     form = _near_form(text)
-    starts, ends = _spans(_code_points(form))
+    starts, ends, _ = _spans(_code_points(form))
     return [form[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
 
 
 def word_hashes(text: str) -> NDArray[np.uint64]:
     """The 64-bit hash of each of `words` (text), in order."""
     cps = _code_points(_near_form(text))
-    starts, ends = _spans(cps)
-    return _hash_spans(cps, starts, ends)
+    starts, _, inword = _spans(cps)
+    return _hash_spans(cps, inword, starts)
 
 
 def _combine(hashes: NDArray[np.uint64], n: int) -> NDArray[np.uint64]:
@@ -361,6 +385,9 @@ def _short_shingle(hashes: NDArray[np.uint64], text: str) -> int:
     value = (int(np.sum(hashes * _C[: len(hashes)], dtype=_U64)) ^ (len(hashes) << 56)) & _MASK
     return int(_mix64(np.array([value], dtype=_U64))[0])
 
+
+# Code points per NumPy pass of `signatures` (its memory: about 40 bytes each).
+PASS_CHARS = 1 << 22
 
 # Shingles per block of the (hashes × shingles) MinHash product: 3.5 MB of uint64 at 112 values,
 # the size that measured fastest (the reduction runs along contiguous rows).
@@ -445,8 +472,8 @@ def word_batch(texts: Sequence[str]) -> WordBatch:
     forms = [_near_form(t) for t in texts]
     joined = "\0".join(forms)
     cps = _code_points(joined)
-    starts, ends = _spans(cps)
-    hashes = _hash_spans(cps, starts, ends)
+    starts, ends, inword = _spans(cps)
+    hashes = _hash_spans(cps, inword, starts)
     text_starts = np.cumsum([0] + [len(f) + 1 for f in forms[:-1]])
     owner = np.searchsorted(text_starts, starts, side="right") - 1
     ids = np.arange(len(texts))
@@ -458,8 +485,10 @@ def word_batch(texts: Sequence[str]) -> WordBatch:
 def signatures(texts: Sequence[str], spec: DedupSpec) -> NDArray[np.uint64]:
     """The MinHash signatures of many texts at once (faster than one by one).
 
-    All texts are cut into words, hashed and shingled in one NumPy pass (a NUL between them
-    keeps their words apart), so a batch of short texts costs about what one long text does.
+    The texts are cut into words, hashed and shingled in NumPy passes over up to `PASS_CHARS`
+    code points at a time (a NUL between texts keeps their words apart), so a batch of short
+    texts costs about what one long text does, and the memory of a pass stays about 40 bytes
+    per code point of the pass (one text longer than `PASS_CHARS` is a pass of its own).
 
     Args:
         texts: Document texts.
@@ -468,10 +497,21 @@ def signatures(texts: Sequence[str], spec: DedupSpec) -> NDArray[np.uint64]:
     Returns:
         A ``(len(texts), bands × rows)`` uint64 array; row ``i`` is `signature` (texts[i]).
     """
-    n = spec.ngram
     out = np.full((len(texts), spec.num_hashes), _MASK, dtype=_U64)
-    if not len(texts):
-        return out
+    lo = size = 0
+    for hi, text in enumerate(texts):
+        if size and size + len(text) > PASS_CHARS:
+            _signatures_into(texts[lo:hi], spec, out[lo:hi])
+            lo, size = hi, 0
+        size += len(text) + 1
+    if lo < len(texts):
+        _signatures_into(texts[lo:], spec, out[lo:])
+    return out
+
+
+def _signatures_into(texts: Sequence[str], spec: DedupSpec, out: NDArray[np.uint64]) -> None:
+    """One pass of `signatures`: ``out``'s rows (all ones) become the texts' signatures."""
+    n = spec.ngram
     batch = word_batch(texts)
     grams, at = batch.ngrams(n)
     _min_hash(grams, batch.owners()[at], out)
@@ -482,7 +522,6 @@ def signatures(texts: Sequence[str], spec: DedupSpec) -> NDArray[np.uint64]:
             for i in short.tolist()
         ]
         _min_hash(np.array(one, dtype=_U64), short, out)
-    return out
 
 
 def signature(text: str, spec: DedupSpec) -> NDArray[np.uint64]:
