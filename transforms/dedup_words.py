@@ -179,11 +179,17 @@ def _hash_spans(
     low, low_inv = _low_powers()
     count = len(cps)
     blocks = (count + _LOW - 1) >> _LOW_BITS
-    x = np.zeros(blocks << _LOW_BITS, dtype=_U64)
-    np.multiply(cps, inword, out=x[:count], casting="unsafe")
-    grid = x.reshape(blocks, _LOW)
+    high = _powers(int(low[-1]) * _P & _MASK, blocks)
+    x = np.empty(count, dtype=_U64)
+    np.multiply(cps, inword, out=x, casting="unsafe")
+    full = count >> _LOW_BITS
+    grid = x[: full << _LOW_BITS].reshape(full, _LOW)
     grid *= low
-    grid *= _powers(int(low[-1]) * _P & _MASK, blocks)[:, None]
+    grid *= high[:full, None]
+    tail = x[full << _LOW_BITS :]
+    if len(tail):
+        tail *= low[: len(tail)]
+        tail *= high[full]
     sums = np.add.reduceat(x, starts)
     high_inv = _powers(int(low_inv[-1]) * _P_INV & _MASK, blocks)
     sums *= low_inv[starts & (_LOW - 1)]
