@@ -111,10 +111,11 @@ def test_signature_values_are_pinned():
     """The scheme is part of the format: these values change only with a new SCHEME."""
     sig = signature("The quick brown fox jumps over the lazy dog.", NEAR)
     assert sig.dtype == np.uint64 and sig.shape == (112,)
-    assert sig[:3].tolist() == [2104443362929987257, 8563243265224040078, 859180597701306055]
+    assert sig[:3].tolist() == [463664943, 1017523045, 1849277261]
+    assert int(sig.max()) < 2**32  # 32-bit values
     keys = band_keys(sig, NEAR)
     assert len(keys) == 14 and {len(k) for k in keys} == {16}
-    assert keys[0].hex() == "8e7cf60bf26beaadc26c7fba80bdd57b"
+    assert keys[0].hex() == "535163e37473f72ad9e73562f1acc94e"
 
 
 def test_signatures_equal_signature_one_by_one():
