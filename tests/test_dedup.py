@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import SAMPLES
+from tests.test_dedup_words import TEXTS
+from transforms import dedup
 from transforms.dedup import (
     DedupSpec,
     band_keys,
@@ -23,10 +25,8 @@ from transforms.dedup import (
     normalize,
     signature,
     signatures,
-    word_hashes,
     words,
 )
-from transforms.dedup import _word_hash_reference as word_hash_reference
 
 NEAR = DedupSpec(mode="near")
 
@@ -104,53 +104,6 @@ def test_exact_key():
     assert len(exact_key("a\ud800b")) == 16
 
 
-# -- words ----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("Hello, World 42!", ["hello", "world", "42"]),
-        ("Don't stop_now: x@y.org", ["don", "t", "stop", "now", "x", "y", "org"]),
-        ("Straße STRASSE", ["strasse", "strasse"]),  # casefolded
-        ("naïve nai\u0308ve", ["naïve", "naïve"]),  # NFC after casefolding
-        ("हिन्दी भाषा", ["हिन्दी", "भाषा"]),  # marks stay inside their word
-        ("大學之道，在明明德。", ["大", "學", "之", "道", "在", "明", "明", "德"]),
-        ("東京に行きます", ["東", "京", "に", "行", "き", "ま", "す"]),
-        ("カタカナ and ｶﾀｶﾅ", ["カ", "タ", "カ", "ナ", "and", "ｶ", "ﾀ", "ｶ", "ﾅ"]),
-        ("안녕하세요 세계", ["안녕하세요", "세계"]),  # Hangul is written with spaces
-        ("ภาษาไทย", ["ภ", "า", "ษ", "า", "ไ", "ท", "ย"]),
-        ("GPT-4は2023年に", ["gpt", "4", "は", "2023", "年", "に"]),
-        ("", []),
-        ("... !!! ---", []),
-    ],
-)
-def test_words(text, expected):
-    assert words(text) == expected
-
-
-def test_word_hashes_match_the_slow_reference():
-    text = "Hello, wörld 大學 𠀀x naïve ภาษา " * 3
-    expected = [word_hash_reference(w) for w in words(text)]
-    assert word_hashes(text).tolist() == expected
-    # The same word hashes the same wherever it is.
-    hashes = word_hashes("alpha beta alpha gamma alpha")
-    assert hashes[0] == hashes[2] == hashes[4] != hashes[1]
-
-
-def test_ngram_hashes():
-    text = "one two three four five six"
-    grams = ngram_hashes(text, 5)
-    assert len(grams) == 2 and grams[0] != grams[1]
-    assert ngram_hashes("x " + text, 5)[1:].tolist() == grams.tolist()
-    assert len(ngram_hashes("one two three four", 5)) == 0
-    # Punctuation and case do not make n-grams differ; word order does.
-    assert ngram_hashes("One, TWO; three four five", 5).tolist() == grams[:1].tolist()
-    assert ngram_hashes("two one three four five", 5)[0] != grams[0]
-    with pytest.raises(ValueError, match=r"`n` must be an integer in \[1, 64\], but got 0"):
-        ngram_hashes(text, 0)
-
-
 # -- signatures -----------------------------------------------------------------------------
 
 
@@ -158,10 +111,11 @@ def test_signature_values_are_pinned():
     """The scheme is part of the format: these values change only with a new SCHEME."""
     sig = signature("The quick brown fox jumps over the lazy dog.", NEAR)
     assert sig.dtype == np.uint64 and sig.shape == (112,)
-    assert sig[:3].tolist() == [2104443362929987257, 8563243265224040078, 859180597701306055]
+    assert sig[:3].tolist() == [463664943, 1017523045, 1849277261]
+    assert int(sig.max()) < 2**32  # 32-bit values
     keys = band_keys(sig, NEAR)
     assert len(keys) == 14 and {len(k) for k in keys} == {16}
-    assert keys[0].hex() == "8e7cf60bf26beaadc26c7fba80bdd57b"
+    assert keys[0].hex() == "535163e37473f72ad9e73562f1acc94e"
 
 
 def test_signatures_equal_signature_one_by_one():
@@ -180,6 +134,14 @@ def test_signatures_equal_signature_one_by_one():
     for row, text in zip(batch, texts, strict=True):
         assert row.tolist() == signature(text, NEAR).tolist()
     assert signatures([], NEAR).shape == (0, 112)
+
+
+def test_signatures_in_several_passes(monkeypatch):
+    texts = [f"text number {i} has some words in it, {'more ' * (i % 7)}" for i in range(40)]
+    whole = signatures(texts, NEAR)
+    monkeypatch.setattr(dedup, "PASS_CHARS", 100)  # passes of a few texts, one alone
+    assert signatures(texts, NEAR).tolist() == whole.tolist()
+    assert [signature(t, NEAR).tolist() for t in texts] == whole.tolist()
 
 
 def test_short_and_empty_texts():
@@ -310,8 +272,40 @@ def test_near_copies_share_a_band_and_far_variants_none():
         assert estimate_jaccard(sigs[0], sigs[2]) < 0.1
 
 
+def _chinese_passages(count: int, length: int = 400) -> list[str]:
+    """``count`` passages of ``length`` characters of 古文觀止 (classical Chinese prose)."""
+    with open(SAMPLES / "corpus" / "zh_guwenguanzhi.jsonl", encoding="utf-8") as f:
+        text = "".join(json.loads(line)["text"] for line in f)
+    step = len(text) // count
+    return [text[i * step : i * step + length] for i in range(count)]
+
+
+def test_chinese_near_copies_share_a_band_and_far_variants_none():
+    """One character a word: the same rule on text without spaces.
+
+    400 characters are about 320 words (punctuation is not a word); 2 changed and a header
+    and footer added is J of 0.90 to 0.93, which 14 × 8 misses less than once in 4,000 pairs.
+    """
+    rnd = random.Random(7)
+    other = "天地玄黃宇宙洪荒日月盈昃辰宿列張寒來暑往秋收冬藏"
+    for passage in _chinese_passages(20):
+        chars = list(passage)
+        near = list(chars)
+        for p in rnd.sample(range(len(chars)), 2):
+            near[p] = rnd.choice(other)
+        far = list(chars)
+        for p in rnd.sample(range(len(chars)), len(chars) // 2):
+            far[p] = rnd.choice(other)
+        near_text = "轉載自某網站。\n" + "".join(near) + "\n版權所有"
+        sigs = signatures([passage, near_text, "".join(far)], NEAR)
+        keys = [set(band_keys(s, NEAR)) for s in sigs]
+        assert keys[0] & keys[1], "a near copy must share a band key"
+        assert not keys[0] & keys[2], "a far variant must share none"
+
+
 def test_different_passages_share_no_band():
-    sigs = signatures([" ".join(p) for p in _passages(40)], NEAR)
+    texts = [" ".join(p) for p in _passages(40)] + _chinese_passages(40)
+    sigs = signatures(texts, NEAR)
     seen: dict[bytes, int] = {}
     for i, sig in enumerate(sigs):
         for key in band_keys(sig, NEAR):
@@ -364,19 +358,11 @@ def test_components_do_not_depend_on_edge_order(edges, rnd):
     assert all(expected[a] == expected[b] for a, b in edges)
 
 
-# -- properties of the word pass ------------------------------------------------------------
-
-# Letters of several scripts, digits, marks, punctuation, whitespace and NUL.
-_ALPHABET = st.sampled_from(
-    list("abcXYZ019 \t\n.,!_-'\0")
-    + ["é", "e\u0301", "ß", "İ", "大", "學", "東", "こ", "カ", "ｶ", "한", "글", "ภ", "ा", "क"]
-    + ["\u3000", "\u00a0", "😀", "\U00020000", "١", "Ⅻ"]
-)
-_TEXTS = st.lists(_ALPHABET, max_size=40).map("".join)
+# -- batches of mixed-script texts -------------------------------------------------------
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(_TEXTS, max_size=8))
+@given(st.lists(TEXTS, max_size=8))
 def test_a_batch_equals_its_texts_one_by_one(texts):
     spec = DedupSpec(mode="near", ngram=3, bands=4, rows=2)
     batch = signatures(texts, spec)
@@ -384,17 +370,3 @@ def test_a_batch_equals_its_texts_one_by_one(texts):
         assert row.tolist() == signature(text, spec).tolist()
         if len(words(text)) >= 3:
             assert row.tolist() == minhash(ngram_hashes(text, 3), spec).tolist()
-
-
-@settings(max_examples=200, deadline=None)
-@given(_TEXTS)
-def test_words_are_what_they_say(text):
-    found = words(text)
-    # Words hold no separator, and their hashes are the reference's.
-    assert all(w and not any(c.isspace() or c in ".,!_-'\0" for c in w) for w in found)
-    assert word_hashes(text).tolist() == [word_hash_reference(w) for w in found]
-    # Cutting the words out again changes nothing.
-    assert words(" ".join(found)) == found
-    # Which separators, and case, do not matter.
-    assert words(text.replace(",", " ").replace("\n", "  ")) == found
-    assert words(text.upper()) == found

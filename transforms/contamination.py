@@ -2,8 +2,8 @@
 
 GPT-3's rule, with its n = 13 as the default: a training document is contaminated when any
 of its word 13-grams is also a 13-gram of some evaluation text. Words are
-`transforms.dedup.words` (casefolded, Unicode-aware; each Han or kana character a word), and
-n-grams are compared by their stable 64-bit hashes (`transforms.dedup.ngram_hashes`).
+`transforms.dedup_words.words` (casefolded, Unicode-aware; each Han or kana character a word), and
+n-grams are compared by their stable 64-bit hashes (`transforms.dedup_words.ngram_hashes`).
 
 The index of the evaluation n-grams is three parallel NumPy arrays, sorted by hash: the hash,
 the evaluation file (an index into a tuple of names) and the line. It holds no Python object
@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from transforms.dedup import MAX_NGRAM, ngram_hashes, word_batch
+from transforms.dedup_words import MAX_NGRAM, ngram_hashes, word_batch
 
 __all__ = ["DEFAULT_NGRAM", "EvalNgramIndex", "Match"]
 
