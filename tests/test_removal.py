@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from transforms.dedup import DedupSpec
 from transforms.documents import Document
@@ -15,7 +13,6 @@ from transforms.removal import (
     KeyBlock,
     Removal,
     RemovalSpec,
-    band_key_matrix,
     bucket_edges,
     chunk_keys,
     cluster_removals,
@@ -80,25 +77,6 @@ def test_removal_spec_manifest_object_and_validation():
         RemovalSpec(eval_ngram=65)
     with pytest.raises(ValueError, match="both named e.jsonl"):
         RemovalSpec(eval_files=(("/x/e.jsonl", "e.jsonl", 1), ("/y/e.jsonl", "e.jsonl", 1)))
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 3), min_size=6, max_size=6), min_size=1, max_size=30))
-def test_band_keys_are_equal_exactly_when_the_band_values_are(rows):
-    # Few distinct values, so that equal bands are common; 3 bands of 2 rows.
-    spec = DedupSpec(mode="near", bands=3, rows=2)
-    sigs = np.array(rows, np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    keys = band_key_matrix(sigs, spec)
-    assert keys.shape == (len(rows), 3)
-    for i in range(len(rows)):
-        for j in range(len(rows)):
-            for b in range(3):
-                same = rows[i][2 * b: 2 * b + 2] == rows[j][2 * b: 2 * b + 2]
-                assert (keys[i, b].tobytes() == keys[j, b].tobytes()) == same
-    # A band's key never equals another band's, even for equal values.
-    flat = np.zeros((1, 6), np.uint64)
-    k = band_key_matrix(flat, spec)
-    assert len({k[0, b].tobytes() for b in range(3)}) == 3
 
 
 def test_chunk_keys_one_block_per_band_keys_of_the_kept_documents():

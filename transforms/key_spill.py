@@ -64,8 +64,10 @@ class KeySpillWriter:
 
 
 def _index(f: BinaryIO, path: str) -> list[tuple[int, int, int]]:
-    f.seek(-_FOOTER.size, 2)
-    magic, at, length = _FOOTER.unpack(f.read(_FOOTER.size))
+    size = f.seek(0, 2)
+    f.seek(max(0, size - _FOOTER.size))
+    footer = f.read(_FOOTER.size)
+    magic, at, length = _FOOTER.unpack(footer) if len(footer) == _FOOTER.size else (b"", 0, 0)
     if magic != _MAGIC:
         raise OSError(f"{path} is no complete key spill file (its footer is missing)")
     f.seek(at)

@@ -39,6 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from transforms.band_keys import band_key_matrix
 from transforms.contamination import DEFAULT_NGRAM, EvalNgramIndex
 from transforms.dedup import MAX_NGRAM, DedupSpec, exact_key, signatures
 from transforms.documents import MAX_REJECT_RECORD_CHARS, Document, Reject
@@ -61,7 +62,6 @@ __all__ = [
     "Removal",
     "RemovalSpec",
     "Removed",
-    "band_key_matrix",
     "bucket_edges",
     "chunk_keys",
     "cluster_removals",
@@ -302,45 +302,6 @@ def _start(pool: Executor | None, texts: list[str],
 
 def _done(sig: np.ndarray | Future[np.ndarray]) -> np.ndarray:
     return sig.result() if isinstance(sig, Future) else sig
-
-
-_MIX_1, _MIX_2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-_SEEDS = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xD1B54A32D192ED03))
-
-
-def _mix(z: np.ndarray) -> np.ndarray:
-    """SplitMix64's finalizer (a bijection of 64-bit words), in place."""
-    z ^= z >> np.uint64(30)
-    z *= _MIX_1
-    z ^= z >> np.uint64(27)
-    z *= _MIX_2
-    z ^= z >> np.uint64(31)
-    return z
-
-
-def band_key_matrix(sigs: np.ndarray, spec: DedupSpec) -> np.ndarray:
-    """Every document's key of every band at once: ``(n, bands)`` 16-byte keys (dtype
-    ``V16``), equal whenever the band's ``rows`` MinHash values are.
-
-    The job's form of `transforms.dedup.band_keys` (a BLAKE2b per band per document, 10 µs
-    each in Python): two 64-bit folds of the band's values through SplitMix64's finalizer,
-    from two seeds and the band's index, computed for all documents and bands in NumPy.
-    Bands whose values differ share a key with a probability of about 2**-128, and only
-    within one band (the index is folded in): the candidates are those of ``band_keys``.
-    """
-    n = len(sigs)
-    values = np.ascontiguousarray(sigs, dtype=np.uint64).reshape(n, spec.bands, spec.rows)
-    out = np.empty((n, spec.bands, 2), np.uint64)
-    with np.errstate(over="ignore"):
-        for half, seed in enumerate(_SEEDS):
-            h = np.broadcast_to(_mix(np.arange(spec.bands, dtype=np.uint64) ^ seed),
-                                (n, spec.bands)).copy()
-            for row in range(spec.rows):
-                h ^= values[:, :, row]
-                _mix(h)
-                h += seed
-            out[:, :, half] = h
-    return out.view("V16").reshape(n, spec.bands)
 
 
 def bucket_edges(blocks: Iterable[KeyBlock]) -> Iterator[tuple[Ref, Ref]]:
