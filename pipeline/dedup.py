@@ -80,7 +80,8 @@ from transforms.removal import (
 if TYPE_CHECKING:
     from pipeline.context import JobContext
 
-__all__ = ["FindRemovals", "JoinRemovals", "RemovalSummary", "chunk_ref", "eval_index"]
+__all__ = ["FindRemovals", "JoinRemovals", "RemovalSummary", "check_eval_files", "chunk_ref",
+           "eval_index"]
 
 # The tags of the dedup pass's multi-output steps (`pipeline.tagged`).
 BLOCKS, IDS, REMOVALS, SUMMARY = "blocks", "ids", "removals", "summary"
@@ -114,16 +115,43 @@ def eval_index(spec: RemovalSpec, read: ReadSpec) -> EvalNgramIndex:
 
     def items() -> Iterator[tuple[str, int, str]]:
         for path, name, size in spec.eval_files:
-            fmt, _ = detect_format(path, None)
-            spec_of = dataclasses.replace(read, format="lines" if fmt == "text" else fmt,
-                                          id_field=None, keep_empty=False)
-            for chunk in plan_chunks(path, rel=name, size=size, spec=spec_of,
-                                     open_file=fs.open_raw, chunk_bytes=_EVAL_CHUNK_BYTES):
-                for item in read_chunk(chunk, spec_of, fs.open_raw):
-                    if isinstance(item, Document):
-                        yield name, source_order(item.source)[1], item.text
+            for item in _eval_records(path, name, size, read):
+                if isinstance(item, Document):
+                    yield name, source_order(item.source)[1], item.text
 
     return EvalNgramIndex.build(items(), n=spec.eval_ngram)
+
+
+def _eval_records(path: str, name: str, size: int, read: ReadSpec) -> Iterator[Any]:
+    """An evaluation file's documents and rejects, read as `eval_index` reads them."""
+    fmt, _ = detect_format(path, None)
+    spec_of = dataclasses.replace(read, format="lines" if fmt == "text" else fmt,
+                                  id_field=None, keep_empty=False)
+    for chunk in plan_chunks(path, rel=name, size=size, spec=spec_of, open_file=fs.open_raw,
+                             chunk_bytes=_EVAL_CHUNK_BYTES):
+        yield from read_chunk(chunk, spec_of, fs.open_raw)
+
+
+def check_eval_files(spec: RemovalSpec, read: ReadSpec) -> None:
+    """Refuse an evaluation file that holds no text the index would take (a wrong
+    ``--text-field`` would otherwise remove nothing, silently).
+
+    Raises:
+        ValueError: naming the file, what its records were instead, and the fix.
+    """
+    for path, name, size in spec.eval_files:
+        texts, why = 0, {}
+        for item in _eval_records(path, name, size, read):
+            if isinstance(item, Document):
+                texts += 1
+                break
+            why[item.reason] = why.get(item.reason, 0) + 1
+        if not texts:
+            found = ", ".join(f"{k} {v}" for k, v in sorted(why.items())) or "no records"
+            raise ValueError(
+                f"--decontaminate file {name} holds no text to compare with ({found}): its "
+                f"records need the text in --text-field {read.text_field!r} (JSONL, Parquet) "
+                "or one text per line (.txt)")
 
 
 class _KeyChunkFn(StepFn):

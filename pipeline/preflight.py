@@ -21,6 +21,7 @@ from apache_beam.utils import shared
 
 from pipeline import fs, launch
 from pipeline.context import JobContext, Tuning, job_context
+from pipeline.dedup import check_eval_files
 from pipeline.encode import acquire_tokenizer
 from pipeline.options import JobConfig
 from pipeline.output import absolute, check_outside_inputs, claim_output
@@ -148,10 +149,12 @@ def _removal(config: JobConfig) -> RemovalSpec | None:
     files = sorted(((path, name, size) for path, (name, size) in found.items()),
                    key=lambda f: (f[1], f[0]))
     try:
-        return RemovalSpec(dedup=config.dedup, eval_files=tuple(files),
+        spec = RemovalSpec(dedup=config.dedup, eval_files=tuple(files),
                            eval_ngram=config.decontaminate_ngram)
     except ValueError as e:
         raise ValueError(f"--decontaminate: {e}") from None
+    check_eval_files(spec, config.read)
+    return spec
 
 
 def _match_inputs(config: JobConfig) -> tuple[dict[str, tuple[int, float | None]],

@@ -213,11 +213,15 @@ def test_without_the_flags_nothing_changes_and_exact_mode_keeps_near_copies(tmp_
     (["--decontaminate-ngram", "8"], "does nothing without --decontaminate"),
     (["--decontaminate", "nowhere/*.jsonl"], "--decontaminate nowhere/*.jsonl matches no file"),
     (["--decontaminate", "EVALS", "--decontaminate-ngram", "0"], "--decontaminate-ngram"),
+    (["--decontaminate", "WRONG"], "--decontaminate file w.jsonl holds no text to compare "
+     "with (missing_text 1): its records need the text in --text-field 'text'"),
 ])
 def test_bad_flags_are_refused_before_any_work(tmp_path, args, message):
     corpus = write_jsonl(tmp_path / "in" / "c.jsonl", [{"text": "a b c"}])
     write_jsonl(tmp_path / "evals" / "e.jsonl", [{"text": "a b c"}])
-    args = [str(tmp_path / "evals" / "e.jsonl") if a == "EVALS" else a for a in args]
+    write_jsonl(tmp_path / "evals" / "w.jsonl", [{"question": "a b c"}])
+    named = {"EVALS": "e.jsonl", "WRONG": "w.jsonl"}
+    args = [str(tmp_path / "evals" / named[a]) if a in named else a for a in args]
     code, err = run_main("--input", str(corpus), "--tokenizer", "bytes", "--output",
                          str(tmp_path / "out"), *args)
     assert code == 2, err
