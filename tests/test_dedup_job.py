@@ -304,3 +304,25 @@ def test_removals_do_not_count_toward_the_skipped_share_unless_nothing_is_left(t
     assert code == 1
     assert "all 3 records skipped as contaminated" in err
     assert "check the --decontaminate files (or raise --decontaminate-ngram)" in err
+
+
+@pytest.mark.slow
+def test_a_sample_leaves_the_removed_set_as_it_is(tmp_path):
+    corpus, planted = _corpus(tmp_path)
+    evals = _evals(tmp_path)
+    whole = run_job(tmp_path / "all", *_job(corpus, evals))
+    half = run_job(tmp_path / "half", *_job(corpus, evals), "--sample", "0.5")
+    assert half["counts"]["skipped"] == whole["counts"]["skipped"]
+    for reason in ("exact_duplicate", "near_duplicate", "contaminated"):
+        assert (tmp_path / "half" / "_rejects" / f"{reason}.jsonl").read_bytes() == (
+            tmp_path / "all" / "_rejects" / f"{reason}.jsonl").read_bytes()
+    kept = _kept_ids(tmp_path / "half")
+    assert kept < _kept_ids(tmp_path / "all")
+    assert half["counts"]["documents"] + half["counts"]["sampled_out"] == 41
+    assert _check_passes(tmp_path / "half")
+
+
+def _check_passes(output: pathlib.Path) -> bool:
+    from reader.inspect import run
+
+    return run([str(output), "--check"]) == 0
