@@ -89,7 +89,7 @@ def _cluster(tmp: pathlib.Path, workers: int) -> tuple[str, list[subprocess.Pope
 
 
 def _job(argv: list[str], pids: list[int], tuning: object) -> dict:
-    from pipeline.run import run
+    from pipeline.job import run
 
     base = [_rss(pid) for pid in pids]
     peak = list(base)

@@ -29,6 +29,14 @@ without Beam) at 2, 20 and 200 shards a source (100, 1,000 and 10,000 shards in 
   read from the layout).
 
     python bench/bench_mixture.py [--sources 50] [--shards 2,20,200] [--rounds 3]
+
+**Weights of every form** (``--weights``): the sampler alone (no data read: 60 stand-in
+sources whose window sizes are computed from the index), CPU time per global batch of
+``--batch-size`` windows, for weights given as small integers (the table path), as token
+counts and as float shares, each ``unit``. With ``--before DIR`` the same with DIR's
+``reader`` turn by turn in the same process, and the ratio before / after.
+
+    python bench/bench_mixture.py --weights [--batch-size 1024] [--seconds 1] [--before DIR]
 """
 
 from __future__ import annotations
@@ -184,6 +192,69 @@ def batch_cost(data: Path, batch_size: int, batches: int, rounds: int,
     return {"batch_size": batch_size, "batches": count, "rounds": rounds, "configurations": out}
 
 
+# -- weights of every form -----------------------------------------------------------------
+
+
+class _Standin:
+    """A source with what the sampler reads of a WindowDataset, sizes computed from the index."""
+
+    def __init__(self, n: int, salt: int) -> None:
+        self.n, self.window, self.salt = n, WINDOW, salt
+        self.manifest = {"tokenizer": {"kind": "bytes", "vocab_size": 258, "bos_id": 256,
+                                       "eos_id": 257, "sha256": None}}
+        self.fingerprint = f"standin-{n}-{salt}"
+
+    def __len__(self) -> int:
+        return self.n
+
+    def window_sizes(self, local: Any) -> Any:
+        import numpy as np
+
+        i = np.asarray(local, dtype=np.uint64) + np.uint64(self.salt)
+        lengths = (1 + (i * np.uint64(2654435761)) % np.uint64(WINDOW)).astype(np.int64)
+        return lengths, 1 + ((i * np.uint64(40503)).astype(np.int64) % lengths)
+
+
+def weight_forms(batch_size: int, seconds: float, before: Path | None = None,
+                 sources: int = 60) -> dict[str, Any]:
+    """CPU seconds per global batch for each form of weights (see the module docstring)."""
+    rng = random.Random(0)
+    names = [f"s{k}" for k in range(sources)]
+    forms = {"small integers": {n: rng.randrange(1, 20) for n in names},
+             "token counts": {n: rng.randrange(10**8, 10**10) for n in names},
+             "float shares": {n: rng.random() for n in names}}
+    libs = {"after": _reader_from(None)}
+    if before is not None:
+        libs["before"] = _reader_from(before)
+    out: dict[str, Any] = {}
+    for unit in ("windows", "targets"):
+        for form, weights in forms.items():
+            row = {}
+            for tag, lib in libs.items():
+                mixed = lib.MixedDataset({n: _Standin(100_000 + k, k)
+                                          for k, n in enumerate(names)})
+                it = iter(lib.MixtureSampler(mixed, weights, batch_size, seed=0, unit=unit))
+                next(it)  # the first batch (a period's table, the read-ahead) is not timed
+                began, count = time.process_time(), 0
+                while time.process_time() - began < seconds:
+                    next(it)
+                    count += 1
+                row[tag] = (time.process_time() - began) / count
+            out[f"{unit}, {form}"] = row
+            print(f"{unit}, {form}: {row}", file=sys.stderr)
+    print(f"\n{sources} sources, global batch {batch_size}, CPU seconds per batch "
+          f"(at least {seconds} s of batches each)\n")
+    print("| unit, weights | after (ms) |" + (" before (ms) | before / after |"
+                                              if before else "")
+          + "\n|---|---:|" + ("---:|---:|" if before else ""))
+    for key, row in out.items():
+        line = f"| {key} | {1e3 * row['after']:,.2f} |"
+        if before is not None:
+            line += f" {1e3 * row['before']:,.2f} | {row['before'] / row['after']:,.1f} |"
+        print(line)
+    return out
+
+
 # -- startup ---------------------------------------------------------------------------------
 
 
@@ -207,8 +278,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--batch-size", type=int, default=32, help="with --cost: B (32)")
     p.add_argument("--batches", type=int, default=800, help="with --cost: batches a round (800)")
     p.add_argument("--before", type=Path, default=None, metavar="DIR",
-                   help="with --cost: also the reader of this checkout, turn by turn")
+                   help="with --cost or --weights: also the reader of this checkout")
+    p.add_argument("--weights", action="store_true",
+                   help="measure the sampler alone for weights of every form instead")
+    p.add_argument("--seconds", type=float, default=1.0,
+                   help="with --weights: CPU seconds of batches a configuration (1)")
     args = p.parse_args(argv)
+    if args.weights:
+        return weight_forms(1024 if args.batch_size == 32 else args.batch_size, args.seconds,
+                            args.before)
     if args.cost is not None:
         import torch
 

@@ -78,7 +78,7 @@ def _launch(args: argparse.Namespace, out: str) -> dict:
 
     from pipeline import graph
 
-    run = importlib.import_module("pipeline.run")  # the package exports a function `run`
+    run = importlib.import_module("pipeline.job")
     _fake_listing(args.files)
     flags = ["--runner=DaskRunner", "--dask_npartitions=64"] if args.runner == "dask" else []
     argv = ["--input", PATTERN, "--tokenizer", "bytes", "--output", out,
@@ -134,7 +134,7 @@ def _final(args: argparse.Namespace, out: str) -> dict:
     from transforms.rows import ShardCounts, ShardRows
     from transforms.schema import shard_file_name
 
-    run = importlib.import_module("pipeline.run")
+    run = importlib.import_module("pipeline.job")
     _fake_listing(args.files)
     argv = ["--input", PATTERN, "--tokenizer", "bytes", "--output", out, "--num-shards",
             str(args.shards)]

@@ -56,11 +56,19 @@ SAMPLE = ["--input", str(ROOT / "samples" / "corpus" / "*.jsonl"), "--tokenizer"
 PHASES = r"""
 import json, sys, time
 t0 = time.perf_counter()
-import pipeline  # Beam first, as the package loads it, then the job's modules
+try:
+    from pipeline.__main__ import settle_process  # the command's own process, as it runs
+    settle_process()
+except ImportError:  # a tree from before the command settled its process
+    pass
+import pipeline
+try:
+    import pipeline.job as r  # Beam first, then the job's modules
+except ModuleNotFoundError:  # a tree from before `pipeline.run` became `pipeline.job`
+    r = sys.modules["pipeline.run"]
 t1 = time.perf_counter()
 import apache_beam as beam
 import pipeline.launch as la
-r = sys.modules["pipeline.run"]
 spent = {}
 def timed(owner, name, label):
     inner = getattr(owner, name)
@@ -108,7 +116,7 @@ def bundle(*a, **k):
     finally:
         each.append(time.perf_counter() - s)
 fn_runner.FnApiRunner._execute_bundle = bundle
-sys.modules.setdefault("IPython", None)  # as the command does (pipeline.run.cli)
+sys.modules.setdefault("IPython", None)  # as the command does (pipeline.job.cli)
 r.main(sys.argv[1:])
 total = time.perf_counter() - t0
 order = ["checks before any work", "the launcher's chunk plan", "building the graph",

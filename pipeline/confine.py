@@ -36,13 +36,18 @@ from typing import BinaryIO
 
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.file_kinds import file_kind
+
 __all__ = [
+    "NotRegularFileError",
     "OutsideOutputError",
     "check_output_path",
     "check_output_tree",
     "create",
     "delete",
     "is_local",
+    "kind_of",
+    "not_regular",
     "relative_parts",
     "rename",
 ]
@@ -54,6 +59,24 @@ _ODD_SEGMENTS = ("", ".", "..")
 
 class OutsideOutputError(ValueError):
     """A path the job would write or delete leads out of OUTPUT (a link, or a key's ``..``)."""
+
+
+class NotRegularFileError(ValueError):
+    """A path the job would open is a FIFO, a socket, a device, a directory or a link: opening
+    it could block for ever (a FIFO with no writer) or never end (``/dev/zero``)."""
+
+
+def kind_of(mode: int) -> str:
+    """What a file of this ``st_mode`` is, in words ("a FIFO (named pipe)" …)."""
+    return file_kind(mode) or "a regular file"
+
+
+def not_regular(path: str, mode: int) -> NotRegularFileError:
+    """The error for ``path``, which is not a regular file, naming what it is and the fix."""
+    return NotRegularFileError(
+        f"{path} is {kind_of(mode)}, not a regular file: the job opens only regular files "
+        "below --output (a FIFO would hold it up for ever); remove it "
+        f"(rm '{path}') or choose another --output")
 
 
 def is_local(path: str) -> bool:
@@ -111,8 +134,10 @@ def relative_parts(root: str, path: str) -> list[str]:
 
 
 def check_output_tree(output: str, entries: Sequence[str] | None = None) -> None:
-    """Before any work: refuse an OUTPUT holding a symbolic link anywhere below it (local),
-    or, on an object store, a key below it with an empty, ``.`` or ``..`` segment.
+    """Before any work: refuse an OUTPUT holding a symbolic link anywhere below it, or
+    anything that is neither a regular file nor a directory (a FIFO, a socket, a device:
+    nothing is opened to find out) (local), or, on an object store, a key below it with an
+    empty, ``.`` or ``..`` segment.
 
     Args:
         output: ``--output``.
@@ -121,6 +146,7 @@ def check_output_tree(output: str, entries: Sequence[str] | None = None) -> None
 
     Raises:
         OutsideOutputError: naming the link (and where it leads) or the key, and the fix.
+        NotRegularFileError: naming the FIFO (socket, device) and the fix.
     """
     if not is_local(output):
         check_output_path(output)
@@ -133,8 +159,11 @@ def check_output_tree(output: str, entries: Sequence[str] | None = None) -> None
     for directory, dirs, files in os.walk(top, followlinks=False):
         for name in sorted(dirs + files):
             path = os.path.join(directory, name)
-            if os.path.islink(path):
+            mode = os.lstat(path).st_mode
+            if stat.S_ISLNK(mode):
                 raise OutsideOutputError(_link_message(path, os.readlink(path), output))
+            if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+                raise not_regular(path, mode)
 
 
 @contextlib.contextmanager

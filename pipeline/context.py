@@ -49,7 +49,7 @@ class Tuning:
     """How the job uses its machines: none of these changes a byte of the output.
 
     Tests shrink them (tiny chunks and parts, one shard at a time, fast progress lines) to
-    reach the paths a large corpus takes; ``pipeline.run.main(argv, tuning=...)`` takes them.
+    reach the paths a large corpus takes; ``pipeline.job.main(argv, tuning=...)`` takes them.
 
     Attributes:
         chunk_bytes: uncompressed line files larger than this are read in byte ranges, in
@@ -67,6 +67,10 @@ class Tuning:
         progress_interval: seconds between the launcher's progress lines; None: 10 s on a
             pipe or file, 1 s (one redrawn line) on a terminal.
         progress_write_every: a worker rewrites its progress file at most this often (s).
+        freeze_loaded: each worker's steps leave what is loaded when they are set up out of
+            later cyclic collections (`pipeline.heap`), a few per cent of the job's CPU time.
+            The command sets it, as it owns its processes and its workers; a program that
+            calls `pipeline.run` keeps its own collector as it is.
     """
 
     chunk_bytes: int = CHUNK_BYTES
@@ -77,6 +81,7 @@ class Tuning:
     footer_threads: int = FOOTER_THREADS
     progress_interval: float | None = None
     progress_write_every: float = 0.5
+    freeze_loaded: bool = False
 
     def __post_init__(self) -> None:
         for name in ("chunk_bytes", "part_text_bytes", "batch_chars", "encoding_ahead",

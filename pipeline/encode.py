@@ -31,6 +31,7 @@ import errno
 import hashlib
 import io
 import logging
+import sys
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -39,18 +40,27 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils import shared
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from pipeline import fs, progress
 from pipeline.heap import leave_loaded_out
 from pipeline.tagged import PARCELS, RECEIPTS, REJECTS, Outputs, SplitTags, StepFn
 from transforms.chunks import Chunk, read_chunk
 from transforms.documents import Document, Reject
-from transforms.encoding import Encoded, PartBuffer, batch_documents
+from transforms.encoding import Encoded, PartBuffer, batch_documents, encode_or_reject
 from transforms.keys import ShardPlan
 from transforms.removal import Removal, drop_removed
 from transforms.spill import RejectRun, SpillWriter, disk_full_message, spill_rejects
-from transforms.tokenizers import Tokenizer, TokenizerSpec, hf_config_path, tokenizer_from_bytes
+from transforms.tokenizers import (
+    HF_CONFIG_NAME,
+    Tokenizer,
+    TokenizerSpec,
+    hf_config_path,
+    tokenizer_from_bytes,
+)
 
 if TYPE_CHECKING:
     from pipeline.context import JobContext
@@ -83,6 +93,7 @@ def load_tokenizer(spec: str | TokenizerSpec | None, num_threads: int = 1) -> To
     if path is None:
         return tokenizer_from_bytes(None, where="bytes", bos_token=spec.bos_token,
                                     eos_token=spec.eos_token, engine=spec.engine)
+    _check_regular(path, "--tokenizer")
     try:
         model = fs.read_bytes(path)
     except Exception as e:  # FileSystems raises BeamIOError, OSError, or a cloud error
@@ -92,10 +103,21 @@ def load_tokenizer(spec: str | TokenizerSpec | None, num_threads: int = 1) -> To
         ) from e
     beside, config = hf_config_path(path), None
     if beside and (spec.bos_token is None or spec.eos_token is None) and fs.exists(beside):
+        _check_regular(beside, f"the {HF_CONFIG_NAME} beside --tokenizer")
         config = fs.read_bytes(beside)
     return tokenizer_from_bytes(model, where=path, num_threads=num_threads,
                                 bos_token=spec.bos_token, eos_token=spec.eos_token,
                                 config=config, engine=spec.engine)
+
+
+def _check_regular(path: str, what: str) -> None:
+    """Refuse a tokenizer file that is a FIFO or a device before opening it: reading would
+    wait for a writer, or never end (`pipeline.fs.special_kind`)."""
+    kind = fs.special_kind(path)
+    if kind is not None:
+        raise ValueError(
+            f"{what} {path} is {kind}, not a regular file: it is not read; pass the path of "
+            "a SentencePiece .model file, a Hugging Face tokenizer.json, or --tokenizer bytes")
 
 
 def acquire_tokenizer(handle: shared.Shared, config: JobConfig) -> Tokenizer:
@@ -138,6 +160,7 @@ class _EncodeChunkFn(StepFn):
         self._spill_dir = context.spill_dir
         self._progress_dir = context.progress_dir
         self._write_every = context.tuning.progress_write_every
+        self._freeze_loaded = context.tuning.freeze_loaded
         self._handle = context.tokenizer_handle
         self._records = Metrics.counter("read", "records")
         self._tokens = Metrics.counter("tokenize", "tokens")
@@ -150,8 +173,12 @@ class _EncodeChunkFn(StepFn):
         # the launcher's process, the launcher's.
         self._tokenizer = acquire_tokenizer(self._handle, self._config)
         self._pool = ThreadPoolExecutor(self._ahead, thread_name_prefix="encode")
+        # Beam's DaskRunner drops what finish_bundle emits: there a chunk's batches are all
+        # taken in before its end, so that its tokenizer rejects go on from `process`.
+        self._emits_late = not _in_dask_worker()
         self._progress = progress.Reporter(self._progress_dir, write_every=self._write_every)
-        leave_loaded_out()  # the model and the worker's modules: later collections skip them
+        if self._freeze_loaded:
+            leave_loaded_out()  # the model and the worker's modules: later collections skip them
 
     def teardown(self) -> None:
         pool = getattr(self, "_pool", None)  # None when setup failed
@@ -170,7 +197,11 @@ class _EncodeChunkFn(StepFn):
         if self._spill_dir is None:
             # Parcels go on through the runner's shuffle, from `process`: each chunk's are
             # emitted before its receipt.
-            yield from self._encode(chunk, self._stream(plan, None), last=True)
+            stream = self._stream(plan, None)
+            yield from self._encode(chunk, stream, last=True)
+            for _, failed in self._released(stream):
+                for reject in failed:
+                    yield REJECTS, reject
             return
         if self._bundle is None:
             # One spill file per bundle, not per chunk: 20,000 small files made 20,000 spill
@@ -193,21 +224,29 @@ class _EncodeChunkFn(StepFn):
                     rejects.append(value)  # spilled below, not held by the runner
                 else:
                     yield tag, value
-            if rejects:
-                runs = bundle.add_rejects(rejects, order=(chunk.path, chunk.start))
-        if rejects:
-            for run in runs:
-                yield REJECTS, run
+            runs = bundle.add_rejects(rejects, order=(chunk.path, chunk.start)) if rejects else []
+            # Documents the tokenizer failed on, of the chunks whose batches are all taken
+            # in: one run per chunk (no parse rejects share their reason), placed by it.
+            for done, failed in self._released(bundle.stream):
+                runs += bundle.add_rejects(failed, order=(done.path, done.start))
+        for run in runs:
+            yield REJECTS, run
 
-    def finish_bundle(self) -> None:
-        # Nothing is emitted here (Beam's DaskRunner drops it): the spill file's path went
-        # on with the bundle's first chunk; the batches still in flight are spilled, then
-        # the index and footer written.
+    def finish_bundle(self) -> list[WindowedValue] | None:
+        # Nothing else is emitted here (Beam's DaskRunner drops it): the spill file's path
+        # went on with the bundle's first chunk; the batches still in flight are spilled,
+        # then the index and footer written. Only the rejects of documents the tokenizer
+        # failed on in the last batches, known only now, go on from here (never on Dask,
+        # whose chunks leave no batch in flight); were they dropped, the records would not
+        # add up and the last step would fail the job, naming the counts.
         bundle, self._bundle = getattr(self, "_bundle", None), None
+        runs: list[RejectRun] = []
         if bundle is not None:
             try:
                 with _naming_a_full_disk(self._spill_dir):
                     self._drain(bundle.stream)
+                    for done, failed in self._released(bundle.stream):
+                        runs += bundle.add_rejects(failed, order=(done.path, done.start))
             except BaseException:
                 bundle.abandon()
                 raise
@@ -215,6 +254,16 @@ class _EncodeChunkFn(StepFn):
             self._spilled.inc(bundle.close())
         else:
             self._progress.bundle_done()
+        if not runs:
+            return None
+        return [WindowedValue((REJECTS, run), MIN_TIMESTAMP, [GlobalWindow()]) for run in runs]
+
+    @staticmethod
+    def _released(stream: _Stream) -> list[tuple[Chunk, list[Reject]]]:
+        """The documents the tokenizer failed on of each chunk whose batches are all taken
+        in since the last call, in chunk order (none held any more)."""
+        released, stream.released = stream.released, []
+        return released
 
     def _abandon(self) -> None:
         bundle, self._bundle = getattr(self, "_bundle", None), None
@@ -250,15 +299,17 @@ class _EncodeChunkFn(StepFn):
                 batch = [d for d, k in zip(batch, keep, strict=True) if k]
                 if not batch:
                     continue
-            texts = [d.text for d in batch]
             stream.pending.append(
-                (chunk, batch, self._pool.submit(self._tokenizer.encode_batch, texts)))
+                (chunk, batch, self._pool.submit(encode_or_reject, self._tokenizer, batch)))
             stream.in_flight += 1
             while stream.in_flight > self._ahead:
                 yield from self._next(stream)
         stream.pending.append((chunk, None, None))  # the chunk's end, for progress
         if last:
             yield from self._drain(stream)
+        elif not self._emits_late:
+            while stream.pending:
+                yield from self._next(stream)
         # One line per chunk encoded (at DEBUG: a big job has thousands), which tells how
         # often a runner ran the step (tests/test_runners.py counts them on Dask workers).
         _LOG.debug("encoded chunk %s@%d: %d records", chunk.path, chunk.start, records)
@@ -276,16 +327,28 @@ class _EncodeChunkFn(StepFn):
         return kept
 
     def _next(self, stream: _Stream) -> list[tuple[str, tuple[int, bytes]]]:
-        """Take in the oldest batch in flight (waiting for it), and the chunk ends before it."""
+        """Take in the oldest batch in flight (waiting for it), and the chunk ends before it.
+
+        The documents the tokenizer failed on (`transforms.encoding.encode_or_reject`) are
+        held by chunk, and released (`_released`) once the chunk's end is taken in."""
         while stream.pending:
             chunk, docs, encoding = stream.pending.popleft()
+            key = (chunk.path, chunk.start)
             if docs is None:
                 self._progress.chunk_done(chunk)
+                if key in stream.failed:
+                    stream.released.append((chunk, stream.failed.pop(key)))
                 continue
             stream.in_flight -= 1
-            tokens = encoding.result()
+            docs, tokens, failed = encoding.result()
+            if failed:
+                stream.failed.setdefault(key, []).extend(failed)
+                for reject in failed:
+                    Metrics.counter("rejects", reject.reason).inc()
             lengths = np.fromiter(map(len, tokens), np.int64, len(tokens))
             self._progress.encoded(chunk, docs, int(lengths.sum()))
+            if not docs:
+                return []
             return self._emit(stream.held.add(docs, tokens, lengths), stream.spill)
         return []
 
@@ -316,6 +379,19 @@ class _EncodeChunkFn(StepFn):
         return []
 
 
+def _in_dask_worker() -> bool:
+    """Whether this runs in a Dask worker (Beam's DaskRunner), which drops what a DoFn's
+    ``finish_bundle`` emits."""
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return False
+    try:
+        distributed.get_worker()
+    except ValueError:  # "No worker found": not in a Dask task
+        return False
+    return True
+
+
 @dataclasses.dataclass
 class _Stream:
     """Batches being encoded, in order (with a (chunk, None, None) entry at each chunk's
@@ -327,6 +403,10 @@ class _Stream:
     pending: collections.deque[tuple[Chunk, list[Document] | None, Future | None]] = (
         dataclasses.field(default_factory=collections.deque))
     in_flight: int = 0
+    # Documents the tokenizer failed on, by chunk (path, start), until the chunk's end is
+    # taken in; then released, (chunk, rejects) in chunk order.
+    failed: dict[tuple[str, int], list[Reject]] = dataclasses.field(default_factory=dict)
+    released: list[tuple[Chunk, list[Reject]]] = dataclasses.field(default_factory=list)
 
 
 @contextlib.contextmanager

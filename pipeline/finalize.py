@@ -4,12 +4,14 @@
 group (a side input is recomputed in each task that reads it on Beam's DaskRunner), checks
 that every input was read exactly once and none changed, writes a key range that no document
 fell in as its empty shard, writes ``_manifest.json`` last (`transforms.manifest.build_manifest`;
-with splits one per split, then ``_splits.json``) and removes this job's temporary directory
+with splits one per split, then ``_splits.json``), all in the job's staging directory, swaps
+the new dataset into OUTPUT (`pipeline.commit`) and removes this job's temporary directory
 and its claim on the output.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -17,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 import apache_beam as beam
 
 from pipeline import fs
+from pipeline.commit import holding_claim, staging_dir, swap
 from pipeline.dedup import RemovalSummary
-from pipeline.output import check_claim, remove_job_files
+from pipeline.output import check_claim, dataset_files, remove_emptied_dirs, remove_job_files
 from pipeline.tagged import StepFn
 from pipeline.write import RejectCount, place_shard, write_placed_shard
 from transforms.input_names import shown_name
@@ -39,7 +42,7 @@ from transforms.parquet import row_group_rows
 from transforms.receipts import Receipt, account_inputs
 from transforms.removal import REMOVAL_REASONS
 from transforms.rows import ShardRows
-from transforms.schema import FINGERPRINT_KEY
+from transforms.schema import CLAIM_NAME, FINGERPRINT_KEY, TMP_DIR
 from transforms.skipped import check_skipped_share
 from transforms.splits import SPLITS_NAME, split_fingerprint
 
@@ -57,6 +60,7 @@ class _FinalizeFn(StepFn):
         config = context.config
         self._output = context.output
         self._plan = context.plan
+        self._asked_shards = config.num_shards  # None: planned from the input's size
         self._windows = config.windows
         self._inputs = list(config.inputs)
         self._reading = config.read.to_json()
@@ -99,6 +103,12 @@ class _FinalizeFn(StepFn):
         records = account_inputs(receipts, self._expected_files)
         if self._expected_files is not None:
             _check_inputs_unchanged(self._inputs, self._expected_files)
+        if not records:  # compressed or Parquet inputs can hold nothing and not be 0 bytes
+            n = len({r.path for r in receipts})
+            raise RuntimeError(
+                f"the input ({n} file{'s' * (n > 1)}) holds no record (empty files, or empty "
+                "archives or Parquet files): there is nothing to make a dataset of; no "
+                "manifest was written: check --input")
         sampled_out = sum(r.sampled_out for r in receipts)
         skipped = {reason: c.count for reason, c in rejects.items()}
         if sampled_out and sampled_out + sum(skipped.values()) == records:
@@ -118,18 +128,32 @@ class _FinalizeFn(StepFn):
         done = {s.index for s in shards}
         if len(done) != len(shards) or not done <= set(range(num_shards)):
             raise RuntimeError(f"shards were written twice or out of range: {sorted(done)}")
+        documents = sum(s.counts.documents for s in shards)
+        if self._asked_shards is not None and num_shards > documents:
+            # Only a count the user asked for: the default plan (one shard per 64 MiB) is
+            # ours, and one large text file is one document in several shards. Documents are
+            # known only now, and the shards' names and the fingerprint hold the count: it
+            # cannot be lowered here without changing every byte.
+            asked = (f"--num-shards {self._asked_shards} is" if not plan.splits else
+                     f"the {num_shards} shards of --num-shards {self._asked_shards} and --split"
+                     " are")
+            raise RuntimeError(
+                f"{asked} more than the {documents} documents of the input: at least "
+                f"{num_shards - documents} shards would be empty; no manifest was written: "
+                f"pass --num-shards {max(documents, 1)} or fewer")
         window = self._windows.window
+        stage = staging_dir(self._tmp_dir)
         for index in sorted(set(range(num_shards)) - done):
             # A key range that no document fell in still gets its (empty) file.
-            shards.append(write_placed_shard(plan=plan, index=index, output=self._output,
+            shards.append(write_placed_shard(plan=plan, index=index, output=stage,
                                              fingerprint=self._fingerprint, rows=ShardRows([]),
-                                             window=window, tmp_dir=self._tmp_dir))
+                                             window=window, tmp_dir=self._tmp_dir,
+                                             root=self._output))
         check_claim(self._output, self._attempt)
         # A concurrent job's shard must never sit under our manifest. One footer per shard,
         # each a round trip or two on an object store: read footer_threads at a time.
         def check(shard: WrittenShard) -> None:
-            directory, _, _, footer = place_shard(plan, shard.index, self._output,
-                                                  self._fingerprint)
+            directory, _, _, footer = place_shard(plan, shard.index, stage, self._fingerprint)
             _check_shard_footer(fs.join(directory, shard.file), footer)
 
         with ThreadPoolExecutor(self._footer_threads, thread_name_prefix="footer") as pool:
@@ -150,15 +174,36 @@ class _FinalizeFn(StepFn):
             manifest = build_manifest(**common, shards=shards, skipped=skipped, records=records,
                                       fingerprint=self._fingerprint, sample=sample,
                                       sampled_out=sampled_out)
-            fs.write_atomically(fs.join(self._output, MANIFEST_NAME),
+            fs.write_atomically(fs.join(stage, MANIFEST_NAME),
                                 lambda f: f.write(dumps_manifest(manifest)), self._tmp_dir,
                                 root=self._output)
         else:
             manifest = self._write_splits(plan, shards, common, definition, sample,
                                           skipped=skipped, records=records,
                                           sampled_out=sampled_out)
-        remove_job_files(self._output, self._tmp_dir, self._attempt)
+        self._swap()
         return manifest
+
+    def _swap(self) -> None:
+        """The new dataset, complete in the staging directory, replaces what OUTPUT holds
+        (`pipeline.commit`); then the temporary directory (and the old files) and the claim
+        go. Under the claim's lock: the launcher's cleanup after an interruption waits."""
+        output, tmp_dir = self._output, self._tmp_dir
+        stage = staging_dir(tmp_dir)
+        with contextlib.ExitStack() as held:
+            if self._attempt is not None and not held.enter_context(
+                    holding_claim(output, self._attempt)):
+                check_claim(output, self._attempt)  # names who holds it now
+                raise RuntimeError(f"{output} is no longer claimed by this job (attempt "
+                                   f"{self._attempt}); no manifest was written")
+            skip = (fs.join(output, TMP_DIR) + "/", fs.join(output, CLAIM_NAME))
+            entries = [e for e in fs.list_dir(output) if not e.startswith(skip)]
+            new = [e[len(stage):].lstrip("/") for e in fs.list_dir(stage)]
+            old = {e[len(output):].lstrip("/") for e in dataset_files(output, entries)}
+            old.update(r for r in new if fs.join(output, r) in entries)
+            swap(output, tmp_dir, old=sorted(old), new=new)
+            remove_job_files(output, tmp_dir, self._attempt)
+            remove_emptied_dirs(output, [fs.join(output, r) for r in sorted(old)])
 
     def _write_splits(self, plan: ShardPlan, shards: list[WrittenShard], common: dict[str, Any],
                       definition: dict[str, Any], sample: SampleInfo | None, *,
@@ -191,11 +236,12 @@ class _FinalizeFn(StepFn):
                                      split_seed=definition["split_seed"], skipped=skipped,
                                      records=records, sampled_out=sampled_out,
                                      fingerprint=self._fingerprint)
+        stage = staging_dir(self._tmp_dir)
         for name, manifest in manifests.items():
-            fs.write_atomically(fs.join(self._output, name, MANIFEST_NAME),
+            fs.write_atomically(fs.join(stage, name, MANIFEST_NAME),
                                 lambda f, m=manifest: f.write(dumps_manifest(m)), self._tmp_dir,
                                 root=self._output)
-        fs.write_atomically(fs.join(self._output, SPLITS_NAME),
+        fs.write_atomically(fs.join(stage, SPLITS_NAME),
                             lambda f: f.write(dumps_manifest(record)), self._tmp_dir,
                             root=self._output)
         return record

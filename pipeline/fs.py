@@ -10,6 +10,8 @@ import contextlib
 import errno
 import glob
 import os
+import re
+import stat
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO, NamedTuple
@@ -19,27 +21,39 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline import confine
+from transforms.file_kinds import file_kind
 from transforms.schema import TMP_DIR
 
 __all__ = [
     "DiskFullError",
     "Matched",
+    "NotRegularFileError",
+    "abort_uploads",
     "broken_links",
     "claim",
     "create",
     "delete",
     "is_file",
+    "is_regular",
+    "open_regular_fd",
+    "read_regular",
+    "rename",
     "match_files",
     "exists",
     "join",
     "list_dir",
     "match",
+    "not_regular",
+    "special_kind",
     "open_raw",
     "read_bytes",
     "scheme",
     "set_options",
     "write_atomically",
 ]
+
+
+STAGE = "new"  # the staging directory's name in the job's temporary one (`pipeline.commit`)
 
 
 class DiskFullError(OSError):
@@ -58,9 +72,12 @@ def _naming_a_full_disk(root: str, path: str) -> Iterator[None]:
     except OSError as e:
         if e.errno != errno.ENOSPC or isinstance(e, DiskFullError):
             raise
+        rel = path[len(root.rstrip('/')):].lstrip('/')
+        # A staged file is named as it will be in OUTPUT (`pipeline.commit`).
+        rel = re.sub(rf"^{re.escape(TMP_DIR)}/[^/]+/{STAGE}/", "", rel)
         raise DiskFullError(
             f"no space left on the device holding --output {root} while writing "
-            f"{path[len(root.rstrip('/')):].lstrip('/')}: the shards, the reject files and, "
+            f"{rel}: the shards, the reject files and, "
             f"with --shuffle files, the spill files in {join(root, TMP_DIR)} all live there; "
             "free space on that disk or choose an --output on a larger one") from e
 
@@ -100,9 +117,36 @@ class Matched(NamedTuple):
 
 
 def match_files(pattern: str) -> list[Matched]:
-    """`match`, with each file's modification time (``last_updated_in_seconds``)."""
-    return [Matched(m.path, m.size_in_bytes, getattr(m, "last_updated_in_seconds", None))
-            for m in FileSystems.match([pattern])[0].metadata_list]
+    """`match`, with each file's modification time (``last_updated_in_seconds``).
+
+    Raises:
+        ValueError: the ``--input`` pattern matches something other than a regular file
+            (a FIFO, a device, a socket: `special_kind`), naming it; it is never opened.
+    """
+    found = [Matched(m.path, m.size_in_bytes, getattr(m, "last_updated_in_seconds", None))
+             for m in FileSystems.match([pattern])[0].metadata_list]
+    for path, size, _ in found:
+        kind = special_kind(path) if size == 0 else None  # such files all say 0 bytes
+        if kind is not None:
+            raise ValueError(
+                f"--input {pattern} matches {path}, {kind}, not a regular file: the job reads "
+                "only regular files (a FIFO would wait for a writer, a device never ends); "
+                "remove it or narrow the pattern")
+    return found
+
+
+def special_kind(path: str) -> str | None:
+    """What a local ``path`` is (through links) if it is a FIFO, a device or a socket, which
+    reading would block on or never finish; None for a regular file, a directory, a path
+    that is not there, and any object-store path (objects are regular by nature). Only
+    ``stat`` is called: the file is not opened."""
+    if scheme(path) not in (None, "file"):
+        return None
+    try:
+        mode = os.stat(path.removeprefix("file://")).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISDIR(mode) else file_kind(mode)
 
 
 def is_file(path: str) -> bool:
@@ -165,6 +209,88 @@ def read_bytes(path: str) -> bytes:
     """The whole raw content of a file."""
     with open_raw(path) as f:
         return f.read()
+
+
+NotRegularFileError = confine.NotRegularFileError
+not_regular = confine.not_regular
+
+
+def is_regular(path: str) -> bool:
+    """Whether ``path`` is a regular file: locally itself, not through a link (never opened);
+    on an object store, a key."""
+    if scheme(path) not in (None, "file"):
+        return is_file(path)
+    try:
+        return stat.S_ISREG(os.lstat(path.removeprefix("file://")).st_mode)
+    except OSError:
+        return False
+
+
+def open_regular_fd(path: str) -> int:
+    """A read-only descriptor of the local regular file ``path``, which is checked with
+    ``lstat`` before it is opened (``O_NOFOLLOW | O_NONBLOCK``: a FIFO swapped in meanwhile
+    neither blocks the open nor passes the ``fstat`` after it).
+
+    Raises:
+        FileNotFoundError: nothing is there.
+        NotRegularFileError: it is a FIFO, socket, device, directory or link.
+    """
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise not_regular(path, mode)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise not_regular(path, mode)
+    return fd
+
+
+def read_regular(path: str) -> bytes:
+    """`read_bytes`, of a regular file only: a local path is checked before it is opened
+    (`open_regular_fd`); an object store's keys are all regular."""
+    if scheme(path) not in (None, "file"):
+        return read_bytes(path)
+    with os.fdopen(open_regular_fd(path.removeprefix("file://")), "rb") as f:
+        return f.read()
+
+
+def abort_uploads(prefix: str) -> int:
+    """``s3://`` only: abort the multipart uploads still open below ``prefix`` (a stopped
+    job's writers had begun them: S3 keeps, and bills, their parts until they are aborted);
+    returns how many. 0 elsewhere: GCS's resumable uploads expire by themselves within a week,
+    and a local file is removed with its directory.
+
+    Beam's S3 file system has no abort; this asks boto3 with the client Beam would use (its
+    endpoint, keys and region from the job's options).
+    """
+    if scheme(prefix) != "s3":
+        return 0
+    from apache_beam.io.aws import s3io
+
+    options = getattr(FileSystems.get_filesystem(prefix), "_options", None)
+    client = s3io.S3IO(options=options).client.client
+    bucket, _, key = prefix.removeprefix("s3://").partition("/")
+    aborted = 0
+    for page in client.get_paginator("list_multipart_uploads").paginate(
+            Bucket=bucket, Prefix=key.rstrip("/") + "/"):
+        for upload in page.get("Uploads", []):
+            client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"],
+                                          UploadId=upload["UploadId"])
+            aborted += 1
+    return aborted
+
+
+def rename(src: str, dst: str, *, root: str) -> None:
+    """Move the file ``src`` to ``dst``, both below ``root`` (`pipeline.confine`), replacing
+    ``dst``: a rename locally; a copy and a delete on an object store."""
+    if confine.is_local(src):
+        confine.rename(root, src, dst)
+        return
+    confine.relative_parts(root, src)
+    confine.relative_parts(root, dst)
+    _ensure_dir(dst.rsplit("/", 1)[0])
+    FileSystems.rename([src], [dst])
 
 
 def create(path: str, *, root: str) -> BinaryIO:

@@ -1,16 +1,20 @@
-"""The output directory: the job's claim on it, what --overwrite may delete, and cleanup.
+"""The output directory: the job's claim on it, what --overwrite replaces, and cleanup.
 
 A job claims ``OUTPUT/.claim`` before any work (create-if-absent where the file system has
 it), so a second job into the same directory stops at once; the claim names the attempt,
-its fingerprint, host, pid and start. ``--overwrite`` deletes only what the old manifest
-lists (its shards, its reject files, the manifest itself) and what a killed job's claim
-accounts for (its temporary directory, the shards carrying its fingerprint); anything else is
-refused, naming it. A job that fails while it runs removes what it wrote, its temporary
-directory and its claim (`release`), so the same command can simply run again.
+its fingerprint, host, pid and start. The job writes its dataset in its staging directory
+and its last step swaps it with what OUTPUT holds (`pipeline.commit`), so ``--overwrite``
+never deletes the previous dataset before the new one is complete. At launch ``--overwrite``
+accepts only what the old manifest lists (its shards, its reject files, the manifest itself)
+and what a killed job's claim accounts for (its temporary directory, the shards carrying its
+fingerprint: those are deleted); anything else is refused, naming it, and so is anything
+below OUTPUT that is not a regular file or a directory (a FIFO is never opened). A job that
+fails or is interrupted leaves OUTPUT as it found it (`release`), so the same command can
+simply run again.
 
 A split job (``--split``) claims OUTPUT as a whole and writes its splits in OUTPUT/NAME/:
-``--overwrite`` deletes what ``_splits.json`` and each split's manifest list, and the shards
-(and split manifests) that carry a split fingerprint of a killed job
+the old dataset is what ``_splits.json`` and each split's manifest list; a killed job's
+files are also the shards (and split manifests) that carry one of its split fingerprints
 (`transforms.splits.split_fingerprint`).
 
 Every access goes through `pipeline.fs`.
@@ -24,10 +28,11 @@ import logging
 import os
 import re
 import socket
+import stat
 import time
 from typing import Any
 
-from pipeline import confine, fs
+from pipeline import commit, confine, fs
 from pipeline.options import JobConfig
 from transforms.input_names import shown_name
 from transforms.manifest import (
@@ -52,8 +57,10 @@ __all__ = [
     "check_claim",
     "check_outside_inputs",
     "claim_output",
+    "dataset_files",
     "read_claim",
     "release",
+    "remove_emptied_dirs",
     "remove_job_files",
     "shard_fingerprint",
 ]
@@ -61,24 +68,43 @@ __all__ = [
 _LOG = logging.getLogger("token_windows")
 
 
-def _claim_text(attempt: str, fingerprint: str) -> bytes:
+def _claim_text(attempt: str, fingerprint: str, *, made_dirs: int) -> bytes:
+    # made_dirs: how many levels of OUTPUT's path the job made (OUTPUT itself, its parents),
+    # which a failed job removes again (those left empty).
     return json.dumps({"attempt": attempt, "fingerprint": fingerprint,
                        "host": socket.gethostname(), "pid": os.getpid(),
+                       "made_dirs": made_dirs,
                        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, sort_keys=True).encode()
 
 
 def read_claim(output: str) -> dict[str, Any] | None:
+    """The claim on ``output`` as a dict ({} if unreadable), None if there is none.
+
+    Raises:
+        fs.NotRegularFileError: ``OUTPUT/.claim`` is a FIFO, device, socket or directory,
+            which is never opened (a FIFO would block the launch for ever).
+    """
     path = fs.join(output, CLAIM_NAME)
-    if not fs.exists(path):
+    if confine.is_local(path):
+        try:
+            mode = os.lstat(path.removeprefix("file://")).st_mode
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISREG(mode):
+            raise fs.not_regular(path, mode)
+    elif not fs.exists(path):
         return None
     try:
-        found = json.loads(fs.read_bytes(path))
+        found = json.loads(fs.read_regular(path))
+    except fs.NotRegularFileError:
+        raise
     except Exception:  # unreadable: still a claim, of an unknown job
         found = None
     return found if isinstance(found, dict) else {}
 
 
-def _take_claim(config: JobConfig, attempt: str, fingerprint: str) -> dict[str, Any] | None:
+def _take_claim(config: JobConfig, attempt: str, fingerprint: str, *,
+                made_dirs: int) -> dict[str, Any] | None:
     """Claim the output for this job; returns the stale claim taken over (--overwrite)."""
     path = fs.join(config.output, CLAIM_NAME)
     stale = read_claim(config.output)
@@ -93,7 +119,8 @@ def _take_claim(config: JobConfig, attempt: str, fingerprint: str) -> dict[str, 
         fs.delete([path], root=config.output)
         _LOG.warning("--overwrite: took over the claim %s left by %s", path, who)
     try:
-        fs.claim(path, _claim_text(attempt, fingerprint), root=config.output)
+        fs.claim(path, _claim_text(attempt, fingerprint, made_dirs=made_dirs),
+                 root=config.output)
     except FileExistsError:
         raise ValueError(
             f"--output {config.output} was claimed by another job a moment ago ({path}): two "
@@ -106,37 +133,51 @@ def shard_fingerprint(path: str) -> str | None:
     import pyarrow.parquet as pq
 
     try:
-        with fs.open_raw(path) as f:
+        # Locally a FIFO or device is never opened (`pipeline.fs.open_regular_fd`).
+        with (os.fdopen(fs.open_regular_fd(path.removeprefix("file://")), "rb")
+              if confine.is_local(path) else fs.open_raw(path)) as f:
             meta = pq.ParquetFile(f).metadata.metadata or {}
     except Exception:  # not a readable Parquet file: accounted for by nothing
         return None
     return meta.get(FINGERPRINT_KEY.encode(), b"").decode() or None
 
 
-def _accounted_for(config: JobConfig, entries: list[str], stale: dict[str, Any] | None,
-                   attempt: str) -> set[str]:
-    """The files of ``entries`` that --overwrite may delete: what the old manifest lists, the
-    claim and temporary files of the killed job whose claim was taken over (and the shards
-    that carry its fingerprint), and this job's own temporary directory."""
-    out = config.output
-    ours: set[str] = {fs.join(out, CLAIM_NAME)}
-    prefixes = [fs.join(out, TMP_DIR, attempt) + "/"]
+def dataset_files(out: str, entries: list[str]) -> set[str]:
+    """The files of ``entries`` that make up the dataset in ``out``: each manifest and what
+    it lists (shards, reject files), and a split job's ``_splits.json`` with its splits'.
+
+    Raises:
+        ValueError: a manifest cannot be read, so the dataset's files cannot be told apart.
+    """
+    ours: set[str] = set()
     for name, rejects_dir in ((MANIFEST_NAME, REJECTS_DIR),
                               (LEGACY_MANIFEST_NAME, LEGACY_REJECTS_DIR)):
         manifest_path = fs.join(out, name)
         if manifest_path not in entries:
             continue
         try:
-            old = read_manifest(fs.read_bytes(manifest_path), where=manifest_path)
+            old = read_manifest(fs.read_regular(manifest_path), where=manifest_path)
         except ValueError as e:
             raise ValueError(
                 f"--overwrite: {e}; the old dataset's files cannot be told apart, so nothing "
-                "was deleted: clear the directory yourself or choose another"
+                "was replaced: clear the directory yourself or choose another"
             ) from None
         ours.add(manifest_path)
         ours.update(fs.join(out, s.file) for s in old.shards)
         ours.update(fs.join(out, rejects_dir, f"{r}.jsonl") for r in old.counts.skipped)
     ours.update(_old_splits(out, entries))
+    return {e for e in entries if e in ours}
+
+
+def _leftovers(config: JobConfig, entries: list[str], stale: dict[str, Any] | None,
+               attempt: str) -> set[str]:
+    """The files of ``entries`` that are no dataset's but a job's: the claim, this job's
+    temporary directory and, when --overwrite took a killed job's claim over, that job's
+    temporary directory and what it wrote beside it (the shards that carry its fingerprint,
+    reject files)."""
+    out = config.output
+    ours: set[str] = {fs.join(out, CLAIM_NAME)}
+    prefixes = [fs.join(out, TMP_DIR, attempt) + "/"]
     if stale is not None and stale.get("attempt"):
         prefixes.append(fs.join(out, TMP_DIR, str(stale["attempt"])) + "/")
         fingerprint = stale.get("fingerprint")
@@ -157,14 +198,14 @@ def _old_splits(out: str, entries: list[str]) -> set[str]:
     if path not in entries:
         return set()
     try:
-        record = parse_splits_record(fs.read_bytes(path), where=path)
+        record = parse_splits_record(fs.read_regular(path), where=path)
         found = {path}
         found.update(fs.join(out, REJECTS_DIR, f"{r}.jsonl") for r in record["counts"]["skipped"])
         for split in record["splits"]:
             directory = fs.join(out, str(split.get("dir", split["name"])))
             manifest = fs.join(directory, MANIFEST_NAME)
             if manifest in entries:
-                old = read_manifest(fs.read_bytes(manifest), where=manifest)
+                old = read_manifest(fs.read_regular(manifest), where=manifest)
                 found.add(manifest)
                 found.update(fs.join(directory, s.file) for s in old.shards)
     except ValueError as e:
@@ -188,7 +229,7 @@ def _split_files(out: str, entries: list[str], fingerprint: str) -> set[str]:
             found.add(e)
         elif rest == MANIFEST_NAME:
             try:
-                theirs = read_manifest(fs.read_bytes(e), where=e).fingerprint
+                theirs = read_manifest(fs.read_regular(e), where=e).fingerprint
             except ValueError:
                 continue
             if theirs == mine:
@@ -196,17 +237,19 @@ def _split_files(out: str, entries: list[str], fingerprint: str) -> set[str]:
     return found
 
 
-def _remove_emptied_dirs(output: str, deleted: list[str]) -> None:
-    """Local file systems: the split directories that deleting ``deleted`` left empty (never
-    a directory of the user's that held none of them)."""
+def remove_emptied_dirs(output: str, removed: list[str]) -> None:
+    """Local file systems: the directories below OUTPUT (a split's, ``_rejects``) that moving
+    or deleting ``removed`` left empty (never one that held none of them)."""
     if fs.scheme(output) not in (None, "file") or not os.path.isdir(output):
         return
-    names = {e[len(output):].lstrip("/").split("/")[0] for e in deleted}
-    for entry in os.scandir(output):
-        if (entry.name in names and entry.is_dir(follow_symlinks=False)
-                and not entry.name.startswith((".", "_"))):
+    top = output.removeprefix("file://").rstrip("/")
+    names = {e[len(output):].lstrip("/").split("/")[0] for e in removed if "/" in
+             e[len(output):].lstrip("/")}
+    for name in sorted(names - {TMP_DIR}):
+        path = os.path.join(top, name)
+        if os.path.isdir(path) and not os.path.islink(path):
             with contextlib.suppress(OSError):
-                os.rmdir(entry.path)  # only if empty
+                os.rmdir(path)  # only if empty
 
 
 def _refuse_a_split_of_another_job(output: str) -> None:
@@ -217,7 +260,7 @@ def _refuse_a_split_of_another_job(output: str) -> None:
     if not fs.is_file(record_path):
         return
     try:
-        record = parse_splits_record(fs.read_bytes(record_path), where=record_path)
+        record = parse_splits_record(fs.read_regular(record_path), where=record_path)
     except ValueError:  # not a record of ours: nothing to protect
         return
     names = [s["name"] for s in record["splits"]]
@@ -229,11 +272,18 @@ def _refuse_a_split_of_another_job(output: str) -> None:
 
 
 def claim_output(config: JobConfig, attempt: str, fingerprint: str) -> None:
-    """Claim the output, then make sure it is empty or (--overwrite) holds only what the old
-    dataset accounts for, and delete that. Raises ValueError (and releases the claim).
+    """Claim the output, and make sure it is empty or (--overwrite) holds only a dataset and
+    what a killed job left. Raises ValueError (and releases the claim).
 
-    Before anything is written: an OUTPUT holding a symbolic link below it (or, on an object
-    store, a key with an empty, ``.`` or ``..`` segment) is refused (`pipeline.confine`).
+    The old dataset is not touched: the job writes its own in its staging directory, and its
+    last step swaps them (`pipeline.commit`). What a killed job left (its temporary directory,
+    the shards that carry its fingerprint) is deleted; a swap it left half done is undone
+    first (on an object store, finished).
+
+    Before anything is written: an OUTPUT holding a symbolic link below it, or anything that
+    is neither a directory nor a regular file (a FIFO would block the launch for ever), or
+    on an object store a key with an empty, ``.`` or ``..`` segment, is refused
+    (`pipeline.confine`).
     """
     confine.check_output_path(config.output)
     if fs.is_file(config.output):
@@ -243,8 +293,10 @@ def claim_output(config: JobConfig, attempt: str, fingerprint: str) -> None:
     confine.check_output_tree(
         config.output, None if confine.is_local(config.output) else fs.list_dir(config.output))
     _refuse_a_split_of_another_job(config.output)
-    stale = _take_claim(config, attempt, fingerprint)
+    stale = _take_claim(config, attempt, fingerprint, made_dirs=_missing_levels(config.output))
     try:
+        if stale is not None and stale.get("attempt"):
+            _recover(config.output, str(stale["attempt"]))
         claim = fs.join(config.output, CLAIM_NAME)
         entries = [e for e in fs.list_dir(config.output) if e != claim]
         if not entries:
@@ -256,27 +308,63 @@ def claim_output(config: JobConfig, attempt: str, fingerprint: str) -> None:
                 f"{shown_name(rel[0])}); pass --overwrite to replace that dataset, or choose "
                 "another directory"
             )
-        accounted = _accounted_for(config, entries, stale, attempt)
-        foreign = [r for e, r in zip(entries, rel, strict=True) if e not in accounted]
+        dataset = dataset_files(config.output, entries)
+        leftovers = _leftovers(config, entries, stale, attempt) - dataset
+        foreign = [r for e, r in zip(entries, rel, strict=True)
+                   if e not in dataset and e not in leftovers]
         if foreign:
             raise ValueError(
                 f"--output {config.output} holds {len(foreign)} files that no manifest (nor a "
                 f"killed job's claim) accounts for, e.g. {shown_name(foreign[0])}; --overwrite "
-                "deletes only the old dataset's own files: move them away, or choose another "
+                "replaces only the old dataset's own files: move them away, or choose another "
                 "directory"
             )
-        # The manifests go first: if the job dies now, the directory no longer looks finished.
-        manifests = [fs.join(config.output, n)
-                     for n in (SPLITS_NAME, MANIFEST_NAME, LEGACY_MANIFEST_NAME)]
-        manifests += [e for e in entries if e.endswith("/" + MANIFEST_NAME) and e not in manifests]
-        fs.delete([m for m in manifests if m in entries], root=config.output)
-        fs.delete([e for e in entries if e not in manifests], root=config.output)
-        _remove_emptied_dirs(config.output, entries)
-        _LOG.info("--overwrite: deleted the %d files of the dataset in %s", len(entries),
-                  config.output)
+        if leftovers:
+            fs.delete(sorted(leftovers), root=config.output)
+            remove_emptied_dirs(config.output, sorted(leftovers))
+            _LOG.info("--overwrite: deleted the %d files a killed job left in %s",
+                      len(leftovers), config.output)
     except BaseException:
         remove_job_files(config.output, fs.join(config.output, TMP_DIR, attempt), attempt)
         raise
+
+
+def _missing_levels(output: str) -> int:
+    """How many levels of the local path ``output`` do not exist yet (0 on object stores)."""
+    if not confine.is_local(output):
+        return 0
+    path, levels = os.path.abspath(output.removeprefix("file://")), 0
+    while not os.path.lexists(path) and os.path.dirname(path) != path:
+        path, levels = os.path.dirname(path), levels + 1
+    return levels
+
+
+def _remove_made_dirs(output: str, levels: object) -> None:
+    """Remove the ``levels`` directories of OUTPUT's path the job made, those left empty."""
+    if not isinstance(levels, int) or isinstance(levels, bool) or not confine.is_local(output):
+        return
+    path = os.path.abspath(output.removeprefix("file://"))
+    for _ in range(levels):
+        if not os.path.isdir(path) or os.path.islink(path) or os.listdir(path):
+            return
+        os.rmdir(path)
+        path = os.path.dirname(path)
+
+
+def _recover(output: str, attempt: str) -> None:
+    """A killed job's swap (`pipeline.commit`): undone on a local disk, where its old files
+    wait in its temporary directory; finished on an object store, where they are gone."""
+    tmp_dir = fs.join(output, TMP_DIR, attempt)
+    if commit.journal_of(tmp_dir) is None:
+        return
+    if confine.is_local(output):
+        commit.undo(output, tmp_dir)
+        _LOG.warning("--overwrite: undid the half-done swap of the killed job %s in %s",
+                     attempt, output)
+    else:
+        commit.finish(output, tmp_dir)
+        _LOG.warning("--overwrite: finished the half-done swap of the killed job %s in %s",
+                     attempt, output)
 
 
 _GLOB = re.compile(r"\*\*|\*|\?|\[[^\]]*\]")
@@ -316,37 +404,43 @@ def check_outside_inputs(config: JobConfig) -> None:
 
 
 def release(config: JobConfig, *, attempt: str | None, fingerprint: str, tmp_dir: str) -> None:
-    """After a failure: remove what this job wrote (its shards, which carry its fingerprint,
-    and its reject files: the output was empty when it took the claim), its temporary files
-    and its claim, so that the same command can simply be run again. A job that is killed
-    cannot, and leaves a stale claim that --overwrite takes over."""
+    """After a failure or an interruption: leave OUTPUT as the job found it.
+
+    The job wrote nothing outside its temporary directory unless its last step had begun the
+    swap (`pipeline.commit`): a local swap is undone, so the old dataset is back, file for
+    file. Then the temporary directory (the staging, the spill files) and the claim go, and
+    an OUTPUT the job made itself (and the parents it made), if empty. All of it under the
+    claim's lock, so a swap cannot run meanwhile. A job that is killed cannot, and leaves a
+    stale claim that --overwrite takes over (undoing what it left). ``fingerprint`` is
+    unused: kept for callers.
+    """
+    del fingerprint
     if attempt is None:
         return
+    output = config.output
     try:
-        claim = read_claim(config.output)
-        if claim is not None and claim.get("attempt") == attempt:
-            rejects = {fs.join(config.output, REJECTS_DIR, f"{r}.jsonl") for r in REJECT_REASONS}
-            entries = fs.list_dir(config.output)
-            written = [
-                e for e in entries
-                if e in rejects or (
-                    SHARD_PATTERN.match(e[len(config.output):].lstrip("/"))
-                    and shard_fingerprint(e) == fingerprint)
-            ]
-            if config.splits.names:
-                written += sorted(_split_files(config.output, entries, fingerprint))
-            fs.delete(written, root=config.output)
-            _remove_emptied_dirs(config.output, written)
-            directory = fs.join(config.output, REJECTS_DIR)
-            if (fs.scheme(directory) is None and os.path.isdir(directory)
-                    and not os.path.islink(directory) and not os.listdir(directory)):
-                os.rmdir(directory)
+        with commit.holding_claim(output, attempt) as ours:
+            if not ours:  # another job took the claim over: only our own directory is ours
+                remove_job_files(output, tmp_dir, None)
+                return
+            claim = read_claim(output) or {}
+            if not commit.undo(output, tmp_dir):
+                _LOG.warning(
+                    "the swap into %s had begun: it holds no manifest until the next run "
+                    "with --overwrite finishes it (from %s)", output, tmp_dir)
+                return
+            try:
+                aborted = fs.abort_uploads(tmp_dir)
+            except Exception as e:  # the job's own error matters more
+                aborted = 0
+                _LOG.warning("could not abort the uploads this job began in %s: %s", tmp_dir, e)
+            if aborted:
+                _LOG.info("aborted the %d uploads this job had begun in %s", aborted, tmp_dir)
+            remove_job_files(output, tmp_dir, attempt)
+            _remove_made_dirs(output, claim.get("made_dirs"))  # a failed job leaves no trace
     except Exception as e:  # the job's own error matters more
-        _LOG.warning("could not remove what this job wrote in %s: %s", config.output, e)
-    try:  # even so: a link refused above must not leave the claim behind
-        remove_job_files(config.output, tmp_dir, attempt)
-    except Exception as e:
-        _LOG.warning("could not remove this job's temporary files and claim: %s", e)
+        _LOG.warning("could not remove this job's temporary files and claim in %s: %s",
+                     output, e)
 
 
 def check_claim(output: str, attempt: str | None) -> None:
@@ -355,7 +449,7 @@ def check_claim(output: str, attempt: str | None) -> None:
         return
     path = fs.join(output, CLAIM_NAME)
     try:
-        holder = json.loads(fs.read_bytes(path)).get("attempt")
+        holder = json.loads(fs.read_regular(path)).get("attempt")
     except Exception:  # gone, or not ours
         holder = None
     if holder != attempt:
@@ -380,7 +474,7 @@ def remove_job_files(output: str, tmp_dir: str, attempt: str | None) -> None:
         return
     claim = fs.join(output, CLAIM_NAME)
     try:
-        holder = json.loads(fs.read_bytes(claim)).get("attempt")
+        holder = json.loads(fs.read_regular(claim)).get("attempt")
     except Exception:
         return
     if holder == attempt:

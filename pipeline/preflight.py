@@ -12,6 +12,7 @@ is empty (or ``--overwrite``), which is then claimed for this job. A failed chec
 
 from __future__ import annotations
 
+import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
@@ -76,6 +77,8 @@ def preflight(config: JobConfig, options: PipelineOptions, *,
     if is_dataflow(options):
         check_dataflow(config, options)
     check_outside_inputs(config)
+    if not is_dry_run(options):
+        _check_gcs_answers(config)
     if is_dry_run(options):
         removal = (RemovalSpec(dedup=config.dedup, eval_ngram=config.decontaminate_ngram)
                    if config.removes else None)
@@ -91,6 +94,7 @@ def preflight(config: JobConfig, options: PipelineOptions, *,
     with ThreadPoolExecutor(1, thread_name_prefix="load-tokenizer") as pool:
         loading = pool.submit(acquire_tokenizer, handle, config)
         files, names, matched = _match_inputs(config)
+        _refuse_only_empty_files(config, files)
         removal = _removal(config)
         chunks = (launch.plan_at_launch(config, matched, chunk_bytes=tuning.chunk_bytes)
                   if launch.plans_chunks(options) else None)
@@ -102,11 +106,77 @@ def preflight(config: JobConfig, options: PipelineOptions, *,
                                   files=names, splits=config.splits.to_json() or None,
                                   dedup=None if removal is None else removal.fingerprint_json())
     attempt = uuid.uuid4().hex[:16]  # temporary names only: it never reaches the output
-    claim_output(config, attempt, fingerprint)
+    # The context (its shard plan checks --num-shards) before the claim: a refusal after
+    # the claim would leave it behind.
     context = job_context(config, files, fingerprint=fingerprint, tokenizer=info,
                           tmp_dir=fs.join(config.output, TMP_DIR, attempt), attempt=attempt,
                           tuning=tuning, tokenizer_handle=handle, removal=removal)
+    claim_output(config, attempt, fingerprint)
     return Launch(context, files, matched, chunks, tokenizer)
+
+
+# How long the launcher waits for Google Cloud Storage to answer its first request. Without
+# credentials Beam connects anonymously, and where the store cannot be reached its client
+# retries for minutes; a refusal that says why is better.
+GCS_ANSWER_SECONDS = 60.0
+
+
+def _check_gcs_answers(config: JobConfig) -> None:
+    """One request to the first ``gs://`` path of the job (an input, the tokenizer, the
+    output), on a helper thread the launcher waits for at most `GCS_ANSWER_SECONDS`; refused
+    (ValueError, naming the path and what to check) if it has not answered by then."""
+    paths = [p for p in (*config.inputs, config.tokenizer_path or "", config.output)
+             if fs.scheme(p) == "gs"]
+    if not paths:
+        return
+    answered = threading.Event()
+
+    def ask() -> None:
+        try:
+            fs.exists(paths[0])
+        except Exception:  # an answer all the same: the matching reports it properly
+            pass
+        finally:
+            answered.set()
+
+    # A daemon thread: if the store never answers, it must not keep the process alive.
+    threading.Thread(target=ask, name="gcs-first-request", daemon=True).start()
+    if answered.wait(GCS_ANSWER_SECONDS):
+        return
+    raise ValueError(
+        f"{paths[0]}: Google Cloud Storage did not answer within {GCS_ANSWER_SECONDS:.0f} s "
+        f"({_gcs_credentials()}); check the network (or STORAGE_EMULATOR_HOST), and the "
+        "credentials: gcloud auth application-default login, or GOOGLE_APPLICATION_CREDENTIALS")
+
+
+def _gcs_credentials() -> str:
+    """What Google's default credential lookup finds, in words."""
+    try:
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
+    except ImportError:
+        return "google-auth is not installed: pip install -e '.[gcp]'"
+    try:
+        google.auth.default()
+    except DefaultCredentialsError:
+        return "no Google Cloud credentials were found, so Beam connects anonymously"
+    except Exception as e:  # the lookup itself failed: say so
+        return f"the credential lookup failed: {e}"
+    return "credentials were found"
+
+
+def _refuse_only_empty_files(config: JobConfig,
+                             files: dict[str, tuple[int, float | None]]) -> None:
+    """Inputs that are all 0 bytes hold no record: refused as an input of one blank line
+    fails (a job of no document makes no dataset). With ``--keep-empty`` an empty text file
+    is an empty document, so the job runs."""
+    if config.read.keep_empty or any(size for size, _ in files.values()):
+        return
+    first, n = shown_name(sorted(files)[0]), len(files)
+    raise ValueError(
+        f"--input {' '.join(config.inputs)} matches only empty files ({n} file{'s' * (n > 1)} "
+        f"of 0 bytes, e.g. {first}): there is no record to make a dataset of; check the "
+        "pattern, or wait until the files are written")
 
 
 def _load_ahead(options: PipelineOptions) -> None:

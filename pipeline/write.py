@@ -5,7 +5,9 @@ each shard's parcels into rows (`transforms.rows.ShardRows`) and Parquet
 (`transforms.parquet.write_rows`), a split's shard into ``OUTPUT/NAME/``. `WriteRejects` writes
 ``_rejects/<reason>.jsonl`` in input order. The manifest comes last (`pipeline.finalize`).
 Every file is written to a temporary name under the job's own ``tmp_dir``
-(``OUTPUT/.tmp/<attempt>``, chosen once by the launcher) and renamed.
+(``OUTPUT/.tmp/<attempt>``, chosen once by the launcher) and renamed into the job's staging
+directory (``tmp_dir/new``, laid out as OUTPUT will be), which the last step swaps into
+OUTPUT (`pipeline.commit`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.utils import shared
 
 from pipeline import fs
+from pipeline.commit import staging_dir
 from pipeline.heap import leave_loaded_out
 from pipeline.tagged import REJECTS, SHARDS, Outputs, SplitTags, StepFn
 from transforms.documents import Reject, source_order
@@ -109,12 +112,16 @@ def place_shard(plan: ShardPlan, index: int, output: str,
 
 
 def write_placed_shard(*, plan: ShardPlan, index: int, output: str, fingerprint: str,
-                  rows: ShardRows | ShardParts, window: int, tmp_dir: str) -> WrittenShard:
-    """`write_shard_file` into its split; the shard keeps its index in the whole plan."""
+                  rows: ShardRows | ShardParts, window: int, tmp_dir: str,
+                  root: str | None = None) -> WrittenShard:
+    """`write_shard_file` into its split below ``output`` (the job's staging directory,
+    `pipeline.commit`); the shard keeps its index in the whole plan. ``root`` (default
+    ``output``): the job's output directory, below which nothing is reached through a link."""
     directory, local, of, footer = place_shard(plan, index, output, fingerprint)
     shard = write_shard_file(output=directory, index=local, num_shards=of, rows=rows,
                               window=window, fingerprint=footer, tmp_dir=tmp_dir,
-                              split=plan.locate(index)[0], root=output)
+                              split=plan.locate(index)[0],
+                              root=output if root is None else root)
     return dataclasses.replace(shard, index=index)
 
 
@@ -138,11 +145,14 @@ class _WriteShardFn(StepFn):
     def __init__(self, context: JobContext, *, spilled: bool = False) -> None:
         self._spilled = spilled
         self._output = context.output
+        # Shards go to the staging directory; the last step swaps them into OUTPUT.
+        self._stage = staging_dir(context.tmp_dir)
         self._window = context.config.windows.window
         self._plan = context.plan
         self._fingerprint = context.fingerprint
         self._tmp_dir = context.tmp_dir
         self._shards_at_once = context.tuning.shards_at_once
+        self._freeze_loaded = context.tuning.freeze_loaded
         self._handle = shared.Shared()
 
     def setup(self) -> None:
@@ -153,7 +163,8 @@ class _WriteShardFn(StepFn):
         self._pool = self._handle.acquire(
             lambda: ThreadPoolExecutor(self._at_once, thread_name_prefix="write-shard"),
             tag="write-shard")
-        leave_loaded_out()
+        if self._freeze_loaded:
+            leave_loaded_out()
 
     def process(self, item: tuple[int, Iterable[bytes]]
                 | tuple[int, Iterable[tuple[list[int], list[str]]]]
@@ -182,9 +193,9 @@ class _WriteShardFn(StepFn):
 
     def _write(self, index: int, rows: ShardRows | ShardParts,
                plan: ShardPlan) -> tuple[list[Reject], WrittenShard]:
-        shard = write_placed_shard(plan=plan, index=index, output=self._output, rows=rows,
+        shard = write_placed_shard(plan=plan, index=index, output=self._stage, rows=rows,
                               window=self._window, fingerprint=self._fingerprint,
-                              tmp_dir=self._tmp_dir)
+                              tmp_dir=self._tmp_dir, root=self._output)
         return rows.rejects, shard
 
     def _finished(self, written: tuple[list[Reject], WrittenShard]
@@ -305,6 +316,7 @@ class RejectCount(typing.NamedTuple):
 
 def _write_rejects(item: tuple[str, Iterable[Reject | RejectRun]], output: str,
                    tmp_dir: str, spec: ReadSpec) -> tuple[str, RejectCount]:
+    # Into the staging directory (`pipeline.commit`); ``output`` confines every path.
     reason, rejects = item
     rejects = list(rejects)
     if rejects and isinstance(rejects[0], RejectRun):
@@ -328,16 +340,16 @@ def _write_rejects(item: tuple[str, Iterable[Reject | RejectRun]], output: str,
             f.write(b"".join(r.to_line() for r in rows))
 
         count, first = len(rows), rows[0]
-    fs.write_atomically(fs.join(output, REJECTS_DIR, f"{reason}.jsonl"), write, tmp_dir,
-                        root=output)
+    fs.write_atomically(fs.join(staging_dir(tmp_dir), REJECTS_DIR, f"{reason}.jsonl"), write,
+                        tmp_dir, root=output)
     return reason, RejectCount(count, first._replace(record=first.record[:4096]))
 
 
 class WriteRejects(beam.PTransform):
-    """Rejects → ``OUTPUT/_rejects/<reason>.jsonl`` (in input order, `source_order`); emits
-    (reason, `RejectCount`). It reads the output and temporary directories of the
-    `pipeline.context.JobContext`, and how to read the inputs (a duplicate id's record is
-    read back from its source)."""
+    """Rejects → ``_rejects/<reason>.jsonl`` in the staging directory (in input order,
+    `source_order`); emits (reason, `RejectCount`). It reads the output and temporary
+    directories of the `pipeline.context.JobContext`, and how to read the inputs (a
+    duplicate id's record is read back from its source)."""
 
     def __init__(self, context: JobContext) -> None:
         super().__init__()

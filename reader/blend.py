@@ -18,6 +18,11 @@ positive-weight source furthest behind has ``c_d − w_d·T ≤ 0``, so drawing 
 it less than X ahead. Every comparison is in integers (weights as exact fractions), so the
 stream is the same on every platform and the bound is exact, not up to rounding.
 
+Weights of any form (token counts, float shares) are normalised exactly and, when the shares
+need a common denominator above ``DENOMINATOR`` (65,536), rounded to multiples of
+``1/DENOMINATOR`` by largest remainder (:func:`round_weights`): then counting windows has a
+period of at most 65,536 draws, read off a table.
+
 Worked example: weights 1/2, 1/3, 1/6 counting windows → the sources of positions 0… are
 0 1 0 1 0 2 | 0 1 0 1 0 2 | …, each within one window of its share at every prefix.
 """
@@ -34,7 +39,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Blend", "as_fraction", "normalise_weights", "parse_schedule"]
+__all__ = ["DENOMINATOR", "Blend", "as_fraction", "normalise_weights", "parse_schedule",
+           "round_weights"]
+
+DENOMINATOR = 1 << 16  # weights needing a larger common denominator are rounded to 1/65,536
 
 
 def as_fraction(name: str, value: Any) -> Fraction:
@@ -57,8 +65,45 @@ def as_fraction(name: str, value: Any) -> Fraction:
     return f
 
 
+def round_weights(shares: Mapping[str, Fraction],
+                  denominator: int = DENOMINATOR) -> dict[str, Fraction]:
+    """Exact shares (summing to 1) as multiples of ``1/denominator``, when they need a larger
+    common denominator; otherwise unchanged.
+
+    Largest remainder (Hamilton's method): each share is first ``floor(share · D) / D``, but
+    a positive share is at least ``1/D``; the units left over go one each to the largest
+    remainders (ties to the first name); were the minimums units too many, they come off one
+    at a time the share most rounded up. So they sum to exactly 1, a zero stays zero, a
+    positive share stays positive, and every rounded share is within ``1/D`` of the exact one
+    (within ``(1 + k)/D`` when k positive shares below ``1/D`` were raised to it).
+
+    Raises:
+        ValueError: more positive shares than ``denominator``.
+    """
+    if math.lcm(*(w.denominator for w in shares.values())) <= denominator:
+        return dict(shares)
+    names = list(shares)
+    positive = [n for n in names if shares[n] > 0]
+    if len(positive) > denominator:
+        raise ValueError(f"{len(positive)} sources of positive weight cannot share "
+                         f"{denominator} units")
+    scaled = {n: shares[n] * denominator for n in names}
+    units = {n: max(1, math.floor(scaled[n])) if scaled[n] > 0 else 0 for n in names}
+    rest = {n: scaled[n] - math.floor(scaled[n]) for n in positive}
+    left = denominator - sum(units.values())
+    if left >= 0:
+        for n in sorted(positive, key=lambda n: -rest[n])[:left]:
+            units[n] += 1
+    for _ in range(-left):  # the minimums took too many: one each off the most rounded up
+        n = max((n for n in positive if units[n] > 1), key=lambda n: units[n] - scaled[n])
+        units[n] -= 1
+    return {n: Fraction(units[n], denominator) for n in names}
+
+
 def normalise_weights(weights: Mapping[str, Any], names: Sequence[str]) -> dict[str, Fraction]:
-    """``weights`` over ``names`` (a missing name weighs 0), normalised to sum to 1.
+    """``weights`` over ``names`` (a missing name weighs 0), normalised to sum to 1, and
+    rounded to multiples of ``1/DENOMINATOR`` when they need a larger common denominator
+    (:func:`round_weights`: token counts, float shares), so that every draw is a table look-up.
 
     Raises:
         ValueError: not a mapping, a name that is not a source, a negative or non-number
@@ -75,7 +120,7 @@ def normalise_weights(weights: Mapping[str, Any], names: Sequence[str]) -> dict[
     total = sum(raw.values())
     if total == 0:
         raise ValueError(f"at least one weight must be positive, but got {dict(weights)!r}")
-    return {name: w / total for name, w in raw.items()}
+    return round_weights({name: w / total for name, w in raw.items()})
 
 
 def parse_schedule(weights: Mapping[str, Any] | Sequence[tuple[int, Mapping[str, Any]]],
@@ -201,6 +246,8 @@ class Blend:
             sizes = [np.ones(len(v), np.int64) for v in values[0]]
         a, big_a, x_unit, lcm = self._a, self._A, self._X, self._lcm
         counts, total, width = self._counts, self.total, len(self._a)
+        if lcm * big_a * 3 * x_unit * (width + 1) >= _LIMIT:
+            return None  # the keys leave int64 whatever the sizes: known before any work
         active = [d for d, ad in enumerate(a) if ad]
         means = []  # each source's mean size: how many windows a span of the total holds
         for d in active:
@@ -262,7 +309,7 @@ class Blend:
         if self._cycle is None:
             self._cycle = np.zeros(0, np.int64)
             big_a, width = self._A, len(self._a)
-            if big_a * width <= _MAX_CYCLE:
+            if big_a * width <= _MAX_CYCLE or big_a <= DENOMINATOR:
                 fresh = Blend([Fraction(a, big_a) for a in self._a], unit=1,
                               counts=[0] * width)
                 cycle = np.array([fresh.pick(_one)[0] for _ in range(big_a)], np.int64)

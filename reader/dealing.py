@@ -200,6 +200,13 @@ class BatchDealer:
         return self._start()[1]
 
     @property
+    def progress(self) -> float:
+        """Epochs consumed at the position ``state_dict`` reports: the epoch plus the share
+        of its positions consumed (0.04 is 4 % into the first epoch)."""
+        epoch, cursor = self._start()
+        return epoch + cursor / self._total(epoch)
+
+    @property
     def targets_seen(self) -> int:
         """Scored targets recorded with :meth:`step` (repeats included, padding never)."""
         return self._targets_seen

@@ -21,10 +21,15 @@ Contract (docs/training.md#hugging-face):
   repeats) divided once. ``eval_loss`` is that mean, with ``eval_perplexity`` and
   ``eval_targets``. A mapping of datasets gives ``eval_<name>_loss`` each; a mixture gives one
   figure per source and the token-weighted whole.
-* **Checkpoints.** Every checkpoint holds the sampler's state (``window_sampler.json``);
-  ``train(resume_from_checkpoint=...)`` restores it, so the resumed run trains on exactly the
-  batches the uninterrupted one would have (Trainer's own skipping of batches is turned off:
-  ``args.ignore_data_skip`` is set to ``True``).
+* **Checkpoints.** Every checkpoint holds the sampler's state (``window_sampler.json``),
+  with the dataset's fingerprint (each source's, for a mixture) and the optimiser step it was
+  saved at; ``train(resume_from_checkpoint=...)`` restores it, so the resumed run trains on
+  exactly the batches the uninterrupted one would have (Trainer's own skipping of batches is
+  turned off: ``args.ignore_data_skip`` is set to ``True``). A state of another dataset, or of
+  another step than the checkpoint's ``trainer_state.json`` (``global_step``), is refused, and
+  an unreadable one is named.
+* **Epochs.** The ``epoch`` Trainer logs (and saves) is the sampler's: its epoch plus the
+  share of that epoch consumed (a mixture has no epoch of its own: Trainer's figure stays).
 
 Example::
 
@@ -76,6 +81,8 @@ from reader.sampler import EpochSampler
 __all__ = ["SAMPLER_STATE_NAME", "WindowTrainer", "causal_lm_logits"]
 
 SAMPLER_STATE_NAME = "window_sampler.json"
+TRAINER_STATE_NAME = "trainer_state.json"  # Trainer's name for it in every checkpoint
+_STEP_KEY = "global_step"  # the optimiser step at which WindowTrainer saved the state
 
 
 def causal_lm_logits(model: Any, batch: Mapping[str, Any]) -> torch.Tensor:
@@ -94,6 +101,28 @@ def causal_lm_logits(model: Any, batch: Mapping[str, Any]) -> torch.Tensor:
 
 def _is_mixture(dataset: Any) -> bool:
     return hasattr(dataset, "sources") and hasattr(dataset, "source_of")
+
+
+def _read_json(path: str, what: str) -> dict[str, Any]:
+    """A checkpoint's JSON file, as a dict.
+
+    Raises:
+        ValueError: it is missing, unreadable, truncated or not an object (naming it).
+    """
+    try:
+        with open(path, "rb") as f:
+            value = json.loads(f.read())
+    except FileNotFoundError as e:
+        raise ValueError(f"{path} not found: the checkpoint lacks {what}; resume from a "
+                         "complete checkpoint") from e
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{path} is not readable JSON ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else ''}): {what} is truncated or "
+                         "damaged; resume from another checkpoint") from e
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} holds {type(value).__name__}, not a JSON object: {what} is "
+                         "damaged; resume from another checkpoint")
+    return value
 
 
 class _Stream:
@@ -217,7 +246,10 @@ class WindowTrainer(transformers.Trainer):
                                    rank=rank, world_size=world, unit=self._unit,
                                    seq_len=self._seq_len_of(dataset) if self._packed else None,
                                    open_rows=self._open_rows)
-        order = self._order if training else {}
+        order: dict[str, Any] = dict(self._order) if training else {}
+        if training:  # the state names the dataset: a checkpoint cannot resume another one
+            fingerprint = getattr(dataset, "fingerprint", None)
+            order["fingerprint"] = fingerprint if isinstance(fingerprint, str) else None
         if self._packed:
             if not hasattr(dataset, "lengths"):
                 raise ValueError(f"packed=True needs a dataset with `lengths` (a WindowDataset), "
@@ -342,11 +374,24 @@ class WindowTrainer(transformers.Trainer):
             loss = nll_sum * self.accelerator.num_processes / float(num_items_in_batch)
         return (loss, out) if return_outputs else loss
 
+    def _sync_epoch(self) -> None:
+        """Trainer's ``state.epoch`` := the sampler's epoch and the share of it consumed
+        (Trainer's own figure counts steps of ``max_steps``, not the data)."""
+        sampler = self._train_sampler
+        if sampler is not None and hasattr(sampler, "progress"):
+            self.state.epoch = sampler.progress
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Trainer's log, with the sampler's ``targets_seen`` beside the training loss."""
+        """Trainer's log, with the sampler's ``targets_seen`` beside the training loss and
+        the sampler's ``epoch``."""
+        self._sync_epoch()
         if "loss" in logs and self._train_sampler is not None:
             logs = {**logs, "targets_seen": self._train_sampler.targets_seen}
         super().log(logs, start_time)
+
+    def _save_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+        self._sync_epoch()  # trainer_state.json records the sampler's epoch too
+        super()._save_checkpoint(*args, **kwargs)
 
     # -- checkpoints --------------------------------------------------------------------
 
@@ -357,8 +402,9 @@ class WindowTrainer(transformers.Trainer):
             directory = output_dir if output_dir is not None else self.args.output_dir
             os.makedirs(directory, exist_ok=True)
             path = os.path.join(directory, SAMPLER_STATE_NAME)
+            state = {**self._train_sampler.state_dict(), _STEP_KEY: int(self.state.global_step)}
             with open(path + ".tmp", "w") as f:
-                json.dump(self._train_sampler.state_dict(), f, indent=1, sort_keys=True)
+                json.dump(state, f, indent=1, sort_keys=True)
             os.replace(path + ".tmp", path)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None,
@@ -368,7 +414,8 @@ class WindowTrainer(transformers.Trainer):
         Raises:
             ValueError: ``resume_from_checkpoint=True`` finds no checkpoint, or the checkpoint
                 holds no sampler state (saved by another trainer: resuming it would restart
-                the data order) or the state of another dataset, seed or packing.
+                the data order), an unreadable one, the state of another dataset, seed or
+                packing, or of another step than the checkpoint's ``trainer_state.json``.
         """
         if isinstance(resume_from_checkpoint, bool):
             if resume_from_checkpoint:
@@ -385,10 +432,48 @@ class WindowTrainer(transformers.Trainer):
                     f"{path} not found: the checkpoint holds no sampler state (was it saved by "
                     "WindowTrainer?); resuming without it would restart the data order"
                 )
-            with open(path) as f:
-                self.train_sampler.load_state_dict(json.load(f))
+            self.train_sampler.load_state_dict(self._checked_state(resume_from_checkpoint))
         return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
                              ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
+
+    def _checked_state(self, checkpoint: str) -> dict[str, Any]:
+        """The checkpoint's sampler state, checked against the dataset and the checkpoint's
+        ``trainer_state.json`` (the sampler then checks the rest of it).
+
+        Raises:
+            ValueError: naming the file, the field and the fix.
+        """
+        path = os.path.join(checkpoint, SAMPLER_STATE_NAME)
+        state = _read_json(path, "the sampler state WindowTrainer saved")
+        trainer_path = os.path.join(checkpoint, TRAINER_STATE_NAME)
+        trainer_state = _read_json(trainer_path, "Trainer's state")
+        step = trainer_state.get("global_step")
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise ValueError(f"{trainer_path}: `global_step` must be an integer, but got "
+                             f"{step!r}; the checkpoint is damaged")
+        saved = state.get(_STEP_KEY)
+        if saved is None:
+            raise ValueError(
+                f"{path} records no `{_STEP_KEY}` (saved by an earlier WindowTrainer): it "
+                f"cannot be matched with the checkpoint's step {step}; resume with the "
+                "release that saved it, or start the run afresh")
+        if saved != step:
+            raise ValueError(
+                f"{path} was saved at step {saved!r}, but {trainer_path} is at step {step}: "
+                f"the sampler state belongs to another checkpoint (resuming would skip or "
+                f"repeat windows); copy that checkpoint's own {SAMPLER_STATE_NAME} back")
+        fingerprint = getattr(self.train_sampler, "fingerprint", None)
+        if fingerprint is not None and state.get("fingerprint") is None:
+            raise ValueError(
+                f"{path} records no dataset `fingerprint`, so it cannot be shown to be a state "
+                f"of this dataset (fingerprint {fingerprint}); resume with the release that "
+                "saved it, or start the run afresh")
+        if fingerprint is not None and state.get("fingerprint") != fingerprint:
+            raise ValueError(
+                f"{path} was saved for the dataset with fingerprint {state.get('fingerprint')}, "
+                f"but train_dataset has fingerprint {fingerprint}: the checkpoint belongs to "
+                "another dataset; resume on the dataset that saved it, or start afresh")
+        return {k: v for k, v in state.items() if k != _STEP_KEY}
 
     # -- evaluation ---------------------------------------------------------------------
 

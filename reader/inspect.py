@@ -51,6 +51,7 @@ from reader.check import CHECKED_COLUMNS, SHOWN_FAILURES, check
 from reader.integrity import READ_OPTIONS
 from reader.opening import DatasetFiles, locate, open_files, read_footer, verify_files
 from reader.plot import plot
+from reader.regular import check_regular, masked, open_regular, shown_url
 from reader.removed_check import removal_lines
 from transforms.json_fields import JsonObject
 from transforms.manifest import MANIFEST_NAME
@@ -62,6 +63,7 @@ __all__ = ["InspectedDataset", "check", "decode", "main", "manifest_tokenizer", 
 
 QUANTILES = (0.0, 0.1, 0.5, 0.9, 0.99, 1.0)
 DEFAULT_BATCH = 8
+_READ_CHUNK = 8 * 2**20  # a tokenizer file is hashed as it is read
 
 
 @dataclasses.dataclass
@@ -257,12 +259,15 @@ def _split_lines(summary: JsonObject) -> list[str]:
 
 
 def manifest_tokenizer(ds: InspectedDataset, path: str | None = None) -> Tokenizer:
-    """The manifest's tokenizer: bytes needs no file; a model file is the one ``path`` names,
-    else the manifest's ``path`` (as the job was given it), else its ``file`` beside the
-    dataset; its SHA-256 must be the manifest's.
+    """The manifest's tokenizer: bytes needs no file; a model file is the one ``path`` names
+    (the user's ``--tokenizer``: a local path or a URL), else the manifest's ``path`` only as
+    a local file, else its ``file`` beside the dataset. Only a regular file is read, and its
+    SHA-256 must be the manifest's. A manifest never chooses what is read: a URL it records
+    is not opened (it could name any host), and messages show URLs without credentials.
 
     Raises:
         ValueError: no file found, or a file with another SHA-256.
+        OSError: the file is not a regular file (a FIFO, a device), named.
     """
     info = ds.manifest["tokenizer"]
     if info["kind"] == BYTES and path is None:
@@ -270,26 +275,46 @@ def manifest_tokenizer(ds: InspectedDataset, path: str | None = None) -> Tokeniz
     file = info.get("file")
     beside = isinstance(file, str) and file and "/" not in file and "\\" not in file and (
         file not in (".", ".."))  # a plain name beside the dataset, never a path out of it
-    candidates = [path] if path else [p for p in (
-        info.get("path"), beside and f"{ds.root.rstrip('/')}/{file}") if isinstance(p, str) and p]
-    for candidate in candidates:
-        loc = locate(candidate)
-        fs, where = loc.fs, loc.root
-        if fs.get_file_info(where).type == pafs.FileType.NotFound:
+    recorded = info.get("path") if isinstance(info.get("path"), str) else None
+    skipped = []  # URLs the manifest records: never opened
+    candidates: list[tuple[str, pafs.FileSystem, str]] = []  # (shown, filesystem, path)
+    if path:
+        loc = locate(path)
+        candidates.append((path, loc.fs, loc.root))
+    else:
+        if recorded and "://" in recorded:
+            skipped.append(recorded)
+        elif recorded:
+            candidates.append((recorded, pafs.LocalFileSystem(), os.path.abspath(recorded)))
+        if beside:
+            candidates.append((f"{ds.root.rstrip('/')}/{file}", ds.fs,
+                               f"{ds.files.location.root}/{file}"))
+    for candidate, fs, where in candidates:
+        shown = shown_url(candidate)
+        fix = "pass the tokenizer file with --tokenizer"
+        if not check_regular(fs, where, shown=shown, fix=fix):
             continue
-        with fs.open_input_stream(where) as f:
-            data = f.read()
-        sha = hashlib.sha256(data).hexdigest()
+        opened = (open_regular(where, shown=shown, fix=fix)
+                  if isinstance(fs, pafs.LocalFileSystem) else fs.open_input_stream(where))
+        digest, parts = hashlib.sha256(), []
+        with opened as f:
+            while chunk := f.read(_READ_CHUNK):
+                digest.update(chunk)
+                parts.append(chunk)
+        sha = digest.hexdigest()
         if sha != info["sha256"]:
             raise ValueError(
-                f"{candidate} has SHA-256 {sha}, but {MANIFEST_NAME} says the dataset was "
+                f"{shown} has SHA-256 {sha}, but {MANIFEST_NAME} says the dataset was "
                 f"tokenized by {info['sha256']}; pass the right file with --tokenizer"
             )
-        return tokenizer_from_bytes(data, where=candidate, bos_token=info.get("bos_token"),
+        return tokenizer_from_bytes(b"".join(parts), where=shown,
+                                    bos_token=info.get("bos_token"),
                                     eos_token=info.get("eos_token"))
-    tried = ", ".join(candidates) or "none recorded"
-    raise ValueError(f"the {info['kind']} tokenizer file was not found (tried {tried}); "
-                     "pass it with --tokenizer")
+    tried = ", ".join(shown_url(c) for c, _, _ in candidates) or "none recorded"
+    refused = "".join(f"; the recorded {shown_url(u)} is a URL, never opened because the "
+                      "manifest names it" for u in skipped)
+    raise ValueError(f"the {info['kind']} tokenizer file was not found (tried {tried}"
+                     f"{refused}); pass it with --tokenizer")
 
 
 def _token_rows(ds: InspectedDataset, limit: int) -> Iterator[JsonObject]:
@@ -337,7 +362,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--decode", type=int, default=0, metavar="N",
                    help="decode the first N windows to text. Default: none.")
     p.add_argument("--tokenizer", type=str, default=None, metavar="PATH",
-                   help="the tokenizer file for --decode. Default: the one the manifest names.")
+                   help="the tokenizer file for --decode (a path or a URL). Default: the "
+                   "manifest's path if it is a local file, else its file beside the dataset "
+                   "(its SHA-256 checked); a URL the manifest records is never opened.")
     p.add_argument("--check", action="store_true",
                    help="verify every shard as WindowDataset(verify=True) does (SHA-256, "
                    "footers, page checksums, BOS/EOS), then recompute coverage, overlap, "
@@ -374,13 +401,13 @@ def run(argv: Sequence[str] | None = None) -> int:
     try:
         files = open_files(args.output, allow_unfinished=args.allow_unfinished)
     except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {masked(str(e))}", file=sys.stderr)
         return 2
     if args.check:  # everything opening checks, and reading, before the recomputations
         try:
             verify_files(files, totals=False)  # check() recomputes the totals by window
         except (ValueError, OSError) as e:
-            print(f"check: failed: {e}")
+            print(f"check: failed: {masked(str(e))}")
             return 1
     try:
         ds = read_columns(files)
@@ -393,7 +420,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         if args.check:
             report["check"] = check(ds)
     except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {masked(str(e))}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(report, indent=2, ensure_ascii=False, default=int))

@@ -71,6 +71,7 @@ import pyarrow.fs as pafs
 
 from reader import integrity
 from reader.layout_build import (
+    _FIX,
     FILES,
     RECORD,
     WINDOW_FIELDS,
@@ -81,6 +82,7 @@ from reader.layout_build import (
     sha256_local,
     write_layout,
 )
+from reader.regular import NotRegularFileError, open_regular
 from transforms.json_fields import JsonObject
 
 __all__ = [
@@ -147,7 +149,7 @@ class ShardLayout:
         self.records: npt.NDArray[Any] = _load(os.path.join(directory, "windows.npy"))
         self.doc_rows: npt.NDArray[np.int64] = _load(os.path.join(directory, "doc_rows.npy"))
         self._doc_id_offsets = _load(os.path.join(directory, "doc_id_offsets.npy"))
-        with open(os.path.join(directory, "doc_ids.bin"), "rb") as f:
+        with open_regular(os.path.join(directory, "doc_ids.bin"), fix=_FIX) as f:
             self._doc_ids = f.read()
         self.content = integrity.ContentStats(**meta["content"])
         if self.records.dtype != RECORD or len(self.records) != self.rows or (
@@ -216,8 +218,10 @@ class LayoutCache:
         were there but fail their digests, a warning: the layout is rebuilt)."""
         directory = self.path(source.sha256)
         try:
-            with open(os.path.join(directory, _META), "rb") as f:
+            with open_regular(os.path.join(directory, _META), fix=_FIX) as f:
                 meta = json.loads(f.read())
+        except NotRegularFileError:
+            raise
         except (OSError, ValueError):
             return None
         expected = {"version": LAYOUT_VERSION, "sha256": source.sha256, "rows": source.rows,
@@ -243,6 +247,8 @@ class LayoutCache:
             return None
         try:
             layout = ShardLayout(self.path(source.sha256), meta)
+        except NotRegularFileError:
+            raise
         except (OSError, ValueError, TypeError, KeyError):
             return None
         with contextlib.suppress(OSError):
@@ -290,7 +296,7 @@ class LayoutCache:
         """
         array_path, meta_path = self._index_paths(fingerprint)
         try:
-            with open(meta_path, "rb") as f:
+            with open_regular(meta_path, fix=_FIX) as f:
                 meta = json.loads(f.read())
             if not isinstance(meta, dict) or (meta.get("version"), meta.get("fingerprint"),
                                               meta.get("n"), meta.get("checked")) != (
@@ -305,6 +311,8 @@ class LayoutCache:
                                   stacklevel=3)
                 return None
             index = _load(array_path)
+        except NotRegularFileError:
+            raise
         except (OSError, ValueError, KeyError, AttributeError):
             return None
         return index if index.dtype == RECORD and len(index) == n else None
@@ -428,10 +436,12 @@ class LayoutCache:
                 continue  # tmp/, locks/, datasets/: never a layout
             meta_path = os.path.join(self._root, name, _META)
             try:
-                with open(meta_path, "rb") as f:
+                with open_regular(meta_path, fix=_FIX) as f:
                     meta = json.loads(f.read())
                 size = sum(int(v["bytes"]) for v in meta["files"].values())
                 out.append((name, size, os.stat(meta_path).st_mtime))
+            except NotRegularFileError:
+                raise
             except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 continue
         return out

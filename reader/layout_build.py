@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import stat
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from reader import integrity
+from reader.regular import NotRegularFileError, file_kind, open_regular
 from transforms.json_fields import JsonObject
 from transforms.manifest import Manifest
 
@@ -100,13 +102,17 @@ class ShardSource:
 
 
 
+# What to do about a file in the cache that is not a regular file (the cache writes only those).
+_FIX = "the layout cache holds only files it wrote; remove it (or clear the cache directory)"
+
+
 def sample_digest(path: str, size: int) -> str:
     """BLAKE2b of ``SAMPLE_PAGES`` pages of 4 KiB spread evenly over the file, first and
     last included (the whole file when it is smaller than those pages): a cheap check that
     catches another file of the same size, and most damage."""
     h = hashlib.blake2b(digest_size=16)
     h.update(str(size).encode())
-    with open(path, "rb") as f:
+    with open_regular(path, fix=_FIX) as f:
         if size <= _PAGE * SAMPLE_PAGES:
             h.update(f.read())
         else:
@@ -119,7 +125,7 @@ def sample_digest(path: str, size: int) -> str:
 def sha256_local(path: str) -> str:
     """The SHA-256 of a local file."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path, fix=_FIX) as f:
         while chunk := f.read(_COPY_CHUNK):
             h.update(chunk)
     return h.hexdigest()
@@ -139,7 +145,12 @@ def files_problem(directory: str, files: Any, *, verify: bool) -> str | None:
     for name, want in files.items():
         path = os.path.join(directory, name)
         try:
-            size = os.stat(path).st_size
+            st = os.stat(path)
+            if not stat.S_ISREG(st.st_mode):  # placed there: refused by name, never removed
+                raise NotRegularFileError(f"{path} is not a regular file but "
+                                          f"{file_kind(st.st_mode)}; the reader reads only "
+                                          f"regular files: {_FIX}")
+            size = st.st_size
             if not isinstance(want, dict) or size != want.get("bytes"):
                 return (f"{name} has {size} bytes, not the "
                         f"{want.get('bytes') if isinstance(want, dict) else want} recorded")
@@ -148,6 +159,8 @@ def files_problem(directory: str, files: Any, *, verify: bool) -> str | None:
                     return f"{name} does not hash to the SHA-256 recorded at build"
             elif sample_digest(path, size) != want.get("sample"):
                 return f"{name}'s sampled pages are not the ones recorded at build"
+        except NotRegularFileError:
+            raise  # placed there by someone: refused by name, never read or removed
         except OSError as e:
             return f"{name} cannot be read ({e})"
     return None

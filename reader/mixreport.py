@@ -16,6 +16,7 @@ draws 10 (1.0 epoch, 10 targets).
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ from typing import Any
 
 from reader.blend import normalise_weights
 from reader.opening import open_files
+from reader.regular import masked
 
 __all__ = ["TOKENIZER_KEYS", "check_compatible", "mixture_report", "parse_mix", "run_mix"]
 
@@ -110,6 +112,9 @@ def run_mix(outputs: list[str], mix: str | None, *, tokens: float | None, unit: 
     """``inspect`` on several datasets (``NAME=PATH`` or ``PATH``, named by its last
     directory) with ``--mix``: prints the report; returns the exit status (2: refused)."""
     try:
+        if tokens is not None and not (math.isfinite(tokens) and 1 <= tokens < 2**63):
+            raise ValueError(f"--tokens must be a finite number of scored targets from 1 to "
+                             f"2**63 - 1 (e.g. 1e12), but got {tokens!r}")
         named: dict[str, str] = {}
         for item in outputs:
             name, sep, path = item.partition("=")
@@ -130,7 +135,7 @@ def run_mix(outputs: list[str], mix: str | None, *, tokens: float | None, unit: 
         report = mixture_report(counts, parse_mix(mix),
                                 tokens=None if tokens is None else int(tokens), unit=unit)
     except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {masked(str(e))}", file=sys.stderr)
         return 2
     if as_json:
         print(json.dumps(report, indent=2))

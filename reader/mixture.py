@@ -21,10 +21,11 @@ Contract:
   exactly as :func:`reader.pack_rows` packs an epoch (``open_rows`` rows open, rows
   numbered as they close), and global batch g is rows ``[g·G, (g+1)·G)``, for
   :func:`reader.collate_packed`. Iterating never ends; there are no deliberate repeats.
-* **Weights** are a mapping (normalised; 0 allowed) or a schedule ``[(0, m0), (g1, m1), …]``:
-  ``m_i`` applies from global batch ``g_i`` on. When the weights in force change, the rule
-  restarts from that position (the bound holds again from there) and every source continues
-  its epoch where it stands.
+* **Weights** are a mapping (normalised, rounded to multiples of 1/65,536 when they need a
+  larger denominator: :func:`reader.blend.round_weights`; 0 allowed) or a schedule
+  ``[(0, m0), (g1, m1), …]``: ``m_i`` applies from global batch ``g_i`` on. When the weights
+  in force change, the rule restarts from that position (the bound holds again from there)
+  and every source continues its epoch where it stands.
 * **State**: :meth:`MixtureSampler.state_dict` is small JSON, O(number of sources): the
   committed position, each source's ledger (epoch, position in the epoch, windows and targets
   drawn) and dataset fingerprint, the weights in force and where they took effect, and with
@@ -33,8 +34,10 @@ Contract:
   other weights than the state's continues every source where it stood and applies them from
   the committed position, as the schedule ``[(0, old), (g, new)]`` would; a source the state
   lacks starts at its first epoch; a source whose dataset changed, or one the mixture lacks,
-  is refused by name. ``step`` and the committed position are those of
-  :class:`reader.EpochSampler`.
+  is refused by name. The state is checked as a whole on load: what can be recomputed (each
+  source's windows and targets, the rule's counts since the weights took effect) is
+  recomputed, and a field the stream cannot have at that position is refused by name.
+  ``step`` and the committed position are those of :class:`reader.EpochSampler`.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from reader.blend import Blend, parse_schedule
+from reader.blend import Blend, as_fraction, parse_schedule
 from reader.dealing import check_int, rank_span
 from reader.ledger import Cursor, DrawnBatches, Snapshot
 from reader.mixed import GroupedIndices, MixedDataset
@@ -188,10 +191,9 @@ class _Stream:
             drawn = blend.run(tg if counting_targets else None, need - got, (gl, tg))
             if drawn is not None and len(drawn[0]):
                 src, taken, (gd, td) = drawn
-            else:  # the next draw skips a source (or the integers are too large): one pick
-                d = blend.pick(lambda d: int(tg[d][0]) if counting_targets else 1)[0]  # noqa: B023
-                src, gd, td = np.array([d], np.int64), gl[d][:1], tg[d][:1]
-                taken = [int(e == d) for e in range(len(cursors))]
+            else:  # the next draw skips a source (or the integers are too large): picks
+                src, taken, gd, td = _picks(blend, tg, gl, need - got, counting_targets,
+                                            many=drawn is None)
             srcs.append(src)
             indices.append(gd)
             targets.append(td)
@@ -219,6 +221,49 @@ class _Stream:
         ledger = self._ledger if self._ledger is not None else [c.ledger() for c in self.cursors]
         return Snapshot(self.batch, self.rows, ledger, self.weights, self.since, opened,
                         self._s.mixed.names)
+
+
+class _Unknown(Exception):
+    """A pick needs a source's window that is not read ahead yet."""
+
+
+_PICKS = 512  # draws picked one by one after a draw the merge cannot make, before it resumes
+
+
+def _picks(blend: Blend, tg: list[Any], gl: list[Any], m: int, counting_targets: bool, *,
+           many: bool) -> tuple[Any, list[int], Any, Any]:
+    """Draws made one by one with :meth:`Blend.pick`, exactly as the rule makes them: up to
+    ``m`` where the merge cannot run (``many``: integers beyond int64), else up to
+    ``_PICKS`` (a draw the merge would skip; it resumes after them); either way only while
+    every source a pick looks at has its next window read ahead (``tg``, ``gl``: each
+    source's windows read ahead, their targets and mixture indices). Returns what
+    :meth:`Blend.run` returns: sources, windows taken of each, mixture indices and targets
+    in draw order (at least one draw)."""
+    width = len(tg)
+    at = [0] * width
+    known = [len(t) for t in tg]
+
+    def size_of(d: int) -> int:
+        if at[d] >= known[d]:
+            raise _Unknown
+        return int(tg[d][at[d]]) if counting_targets else 1
+
+    src: list[int] = []
+    try:
+        while len(src) < (m if many else min(m, _PICKS)):
+            d = blend.pick(size_of)[0]
+            src.append(d)
+            at[d] += 1
+    except _Unknown:
+        blend._heap = None  # the pick stopped half way: its heap is rebuilt from the counts
+    index = np.empty(len(src), np.int64)
+    drawn_targets = np.empty(len(src), np.int64)
+    sources = np.asarray(src, np.int64)
+    for d in set(src):
+        where = sources == d
+        index[where] = gl[d][: at[d]]
+        drawn_targets[where] = tg[d][: at[d]]
+    return sources, at, index, drawn_targets
 
 
 class MixtureSampler:
@@ -391,9 +436,14 @@ class MixtureSampler:
         """Continue from ``state`` (see the module docstring: another world size, batch size,
         new weights or an added source are fine).
 
+        The state is checked as a whole before anything is taken from it (see
+        :func:`_checked_state`): every field is of its type and range, and the counts are
+        those the stream has at that position, recomputed, not read.
+
         Raises:
-            ValueError: not a mixture state, another version or stream parameters, or a
-                source that the mixture lacks or whose dataset changed (named).
+            ValueError: not a mixture state, another version or stream parameters, a source
+                that the mixture lacks or whose dataset changed (named), or a field that the
+                stream cannot have at that position (named).
         """
         if not isinstance(state, Mapping) or state.get("format") != _STATE_FORMAT:
             raise ValueError(f"not a MixtureSampler state: {str(state)[:200]}")
@@ -408,34 +458,7 @@ class MixtureSampler:
             if state[key] != value:
                 raise ValueError(f"the state has {key} {state[key]!r}, but this sampler has "
                                  f"{value!r}; the stream cannot continue under another {key}")
-        fingerprints = self.mixed.fingerprints
-        ledger = {}
-        for name, entry in state["sources"].items():
-            if name not in self.mixed.sources:
-                raise ValueError(
-                    f"the state names source {name!r}, which this mixture lacks (its sources: "
-                    f"{', '.join(self.mixed.names)}); keep it in the MixedDataset with weight "
-                    "0 to stop drawing from it")
-            size = len(self.mixed.sources[name])
-            if entry["fingerprint"] != fingerprints[name] or entry["size"] != size:
-                raise ValueError(
-                    f"source {name!r} has changed since the state was saved: fingerprint "
-                    f"{fingerprints[name]} ({size} windows) here, {entry['fingerprint']} "
-                    f"({entry['size']} windows) in the state; resume with the same dataset")
-            values = [check_int(f"sources.{name}.{k}", entry[k], 0)
-                      for k in ("epoch", "cursor", "windows", "targets")]
-            if values[1] >= size:
-                raise ValueError(f"the state's cursor {values[1]} of source {name!r} is beyond "
-                                 f"its {size} windows")
-            ledger[name] = values
-        snap = {"batch": check_int("batches_seen", state["batches_seen"], 0),
-                "rows": state["rows"], "ledger": ledger,
-                "weights": {n: str(Fraction(w)) for n, w in state["weights"].items()},
-                "since": {"batch": state["since"]["batch"],
-                          "counts": dict(state["since"]["counts"])},
-                "open": [[int(free), [[str(n), int(i), int(length)]
-                                      for n, i, length in members]]
-                         for free, members in state["open_rows_windows"]]}
+        snap = _checked_state(self, state)
         self._committed = self._issued = snap
         self._pending.clear()
         self._tracking = False
@@ -447,3 +470,210 @@ class MixtureSampler:
         return (f"MixtureSampler({weights}; batch_size={self.batch_size}, seed={self.seed}, "
                 f"rank={self.rank}, world_size={self.world_size}, unit={self.unit!r}, "
                 f"seq_len={self.seq_len}, batches_seen={self.batches_seen})")
+
+
+# -- a state, checked as a whole -------------------------------------------------------------
+
+_SOURCE_KEYS = ("fingerprint", "size", "epoch", "cursor", "windows", "targets")
+_SUM_CHUNK = 1 << 20  # windows whose sizes are read at once when a ledger's targets are summed
+
+
+def _field(where: str, value: Any, low: int = 0) -> int:
+    """An integer field of the state, at least ``low``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"the MixtureSampler state's `{where}` must be an integer of at least "
+                         f"{low}, but got {str(value)[:80]!r}; the state is damaged or was "
+                         "edited: resume from the checkpoint's own state")
+    return value
+
+
+def _bad(where: str, what: str) -> ValueError:
+    return ValueError(f"the MixtureSampler state's `{where}` {what}; the state is damaged or "
+                      "was edited: resume from the checkpoint's own state")
+
+
+def _mapping(where: str, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _bad(where, f"must be a mapping, but got {str(value)[:80]!r}")
+    return value
+
+
+def _targets_drawn(source: Any, order: EpochSampler, epoch: int, cursor: int) -> int:
+    """The scored targets of a source's first ``epoch`` epochs and ``cursor`` windows: what
+    its ledger's ``targets`` must be (every epoch holds every window once)."""
+    def summed(e: int, hi: int) -> int:
+        total = 0
+        for lo in range(0, hi, _SUM_CHUNK):
+            local = order.indices(e, lo, min(hi, lo + _SUM_CHUNK))
+            total += int(source.window_sizes(local)[1].sum())
+        return total
+
+    whole = 0
+    if epoch:
+        scored = getattr(source, "scored_targets", None)
+        whole = scored if isinstance(scored, int) else summed(0, order.n)
+    return epoch * whole + (summed(epoch, cursor) if cursor else 0)
+
+
+def _weights_of(where: str, raw: Any, names: tuple[str, ...]) -> dict[str, Fraction]:
+    """The normalised weights a state records (they sum to exactly 1)."""
+    weights = {}
+    for name, value in _mapping(where, raw).items():
+        if name not in names:
+            raise _bad(f"{where}.{name}", "names no source of this mixture")
+        try:
+            weights[name] = as_fraction(name, value)
+        except ValueError as e:
+            raise _bad(f"{where}.{name}", f"must be a number, but got {str(value)[:80]!r}") from e
+    if sum(weights.values()) != 1:
+        raise _bad(where, f"must be normalised weights summing to 1, but sum to "
+                   f"{str(sum(weights.values()))[:40]}")
+    return weights
+
+
+def _rule_counts(weights: list[Fraction], total: int) -> list[int] | None:
+    """Counting windows, each source's windows after ``total`` draws by the rule from where
+    the weights took effect (one period read off, :meth:`reader.blend.Blend._period`); None
+    when the weights have no such period."""
+    blend = Blend(weights, unit=1, counts=[0] * len(weights))
+    cycle = blend._period()
+    if cycle is None:
+        return None
+    full, r = divmod(total, len(cycle))
+    at = np.bincount(cycle[:r], minlength=len(weights)).tolist()
+    return [c + full * a for c, a in zip(at, blend._a, strict=True)]
+
+
+def _checked_state(sampler: MixtureSampler, state: Mapping[str, Any]) -> dict[str, Any]:
+    """``state`` (a :meth:`MixtureSampler.state_dict`) as a snapshot, checked as a whole.
+
+    Every field has its type and range, every source its fingerprint and size; each source's
+    ledger is recomputed from its windows drawn (epoch and cursor from windows and its size,
+    targets from its epoch orders' window sizes); the counts since the weights took effect are
+    those the rule gives (counting windows, exactly, recomputed from the weights and the
+    position; counting targets, within one window of each share, the rule's bound); the open
+    rows hold windows of their sources with their lengths. So an edited or damaged state is
+    refused here, naming the field, rather than drawing a skewed stream or failing later.
+
+    Raises:
+        ValueError: naming the field and the fix.
+    """
+    mixed, names = sampler.mixed, tuple(sampler.mixed.names)
+    fingerprints = mixed.fingerprints
+    ledger: dict[str, list[int]] = {}
+    for name, entry in _mapping("sources", state["sources"]).items():
+        if name not in mixed.sources:
+            raise ValueError(
+                f"the state names source {name!r}, which this mixture lacks (its sources: "
+                f"{', '.join(names)}); keep it in the MixedDataset with weight "
+                "0 to stop drawing from it")
+        entry = _mapping(f"sources.{name}", entry)
+        for key in _SOURCE_KEYS:
+            if key not in entry:
+                raise _bad(f"sources.{name}", f"lacks the key {key!r}")
+        size = len(mixed.sources[name])
+        if entry["fingerprint"] != fingerprints[name] or entry["size"] != size:
+            raise ValueError(
+                f"source {name!r} has changed since the state was saved: fingerprint "
+                f"{fingerprints[name]} ({size} windows) here, {entry['fingerprint']} "
+                f"({entry['size']} windows) in the state; resume with the same dataset")
+        epoch, cursor, windows, targets = (_field(f"sources.{name}.{k}", entry[k])
+                                           for k in ("epoch", "cursor", "windows", "targets"))
+        if cursor >= size:
+            raise ValueError(f"the state's cursor {cursor} of source {name!r} is beyond "
+                             f"its {size} windows")
+        if windows != epoch * size + cursor:
+            raise _bad(f"sources.{name}.windows", f"is {windows}, but epoch {epoch} and cursor "
+                       f"{cursor} of {size} windows make {epoch * size + cursor}")
+        order = sampler._orders[names.index(name)]
+        expected = _targets_drawn(mixed.sources[name], order, epoch, cursor)
+        if targets != expected:
+            raise _bad(f"sources.{name}.targets", f"is {targets}, but the {windows} windows "
+                       f"drawn from {name!r} hold {expected} scored targets")
+        ledger[name] = [epoch, cursor, windows, targets]
+    batch = _field("batches_seen", state["batches_seen"])
+    rows = _field("rows", state["rows"])
+    _field("targets_seen", state["targets_seen"])
+    if "position" in state and state["position"] != sum(v[2] for v in ledger.values()):
+        raise _bad("position", f"is {str(state['position'])[:40]}, but the sources' windows "
+                   f"sum to {sum(v[2] for v in ledger.values())}")
+    if sampler.seq_len is None and rows:
+        raise _bad("rows", f"is {rows}, but an unpacked stream has no rows")
+    weights = _weights_of("weights", state["weights"], names)
+    since = _mapping("since", state["since"])
+    for key in ("batch", "counts"):
+        if key not in since:
+            raise _bad("since", f"lacks the key {key!r}")
+    since_batch = _field("since.batch", since["batch"])
+    if since_batch > batch:
+        raise _bad("since.batch", f"is {since_batch}, after batches_seen {batch}")
+    counts = {}
+    unit = 3 if sampler.unit == "targets" else 2  # the ledger's field the rule counts
+    for name, value in _mapping("since.counts", since["counts"]).items():
+        if name not in names:
+            raise _bad(f"since.counts.{name}", "names no source of this mixture")
+        drawn = ledger.get(name, [0, 0, 0, 0])[unit]
+        counts[name] = _field(f"since.counts.{name}", value)
+        if counts[name] > drawn:
+            raise _bad(f"since.counts.{name}", f"is {counts[name]}, more than the {drawn} "
+                       f"{sampler.unit} drawn from {name!r} in all")
+    # What the rule has drawn since the weights took effect, by source.
+    w = [weights.get(n, Fraction(0)) for n in names]
+    got = [ledger.get(n, [0, 0, 0, 0])[unit] - counts.get(n, 0) for n in names]
+    total = sum(got)
+    stray = [n for n, g, x in zip(names, got, w, strict=True) if g and not x]
+    if stray:
+        raise _bad(f"since.counts.{stray[0]}", f"leaves {got[names.index(stray[0])]} "
+                   f"{sampler.unit} drawn from {stray[0]!r} since batch {since_batch}, whose "
+                   "weight is 0")
+    exact = _rule_counts(w, total) if sampler.unit == "windows" else None
+    # How far each source is off what the rule gives; the field named is the furthest off.
+    off = [g - e for g, e in zip(got, exact, strict=True)] if exact is not None else [
+        g - x * total for g, x in zip(got, w, strict=True)]
+    d = max(range(len(names)), key=lambda d: abs(off[d]))
+    if (exact is not None and off[d]) or abs(off[d]) >= sampler._unit_size:
+        n = names[d]
+        share = (f"the rule's {exact[d]}" if exact is not None else
+                 f"within {sampler._unit_size} of its share {float(w[d] * total):.6g}")
+        raise _bad(f"since.counts.{n}", f"leaves {got[d]} {sampler.unit} drawn from {n!r} of "
+                   f"{total} since batch {since_batch}, where the weights give {share}")
+    opened = state["open_rows_windows"]
+    if not isinstance(opened, list) or (sampler.seq_len is None and opened) or (
+            len(opened) > sampler.open_rows):
+        raise _bad("open_rows_windows", f"must be a list of at most {sampler.open_rows} open "
+                   f"rows{'' if sampler.seq_len else ' (none, unpacked)'}, but got "
+                   f"{str(opened)[:80]}")
+    open_rows = []
+    for i, row in enumerate(opened):
+        where = f"open_rows_windows[{i}]"
+        if not isinstance(row, list) or len(row) != 2 or not isinstance(row[1], list):
+            raise _bad(where, f"must be [free, members], but got {str(row)[:80]}")
+        free, members = _field(f"{where}[0]", row[0], 1), []
+        for j, member in enumerate(row[1]):
+            at = f"{where}[1][{j}]"
+            if not isinstance(member, list) or len(member) != 3 or member[0] not in names:
+                raise _bad(at, f"must be [source, local index, length], but got "
+                           f"{str(member)[:80]}")
+            name = member[0]
+            local = _field(f"{at}[1]", member[1])
+            if local >= len(mixed.sources[name]):
+                raise _bad(f"{at}[1]", f"is window {local} of {name!r}, which has "
+                           f"{len(mixed.sources[name])}")
+            length = int(mixed.sources[name].window_sizes([local])[0][0])
+            if member[2] != length:
+                raise _bad(f"{at}[2]", f"is {str(member[2])[:40]}, but window {local} of "
+                           f"{name!r} has length {length}")
+            members.append([name, local, length])
+        if not members or free != sampler.seq_len - sum(m[2] for m in members):
+            raise _bad(f"{where}[0]", f"is {free}, but a row of {sampler.seq_len} positions "
+                       f"holding {sum(m[2] for m in members)} has "
+                       f"{sampler.seq_len - sum(m[2] for m in members)} free")
+        open_rows.append([free, members])
+    waiting = sum(len(members) for _, members in open_rows)
+    closed = sum(v[2] for v in ledger.values()) - waiting  # windows in the rows handed out
+    if sampler.seq_len is not None and not rows <= closed:
+        raise _bad("rows", f"is {rows}, but the {closed} windows drawn and not waiting in open "
+                   "rows fill at most that many rows")
+    return {"batch": batch, "rows": rows, "ledger": ledger,
+            "weights": {n: str(x) for n, x in weights.items()},
+            "since": {"batch": since_batch, "counts": counts}, "open": open_rows}

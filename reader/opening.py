@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 import urllib.parse
 from collections.abc import Callable
 
@@ -35,6 +36,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from reader import integrity
+from reader.regular import check_regular
 from transforms.manifest import (
     LEGACY_MANIFEST_NAME,
     MANIFEST_NAME,
@@ -42,6 +44,7 @@ from transforms.manifest import (
     parse_splits_record,
     read_manifest,
 )
+from transforms.schema import shard_file_name
 from transforms.splits import SPLITS_NAME, split_job_message
 
 __all__ = ["DatasetFiles", "Location", "ShardFile", "locate", "open_files", "read_column",
@@ -121,8 +124,9 @@ class DatasetFiles:
         return hashlib.sha256("".join(s.sha256 for s in self.shards).encode()).hexdigest()
 
 
-def _is_file(fs: pafs.FileSystem, path: str) -> bool:
-    return fs.get_file_info(path).type == pafs.FileType.File
+def _is_file(fs: pafs.FileSystem, path: str, shown: str | None = None) -> bool:
+    """Whether ``path`` is there; anything there but a regular file is refused by name."""
+    return check_regular(fs, path, shown=shown or path)
 
 
 def _read(fs: pafs.FileSystem, path: str) -> bytes:
@@ -131,13 +135,13 @@ def _read(fs: pafs.FileSystem, path: str) -> bytes:
 
 
 def _missing_manifest(loc: Location) -> FileNotFoundError:
-    if _is_file(loc.fs, f"{loc.root}/{LEGACY_MANIFEST_NAME}"):
+    if _is_file(loc.fs, f"{loc.root}/{LEGACY_MANIFEST_NAME}", loc.where(LEGACY_MANIFEST_NAME)):
         return FileNotFoundError(
             f"{loc.shown} holds {LEGACY_MANIFEST_NAME}, the name token-windows 0.1.0 gave the "
             f"manifest; this version reads {MANIFEST_NAME} (so that Parquet readers skip it): "
             "rename it, and rejects/ to _rejects/; the shards need no change")
     splits = f"{loc.root}/{SPLITS_NAME}"
-    if _is_file(loc.fs, splits):
+    if _is_file(loc.fs, splits, loc.where(SPLITS_NAME)):
         record = parse_splits_record(_read(loc.fs, splits), where=loc.where(SPLITS_NAME))
         return FileNotFoundError(split_job_message(loc.shown, record))
     return FileNotFoundError(
@@ -153,7 +157,7 @@ def _check_split_record(loc: Location, manifest: Manifest, data: bytes) -> None:
     shown_parent = loc.shown.rsplit("/", 1)[0]
     job = f"the job that wrote {shown_parent} (with --overwrite)"
     path = f"{parent}/{SPLITS_NAME}"
-    if not parent or not _is_file(loc.fs, path):
+    if not parent or not _is_file(loc.fs, path, f"{shown_parent}/{SPLITS_NAME}"):
         raise FileNotFoundError(
             f"{loc.shown} is the split {name!r} of a --split job, but {shown_parent}/"
             f"{SPLITS_NAME}, which the job writes after every split, is missing: the job did "
@@ -166,6 +170,47 @@ def _check_split_record(loc: Location, manifest: Manifest, data: bytes) -> None:
             f"{shown_parent}/{SPLITS_NAME} does not record {loc.where(MANIFEST_NAME)} (SHA-256 "
             f"{digest}) as its split {name!r}: the split comes from another run of the job; "
             f"rerun {job}, or pass allow_unfinished=True to open it anyway")
+
+
+# The first shard the manifest lists, as its serialisation writes it (a JSON string cannot
+# hold an unescaped quote, so this is a key and its value, never text inside another value).
+_FIRST_SHARD = re.compile(rb'"file": *"part-(0{5,})-of-(\d{5,})\.parquet"')
+_HEAD = 1 << 20  # bytes of the manifest read to find it
+
+
+def _check_shard(loc: Location, name: str, info: pafs.FileInfo | None) -> None:
+    """A shard the manifest lists must be in the listing, as a regular file."""
+    if info is None:
+        raise FileNotFoundError(
+            f"shard {loc.where(name)}, listed in the manifest, does not exist")
+    if info.type != pafs.FileType.File:
+        check_regular(loc.fs, f"{loc.root}/{name}", shown=f"shard {loc.where(name)}",
+                      fix="a shard is a Parquet file the job wrote; restore it, or rerun the "
+                      "job")
+
+
+def _check_listing(loc: Location, head: bytes, listed: dict[str, pafs.FileInfo]) -> None:
+    """Before the manifest is parsed: the shard count its first shard's name gives
+    (``part-00000-of-N``: the manifest must list exactly ``part-i-of-N``, i < N, in order),
+    against the directory listing. A manifest listing millions of shards of which some are
+    missing is refused by the first missing name at the cost of the listing, not of parsing
+    every entry. ``head``: the manifest's first bytes."""
+    found = _FIRST_SHARD.search(head)
+    if found is None:
+        return  # parsed in full next, which finds what is wrong
+    n = int(found.group(2))
+    of = f"-of-{found.group(2).decode()}.parquet"
+    present = sum(1 for name, info in listed.items()
+                  if name.endswith(of) and info.type == pafs.FileType.File)
+    if present >= n:
+        return
+    if shard_file_name(0, n).endswith(of):
+        for i in range(n):  # the first one missing: at most ``present`` + 1 names
+            name = shard_file_name(i, n)
+            _check_shard(loc, name, listed.get(name))
+    raise FileNotFoundError(  # names of another width than shard_name's: count only
+        f"{loc.where(MANIFEST_NAME)} lists {n} shards (part-…{of}), but only {present} are "
+        f"in {loc.shown}: the dataset is incomplete; copy it again, or rerun the job")
 
 
 def open_files(path: str | os.PathLike[str], *, filesystem: pafs.FileSystem | None = None,
@@ -185,22 +230,23 @@ def open_files(path: str | os.PathLike[str], *, filesystem: pafs.FileSystem | No
     """
     loc = locate(path, filesystem)
     manifest_path = f"{loc.root}/{MANIFEST_NAME}"
-    if not _is_file(loc.fs, manifest_path):
+    if not _is_file(loc.fs, manifest_path, loc.where(MANIFEST_NAME)):
         raise _missing_manifest(loc)
-    data = _read(loc.fs, manifest_path)
+    # One listing for every shard (one round trip per page, not per shard, when remote).
+    listed = {os.path.basename(info.path): info
+              for info in loc.fs.get_file_info(pafs.FileSelector(loc.root))}
+    with loc.fs.open_input_stream(manifest_path) as f:
+        head = f.read(_HEAD)
+        _check_listing(loc, head, listed)
+        data = head + f.read()
     manifest = read_manifest(data, where=loc.where(MANIFEST_NAME))
     if manifest.split is not None and not allow_unfinished:
         _check_split_record(loc, manifest, data)
-    # One listing for every shard (one round trip per page, not per shard, when remote).
-    listed = {os.path.basename(info.path): info
-              for info in loc.fs.get_file_info(pafs.FileSelector(loc.root))
-              if info.type == pafs.FileType.File}
     shards = []
     for i, entry in enumerate(manifest.shards):
         info = listed.get(entry.file)
-        if info is None:
-            raise FileNotFoundError(
-                f"shard {loc.where(entry.file)}, listed in the manifest, does not exist")
+        _check_shard(loc, entry.file, info)
+        assert info is not None
         mtime = info.mtime_ns if info.mtime_ns is not None else -1
         shards.append(ShardFile(index=i, file=entry.file, path=f"{loc.root}/{entry.file}",
                                 where=loc.where(entry.file), rows=entry.rows,

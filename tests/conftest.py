@@ -90,7 +90,7 @@ def stop_processes(procs: list[subprocess.Popen], timeout: float = 20) -> None:
 def run_job(output: pathlib.Path, *args: str, tuning: Any = None) -> dict[str, Any]:
     """Run the job in this process (FnApiRunner) and return its manifest; ``tuning``: its
     knobs (`pipeline.context.Tuning`)."""
-    from pipeline.run import run
+    from pipeline.job import run
 
     manifest = run(["--output", str(output), *args], tuning=tuning)
     assert manifest is not None
@@ -98,9 +98,9 @@ def run_job(output: pathlib.Path, *args: str, tuning: Any = None) -> dict[str, A
 
 
 def exit_code(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    """Run the command line (`pipeline.run.main`) in this process, expecting it to exit;
+    """Run the command line (`pipeline.job.main`) in this process, expecting it to exit;
     return its status and the last line it printed on stderr, which is never a traceback."""
-    from pipeline.run import main
+    from pipeline.job import main
 
     with pytest.raises(SystemExit) as info:
         main(list(args))
@@ -110,9 +110,9 @@ def exit_code(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]
 
 
 def run_main(*args: str, tuning: Any = None) -> tuple[int, str]:
-    """``python -m pipeline ARGS`` in this process (`pipeline.run.main`), whether it exits or
+    """``python -m pipeline ARGS`` in this process (`pipeline.job.main`), whether it exits or
     returns: (exit status, everything it printed on stderr); ``tuning``: the job's knobs."""
-    from pipeline.run import main
+    from pipeline.job import main
 
     err = io.StringIO()
     try:

@@ -3,14 +3,24 @@ within one unit of its share (docs/mixtures.md), exact weights, schedules."""
 
 from __future__ import annotations
 
+import math
+import random
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reader.blend import Blend, as_fraction, normalise_weights, parse_schedule
+from reader.blend import (
+    DENOMINATOR,
+    Blend,
+    as_fraction,
+    normalise_weights,
+    parse_schedule,
+    round_weights,
+)
 
 
 def exact_bound(counts: list[int], weights: list[Fraction], unit: int) -> None:
@@ -184,3 +194,48 @@ def test_ahead_is_each_sources_distance_from_its_share():
     assert [blend.ahead(d) for d in range(3)] == [Fraction(1, 2), Fraction(0), Fraction(-1, 2)]
     restored = Blend([Fraction(1, 2), Fraction(1, 3), Fraction(1, 6)], unit=1, counts=[2, 1, 0])
     assert [restored.pick(lambda d: 1)[0] for _ in range(9)] == [1, 0, 2, 0, 1, 0, 1, 0, 2]
+
+
+# -- weights of any form -------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 10**12), st.floats(0, 1e6)), min_size=1,
+                max_size=40).filter(lambda v: sum(v) > 0))
+def test_weights_are_rounded_to_a_stated_denominator_only_when_needed(raw: list[Any]) -> None:
+    names = [f"s{k}" for k in range(len(raw))]
+    exact = {n: as_fraction(n, v) for n, v in zip(names, raw, strict=True)}
+    total = sum(exact.values())
+    exact = {n: v / total for n, v in exact.items()}
+    got = normalise_weights(dict(zip(names, raw, strict=True)), names)
+    assert sum(got.values()) == 1
+    if math.lcm(*(v.denominator for v in exact.values())) <= DENOMINATOR:
+        assert got == exact  # exact weights of small denominators are never touched
+        return
+    raised = sum(0 < v < Fraction(1, DENOMINATOR) for v in exact.values())
+    for n in names:
+        assert DENOMINATOR % got[n].denominator == 0
+        assert (got[n] > 0) == (exact[n] > 0)  # zero stays zero, positive stays positive
+        if raised:  # shares below 1/D raised to it: their units come off the others
+            assert abs(got[n] - exact[n]) <= Fraction(1 + raised, DENOMINATOR)
+        else:
+            assert abs(got[n] - exact[n]) < Fraction(1, DENOMINATOR)
+
+
+def test_token_counts_and_float_shares_draw_from_the_table() -> None:
+    # Weights as token counts, or as float shares, of 60 sources: exact, they need a common
+    # denominator of about 10**11 (or 10**17), too large for a table of one period of the
+    # rule; rounded to multiples of 1/65,536 they have one, and every draw is a look-up.
+    rng = random.Random(0)
+    names = [f"s{k}" for k in range(60)]
+    for raw in ([rng.randrange(10**8, 10**10) for _ in names], [rng.random() for _ in names]):
+        w = normalise_weights(dict(zip(names, raw, strict=True)), names)
+        blend = Blend(list(w.values()), unit=1, counts=[0] * len(names))
+        assert blend._period() is not None
+        drawn = blend.run(None, 5000, ())
+        assert drawn is not None and len(drawn[0]) == 5000
+        exact_bound(blend.counts, list(w.values()), 1)
+    assert normalise_weights({"a": 5, "b": 3, "c": 2}, ["a", "b", "c"]) == {
+        "a": Fraction(1, 2), "b": Fraction(3, 10), "c": Fraction(1, 5)}  # reduced, not rounded
+    assert round_weights({"a": Fraction(1, 3 * 10**9), "b": 1 - Fraction(1, 3 * 10**9)}) == {
+        "a": Fraction(1, DENOMINATOR), "b": Fraction(DENOMINATOR - 1, DENOMINATOR)}

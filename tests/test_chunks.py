@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from tests.conftest import write_jsonl
 from transforms.chunks import (
     CHUNK_BYTES,
+    STREAM_BLOCK,
     Chunk,
     count_lines,
     detect_format,
@@ -63,7 +64,7 @@ class Read:
         return [(r.reason, r.source) for r in self.items if isinstance(r, Reject)]
 
 
-def read_files(patterns, *, spec=DEFAULT, chunk_bytes=CHUNK_BYTES):
+def read_files(patterns, *, spec=DEFAULT, chunk_bytes=CHUNK_BYTES, block_bytes=STREAM_BLOCK):
     """Every record of the files the patterns match, read as the job reads them (each file
     once, as its first pattern's), in file then record order."""
     matched = {}
@@ -77,7 +78,7 @@ def read_files(patterns, *, spec=DEFAULT, chunk_bytes=CHUNK_BYTES):
                                    chunk_bytes=chunk_bytes))
         counted = [(c, count_lines(c, open_local)) for c in planned]
         for chunk in number_chunks(counted[::-1]):  # the counts arrive in any order
-            got = list(read_chunk(chunk, spec, open_local))
+            got = list(read_chunk(chunk, spec, open_local, block_bytes=block_bytes))
             chunks.append(chunk)
             items.extend(got)
             receipts.append(chunk.receipt(len(got)))
@@ -433,3 +434,65 @@ def test_a_run_of_files_reads_and_accounts_as_its_files(tmp_path):
         account_inputs([run.receipt(len(got))], dict(list(expected.items())[:3]))
     with pytest.raises(RuntimeError, match="1 input files were never read"):
         account_inputs([run.receipt(len(got))], {**expected, "/c/other.jsonl": 3})
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    lines=st.lists(st.sampled_from(["", "a", "bc", "長", "x\r", '{"text": "t"}',
+                                    '{"text": "long text"}', "z" * 30, "y" * 12 + "\r"]),
+                   max_size=10),
+    newline_at_end=st.booleans(),
+    fmt=st.sampled_from(["lines", "jsonl"]),
+    compressed=st.booleans(),
+    chunk_bytes=st.integers(1, 60),
+    block=st.integers(1, 17),
+    max_doc_bytes=st.integers(1, 12),
+)
+def test_records_read_a_block_at_a_time_are_those_of_the_whole_file(
+        tmp_path_factory, lines, newline_at_end, fmt, compressed, chunk_bytes, block,
+        max_doc_bytes):
+    """Whatever the block and range sizes and the limit, a file read a block at a time gives
+    the records of its whole bytes, a line over the limit (``lines``: --max-doc-bytes + 4) a
+    too_large reject with its length, as parsed whole."""
+    data = "\n".join(lines).encode() + (b"\n" if newline_at_end and lines else b"")
+    name = "f.jsonl" if fmt == "jsonl" else "f.txt"
+    path = tmp_path_factory.mktemp("blocks") / (name + (".gz" if compressed else ""))
+    path.write_bytes(gzip.compress(data) if compressed else data)
+    spec = ReadSpec(format=fmt, max_doc_bytes=max_doc_bytes)
+    whole = list(parse_lines(data, fmt=fmt, path=str(path), rel=path.name, first_line=1,
+                             spec=spec))
+    read = read_files([str(path)], spec=spec, chunk_bytes=chunk_bytes, block_bytes=block)
+    assert read.items == whole
+    assert read.records == len(whole)
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_jsonl_line_over_its_limit_is_read_through_unheld(tmp_path, compressed):
+    """A JSONL line may take 4 × --max-doc-bytes + 1 MiB: one longer, in blocks of 1000
+    bytes, is a too_large reject with its length; the lines around it are documents."""
+    line = b'{"text": "' + b"a" * ((1 << 20) + 100) + b'"}'
+    data = b'{"text": "before"}\n' + line + b'\r\n{"text": "after"}'
+    path = tmp_path / ("a.jsonl.gz" if compressed else "a.jsonl")
+    path.write_bytes(gzip.compress(data) if compressed else data)
+    spec = ReadSpec(max_doc_bytes=8)
+    for chunk_bytes in (CHUNK_BYTES, 100_000):
+        read = read_files([str(path)], spec=spec, chunk_bytes=chunk_bytes, block_bytes=1000)
+        assert read.docs == [("a.jsonl.gz:1" if compressed else "a.jsonl:1", "before"),
+                             ("a.jsonl.gz:3" if compressed else "a.jsonl:3", "after")]
+        (reject,) = [r for r in read.items if isinstance(r, Reject)]
+        assert (reject.reason, reject.source) == ("too_large", f"{path}:2")
+        assert reject.detail.startswith(f"a line of {len(line) + 1} bytes, more than the "
+                                        f"{32 + (1 << 20)} bytes a JSONL line may take")
+        assert reject.record == line[:4096].decode()
+
+
+def test_a_text_file_over_the_limit_is_rejected_with_its_size(tmp_path):
+    path = tmp_path / "big.txt.gz"
+    path.write_bytes(gzip.compress(b"\xef\xbb\xbf" + b"x" * 5000))
+    (doc,) = read_files([str(path)], spec=ReadSpec(max_doc_bytes=5000), block_bytes=7).items
+    assert (doc.doc_id, doc.text) == ("big.txt.gz", "x" * 5000)  # the mark is not text
+    (reject,) = read_files([str(path)], spec=ReadSpec(max_doc_bytes=100), block_bytes=7).items
+    assert (reject.reason, reject.source, reject.truncated) == ("too_large", str(path), True)
+    assert reject.detail == ("a file of 5003 bytes, more than --max-doc-bytes=100; not read "
+                             "further")
+    assert reject.record == "\ufeff" + "x" * 4093

@@ -247,3 +247,25 @@ def test_a_chunk_parses_as_its_lines_one_by_one(lines, newline, fmt, id_field):
                   for item in parse(line + b"\n", fmt=fmt, spec=spec, first=number)]
     assert parse(data, fmt=fmt, spec=spec, first=5) == one_by_one
     assert len(one_by_one) == len(split)
+
+
+@pytest.mark.parametrize(("fmt", "limit"), [("lines", 104), ("jsonl", 4 * 100 + (1 << 20))])
+def test_a_line_over_the_record_limit_is_too_large_unparsed(fmt, limit):
+    """A line longer than its record limit (`record_limit`) is rejected without being
+    parsed, naming its length; one byte shorter, it is parsed."""
+    from transforms.documents import record_limit
+
+    spec = ReadSpec(max_doc_bytes=100, format=fmt)
+    assert record_limit(spec, fmt) == limit
+    over = b'{"text": "' + b"a" * (limit - 11) + b'"' + b"}"
+    assert len(over) == limit + 1
+    out = parse(b"x\n" + over + b"\r\n", fmt=fmt, spec=spec)
+    assert out[1] == Reject(
+        reason="too_large", source="/c/a.jsonl:2",
+        detail=f"a line of {limit + 2} bytes, more than "
+               + ("--max-doc-bytes=100" if fmt == "lines" else
+                  f"the {limit} bytes a JSONL line may take with --max-doc-bytes=100 "
+                  f"(4 × it + {1 << 20})") + "; not read further",
+        record=(over + b"\r")[:4096].decode(), truncated=True)
+    (shorter,) = parse(over[:-1] + b"\n", fmt="lines", spec=ReadSpec(max_doc_bytes=limit))
+    assert isinstance(shorter, Document)

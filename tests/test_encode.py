@@ -186,11 +186,11 @@ class _LoggingPool:
     def __init__(self):
         self.log = []
 
-    def submit(self, fn, texts):
-        batch = (texts[0][0], sum(e == "submitted" for e, _ in self.log))
+    def submit(self, fn, tokenizer, docs):
+        batch = (docs[0].text[0], sum(e == "submitted" for e, _ in self.log))
         self.log.append(("submitted", batch))
         future = _Taken(self.log, batch)
-        future.set_result(fn(texts))
+        future.set_result(fn(tokenizer, docs))
         return future
 
     def shutdown(self, **_):

@@ -9,7 +9,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipeline.flags import check_flags, parser
-from pipeline.run import main
+from pipeline.job import main
 
 
 def _help(capsys, monkeypatch, argv0: str, *args: str) -> str:

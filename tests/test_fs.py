@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pipeline import fs
@@ -46,3 +48,18 @@ def test_match_list_read_and_delete(tmp_path):
     assert not fs.exists(found[0]) and fs.list_dir(str(tmp_path / "d")) == []
     assert fs.scheme("gs://b/x") == "gs" and fs.scheme(str(tmp_path)) is None
     assert fs.join(str(tmp_path) + "/", "part", "x") == f"{tmp_path}/part/x"
+
+
+def test_special_kind_names_fifos_and_devices_without_opening_them(tmp_path):
+    from pipeline.fs import special_kind
+
+    os.mkfifo(tmp_path / "pipe")  # opening it to read would wait for a writer
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    assert special_kind(str(tmp_path / "pipe")) == "a FIFO (named pipe)"
+    assert special_kind(f"file://{tmp_path / 'pipe'}") == "a FIFO (named pipe)"
+    assert special_kind(str(tmp_path / "zero")) == "a character device"  # through the link
+    assert special_kind("/dev/null") == "a character device"
+    for regular in (tmp_path / "file", tmp_path, tmp_path / "missing"):
+        assert special_kind(str(regular)) is None
+    assert special_kind("s3://bucket/pipe") is None  # objects are regular by nature

@@ -200,6 +200,63 @@ def test_resume_refuses_a_checkpoint_without_the_sampler_state(data: Path,
         run(data, tmp_path / "a", resume=True, max_steps=4)
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_resume_refuses_the_checkpoint_of_another_dataset_of_the_same_shape(
+        data: Path, tmp_path: Path, packed: bool) -> None:
+    # The same ids and lengths, other bytes: the same number of windows and the same lengths
+    # (so the same packing), another dataset. Its sampler state must not resume this one.
+    twin = tmp_path / "twin"
+    shifted = [(d, bytes(32 + (c - 31) % 95 for c in text))
+               for d, text in random_docs(40, max_len=60)]
+    write_docs(twin, shifted,
+               window=SEQ, stride=16, score_new=True, num_shards=2)
+    a, b = WindowDataset(data), WindowDataset(twin)
+    assert len(a) == len(b) and a.lengths.tolist() == b.lengths.tolist()
+    assert a.fingerprint != b.fingerprint
+    run(twin, tmp_path / "a", max_steps=2, save_steps=2, packed=packed)
+    checkpoint = tmp_path / "a" / "checkpoint-2"
+    state = json.loads((checkpoint / SAMPLER_STATE_NAME).read_text())
+    assert state["fingerprint"] == b.fingerprint and state["global_step"] == 2
+    with pytest.raises(ValueError, match=f"{SAMPLER_STATE_NAME} was saved for the dataset with "
+                       f"fingerprint {b.fingerprint}, but train_dataset has fingerprint "
+                       f"{a.fingerprint}"):
+        run(data, tmp_path / "b", resume=str(checkpoint), max_steps=4, packed=packed)
+
+
+def test_resume_refuses_a_sampler_state_of_another_step(data: Path, tmp_path: Path) -> None:
+    run(data, tmp_path / "a", max_steps=4, save_steps=2)
+    early, late = tmp_path / "a" / "checkpoint-2", tmp_path / "a" / "checkpoint-4"
+    shutil.copy(late / SAMPLER_STATE_NAME, early / SAMPLER_STATE_NAME)
+    with pytest.raises(ValueError, match=r"window_sampler.json was saved at step 4, but .*"
+                       r"trainer_state.json is at step 2"):
+        run(data, tmp_path / "b", resume=str(early), max_steps=6)
+
+
+def test_resume_names_a_truncated_sampler_state(data: Path, tmp_path: Path) -> None:
+    run(data, tmp_path / "a", max_steps=2, save_steps=2)
+    path = tmp_path / "a" / "checkpoint-2" / SAMPLER_STATE_NAME
+    path.write_bytes(path.read_bytes()[:40])
+    with pytest.raises(ValueError, match=f"{path} is not readable JSON .*truncated or damaged"):
+        run(data, tmp_path / "b", resume=str(path.parent), max_steps=4)
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError, match=f"{path} holds list, not a JSON object"):
+        run(data, tmp_path / "b", resume=str(path.parent), max_steps=4)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_the_logged_epoch_is_the_samplers(data: Path, tmp_path: Path, packed: bool) -> None:
+    # One step of 4 windows (or rows) of an epoch of 76 windows: a few per cent of the epoch,
+    # where Trainer's own figure (steps over max_steps) says 1.0.
+    trainer = run(data, tmp_path, max_steps=1, packed=packed, save_steps=1)
+    sampler = trainer.train_sampler
+    share = sampler.cursor / sampler._total(0)
+    assert sampler.epoch == 0 and 0 < share < 0.2
+    logged = [e["epoch"] for e in trainer.state.log_history if "loss" in e]
+    assert logged == [pytest.approx(share, abs=1e-12)]
+    saved = json.loads((tmp_path / "checkpoint-1" / "trainer_state.json").read_text())
+    assert saved["epoch"] == pytest.approx(share, abs=1e-12)
+
+
 def test_refusals(data: Path, tmp_path: Path) -> None:
     ds = WindowDataset(data)
     args = arguments(tmp_path)

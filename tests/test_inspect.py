@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import os
 import re
+import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -130,13 +134,14 @@ def test_inspect_never_imports_beam():
     names: set[str] = set()
     # --check's, --plot's and --mix's own modules, which inspect imports
     for module in ("inspect.py", "check.py", "plot.py", "opening.py", "integrity.py",
-                   "mixreport.py", "blend.py", "removed_check.py"):
+                   "mixreport.py", "blend.py", "regular.py", "removed_check.py"):
         tree = ast.parse((ROOT / "reader" / module).read_text())
         names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert {n for n in names if n.split(".")[0] == "reader"} == {
         "reader", "reader.check", "reader.inspect", "reader.integrity", "reader.opening",
-        "reader.plot", "reader.mixreport", "reader.blend", "reader.removed_check"}
+        "reader.plot", "reader.mixreport", "reader.blend", "reader.regular",
+        "reader.removed_check"}
     tops = {n.split(".")[0] for n in names} - {"reader"}
     assert tops - set(sys.stdlib_module_names) == {"numpy", "pyarrow", "transforms", "matplotlib"}
 
@@ -186,3 +191,60 @@ def test_inspect_usage(capsys):
     with pytest.raises(SystemExit):
         inspect.run(["--help"])
     assert capsys.readouterr().out.startswith("usage: python -m reader.inspect [-h]")
+
+
+def _sp_dataset(tmp_path, path: str):
+    """A SentencePiece dataset whose manifest records the tokenizer at ``path``."""
+    model = DATA / "tiny.model"
+    sp = SentencePieceTokenizer(model.read_bytes(), where=str(model))
+    info = dataclasses.replace(sp.info(), extra={"file": "tiny.model", "path": path})
+    write_dataset(tmp_path / "ds", [("d0", sp.encode("The fox saw the grapes."))],
+                  windows=WindowSpec(window=64, stride=64), tokenizer=info)
+    return tmp_path / "ds"
+
+
+def _inspect_in_a_process(*args) -> subprocess.CompletedProcess:
+    """``inspect`` in a fresh interpreter: a FIFO that hangs it fails the test, not the run."""
+    return subprocess.run([sys.executable, "-m", "reader.inspect", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_decode_never_opens_a_url_the_manifest_records(tmp_path, capsys, monkeypatch):
+    url = ("s3://AKIAEXAMPLE:wJalrXUtnFEMI@bucket/tiny.model?endpoint_override=10.9.8.7:9000"
+           "&secret_key=hunter2&region=eu")
+    root = _sp_dataset(tmp_path, url)
+
+    located = inspect.locate
+
+    def locate(path, *args, **kw):
+        assert "://" not in str(path), "a filesystem was made from the manifest's URL"
+        return located(path, *args, **kw)
+
+    monkeypatch.setattr(inspect, "locate", locate)
+    code = inspect.run([str(root), "--decode", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: the sentencepiece tokenizer file was not found")
+    assert ("s3://***@bucket/tiny.model?endpoint_override=10.9.8.7:9000&secret_key=***"
+            "&region=eu is a URL, never opened because the manifest names it") in err
+    assert "AKIAEXAMPLE" not in err and "wJalr" not in err and "hunter2" not in err
+    # The file beside the dataset, or one the user names, is read (its SHA-256 checked).
+    shutil.copy(DATA / "tiny.model", root / "tiny.model")
+    assert inspect.run([str(root), "--decode", "1"]) == 0
+    (root / "tiny.model").unlink()
+    assert inspect.run([str(root), "--decode", "1", "--tokenizer", str(DATA / "tiny.model")]) == 0
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+def test_decode_reads_only_a_regular_file(tmp_path, special):
+    path = tmp_path / "tokenizer.fifo" if special == "fifo" else special
+    if special == "fifo":
+        os.mkfifo(path)
+    kind = "a FIFO (named pipe)" if special == "fifo" else "a character device"
+    for args in ([_sp_dataset(tmp_path, str(path))],  # the manifest's path
+                 [_sp_dataset(tmp_path / "b", "gone.model"), "--tokenizer", path]):  # the user's
+        done = _inspect_in_a_process(*args, "--decode", "1")
+        assert done.returncode == 2
+        assert done.stderr == (f"error: {path} is not a regular file but {kind}; the reader "
+                               "reads only regular files: pass the tokenizer file with "
+                               "--tokenizer\n")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import subprocess
 import sys
@@ -99,104 +98,68 @@ def test_a_reader_install_has_no_beam_and_a_job_install_has(tmp_path: Path) -> N
     assert "apache-beam" in job and "torch" not in job
 
 
-def test_beams_bigquery_notice_is_dropped_and_its_other_records_printed(capsys) -> None:
-    # Where the gcp extra is not installed (README command 1's `job` extra), Beam logs that
-    # BigQuery's client libraries are missing as it loads: not the job's concern. Any other
-    # record Beam logs while loading still reaches stderr.
-    from pipeline import _BeamImportNotices
-
-    def record(message: str) -> logging.LogRecord:
-        return logging.LogRecord("root", logging.WARNING, __file__, 1, message, None, None)
-
-    notices = _BeamImportNotices()
-    notices.emit(record("apitools not found, and bigquery client libraries are not available "
-                        "despite the import not raising an ImportError."))
-    notices.emit(record("another notice"))
-    assert capsys.readouterr().err == "another notice\n"
-
-
-# `apache_beam.io` in a fresh interpreter, after FIRST and then LOOK (a way of looking a name
-# up), as JSON: {"modules": the connectors loaded then, "names": {every name dir() lists: the
-# object's module and name}}. The loader is left out: the job's loads the package in two steps.
-BEAM_IO = """
-import json, sys
+# A fresh interpreter: what the process looks like before and after IMPORT, as JSON. FIRST runs
+# before the first look (e.g. Beam's own import, whose effects are Beam's, not ours).
+PROCESS = """
+import gc, json, logging, os, sys, typing  # typing registers two non-module entries
 {first}
-import apache_beam.io as io
-{look}
-def ident(value):
-    return [getattr(value, "__module__", None),
-            getattr(value, "__qualname__", getattr(value, "__name__", type(value).__name__))]
-connectors = {{"apache_beam.io.avroio", "apache_beam.io.mongodbio",
-              "apache_beam.io.gcp.bigquery", "apache_beam.io.gcp.pubsub"}}
-modules = sorted(connectors & set(sys.modules))
-names = {{name: ident(getattr(io, name)) for name in dir(io) if name != "__loader__"}}
-print(json.dumps({{"modules": modules, "names": names}}))
+def look():
+    loggers = [logging.getLogger(), *(v for v in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(v, logging.Logger))]
+    return {{"environ": dict(os.environ), "gc": [gc.isenabled(), gc.get_threshold(),
+                                                 gc.get_freeze_count()],
+            "meta_path": [repr(f) for f in sys.meta_path],
+            "path_hooks": [repr(h) for h in sys.path_hooks],
+            "stubs": sorted(n for n, m in sys.modules.items()
+                            if not isinstance(m, type(sys))),
+            "handlers": sorted(f"{{lg.name}}:{{h!r}}" for lg in loggers for h in lg.handlers),
+            "root_level": logging.getLogger().level}}
+before = look()
+{imports}
+print(json.dumps([before, look()]))
 """
 
 
-def beam_io(first: str, look: str = "") -> dict:
-    done = subprocess.run([sys.executable, "-c", BEAM_IO.format(first=first, look=look)],
+@pytest.mark.slow  # fresh interpreters
+@pytest.mark.parametrize(("first", "imports"), [
+    ("", "import transforms"),
+    ("", "import pipeline"),
+    ("", "import reader"),
+    # The job's modules and the trainer's, their libraries loaded first (what Beam's or
+    # transformers' own import does is theirs).
+    ("import transformers.trainer_utils; transformers.Trainer", "import reader.hf, reader.inspect"),
+    ("import apache_beam", "import pipeline; pipeline.build_pipeline, pipeline.run"),
+    ("import apache_beam", "import pipeline.job, pipeline.encode, pipeline.write"),
+])
+def test_importing_a_package_changes_nothing_in_the_process(first: str, imports: str) -> None:
+    done = subprocess.run([sys.executable, "-c", PROCESS.format(first=first, imports=imports)],
                           cwd=REPO, capture_output=True, text=True, timeout=300,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    before, after = json.loads(done.stdout)
+    assert after == before
 
 
-@pytest.fixture(scope="module")
-def beam_alone() -> dict:
-    return beam_io("import apache_beam")
+def test_the_public_names_are_the_functions_whichever_module_loads_first() -> None:
+    # `pipeline.run` is the function, also once the module that defines it is loaded.
+    import pipeline.job
+    from pipeline import build_pipeline, main, run
+    from pipeline.graph import build_pipeline as built_in_graph
+
+    assert run is pipeline.job.run and main is pipeline.job.main
+    assert build_pipeline is built_in_graph
+    assert pipeline.run is pipeline.job.run
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        pipeline.nope  # noqa: B018
 
 
-@pytest.mark.slow  # fresh interpreters
-def test_the_job_loads_beam_without_its_connectors(beam_alone: dict) -> None:
-    # Loaded without them, until a name is looked up.
-    assert beam_alone["modules"] == ["apache_beam.io.avroio", "apache_beam.io.gcp.bigquery",
-                                     "apache_beam.io.gcp.pubsub", "apache_beam.io.mongodbio"]
-    looked_up = "io.WriteToText; from apache_beam.io import filesystems"
-    assert beam_io("import pipeline", looked_up)["modules"] == []
-    assert beam_io("import pipeline.run", looked_up)["modules"] == []
-
-
-@pytest.mark.slow  # fresh interpreters
-@pytest.mark.parametrize("look", [
-    "",  # dir(io)
-    "from apache_beam.io import ReadFromBigQuery",
-    "import apache_beam as beam; beam.io.WriteToAvro",
-    "exec('from apache_beam.io import *', found := {}); assert 'ReadFromMongoDB' in found",
-    "assert not hasattr(io, 'NoSuchName')",
-])
-def test_beams_io_names_are_all_there_once_looked_up(beam_alone: dict, look: str) -> None:
-    assert beam_io("import pipeline", look)["names"] == beam_alone["names"]
-
-
-COLLECTOR = """
-import gc, json, sys
-{first}
-during = []  # collections while Beam loaded
-gc.callbacks.append(lambda phase, info: phase == "start" and "apache_beam" in sys.modules
-                    and "pipeline.run" not in sys.modules and during.append(info))
-import pipeline
-print(json.dumps([len(during), gc.isenabled(), gc.get_freeze_count() > 0]))
-"""
-
-
-@pytest.mark.slow  # fresh interpreters
-@pytest.mark.parametrize(("first", "want"), [
-    ("", [0, True, True]),  # paused while Beam loads, what it loaded left out afterwards
-    ("gc.disable()", [0, False, False]),  # a program that has it off keeps it off
-])
-def test_the_collector_is_paused_while_beam_loads(first: str, want: list) -> None:
-    done = subprocess.run([sys.executable, "-c", COLLECTOR.format(first=first)], cwd=REPO,
-                          capture_output=True, text=True, timeout=300,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == want
-
-
+# The command's process (`pipeline.__main__.settle_process`, before its imports): the pool
+# Arrow's buffers come from, and the environment after.
 ALLOCATOR = """
 import json, os, sys
 {first}
-import pipeline
+from pipeline.__main__ import settle_process
+settle_process()
 import pyarrow as pa
 print(json.dumps([pa.default_memory_pool().backend_name,
                   os.environ.get("ARROW_DEFAULT_MEMORY_POOL")]))
@@ -204,33 +167,41 @@ print(json.dumps([pa.default_memory_pool().backend_name,
 
 
 @pytest.mark.slow  # fresh interpreters
-@pytest.mark.parametrize(("first", "chosen", "want"), [
-    ("", None, ["system", "system"]),  # the job's processes, and the workers they start
-    ("", "mimalloc", ["mimalloc", "mimalloc"]),  # the user's choice is kept
-    ("import pyarrow", None, ["default", None]),  # a program's pyarrow is left as it is
+@pytest.mark.parametrize(("chosen", "want"), [
+    (None, ["system", "system"]),  # the command's process, and the workers it starts
+    ("mimalloc", ["mimalloc", "mimalloc"]),  # the user's choice is kept
 ])
-def test_the_job_takes_arrows_buffers_from_the_system_allocator(first: str, chosen: str | None,
-                                                                want: list) -> None:
+def test_the_command_takes_arrows_buffers_from_the_system_allocator(chosen: str | None,
+                                                                    want: list) -> None:
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
     if chosen is not None:
         env["ARROW_DEFAULT_MEMORY_POOL"] = chosen
-    done = subprocess.run([sys.executable, "-c", ALLOCATOR.format(first=first)], cwd=REPO,
+    done = subprocess.run([sys.executable, "-c", ALLOCATOR.format(first="")], cwd=REPO,
                           capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
-    if want[0] == "default":  # pyarrow's own default on this platform
-        default = subprocess.run(
-            [sys.executable, "-c", "import pyarrow; print(pyarrow.default_memory_pool()"
-             ".backend_name)"], capture_output=True, text=True, timeout=300,
-            env=env, check=True).stdout.strip()
-        assert default != "system"
-        want = [default, *want[1:]]
     assert json.loads(done.stdout) == want
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_a_program_that_imports_the_job_keeps_pyarrows_default_allocator() -> None:
+    code = ("import json, pipeline.job, pyarrow as pa; "
+            "print(json.dumps([pa.default_memory_pool().backend_name, "
+            "pa.jemalloc_memory_pool is None]))")
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    default = subprocess.run(
+        [sys.executable, "-c", "import pyarrow; print(pyarrow.default_memory_pool()"
+         ".backend_name)"], capture_output=True, text=True, timeout=300,
+        env=env, check=True).stdout.strip()
+    assert json.loads(done.stdout)[0] == default != "system"
 
 
 BLAS_THREADS = """
 import ctypes, json, os, sys
-{first}
-import pipeline
+from pipeline.__main__ import settle_process
+settle_process()
 import numpy
 # OpenBLAS as numpy's wheels bundle it (its symbols carry a prefix and suffix there).
 lib = next(line.split()[-1] for line in open("/proc/self/maps") if "openblas" in line)
@@ -242,8 +213,8 @@ print(json.dumps([get(), os.environ.get("OPENBLAS_NUM_THREADS")]))
 """
 
 
-def _openblas_threads(first: str, env: dict[str, str]) -> list:
-    done = subprocess.run([sys.executable, "-c", BLAS_THREADS.format(first=first)], cwd=REPO,
+def _openblas_threads(env: dict[str, str]) -> list:
+    done = subprocess.run([sys.executable, "-c", BLAS_THREADS], cwd=REPO,
                           capture_output=True, text=True, timeout=300, env=env)
     if "StopIteration" in done.stderr:
         pytest.skip("this numpy is not built on OpenBLAS")
@@ -252,84 +223,22 @@ def _openblas_threads(first: str, env: dict[str, str]) -> list:
 
 
 @pytest.mark.slow  # fresh interpreters
-def test_numpy_loads_for_the_job_with_one_blas_thread_and_the_environment_is_left_as_it_was(
-) -> None:
+def test_the_command_loads_numpy_with_one_blas_thread_unless_told_otherwise() -> None:
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
-    # The job's process: one BLAS thread; the processes it starts see no variable of ours.
-    assert _openblas_threads("", env) == [1, None]
-    # The user's choice is kept, and so is a program's numpy loaded before the job's.
-    assert _openblas_threads("", {**env, "OPENBLAS_NUM_THREADS": "2"}) == [2, "2"]
-    threads, variable = _openblas_threads("import numpy", env)
-    assert variable is None
-    assert threads > 1 if (os.cpu_count() or 1) > 1 else threads == 1  # a thread per core
+    assert _openblas_threads(env) == [1, "1"]  # and the workers it starts inherit it
+    assert _openblas_threads({**env, "OPENBLAS_NUM_THREADS": "2"}) == [2, "2"]
 
 
-def test_two_libraries_beam_loads_are_imported_on_first_use() -> None:
-    import importlib.util
+def test_the_command_leaves_beams_bigquery_notice_out_of_its_log() -> None:
+    # Where the gcp extra is not installed (README command 1's `job` extra), Beam logs that
+    # BigQuery's client libraries are missing as it loads: not the job's concern. Any other
+    # record still reaches the log.
+    from pipeline.__main__ import _not_bigquery_notice
 
-    import dateutil
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("root", logging.WARNING, __file__, 1, message, None, None)
 
-    from pipeline import _DeferConnectors
-
-    spec = _DeferConnectors.find_spec("dateutil.parser", dateutil.__path__)
-    assert isinstance(spec.loader, importlib.util.LazyLoader)
-    assert _DeferConnectors.find_spec("dateutil.tz", dateutil.__path__) is None
-
-
-LAZY = """
-import json, sys
-import pipeline
-lazy = sorted(n for n in ("httplib2", "dateutil.parser")
-              if type(sys.modules.get(n)).__name__ == "_LazyModule")
-from apache_beam.internal.http_client import get_new_http
-from apache_beam.utils.timestamp import Timestamp
-import httplib2
-assert isinstance(get_new_http(), httplib2.Http)
-assert Timestamp.from_rfc3339("2020-01-01T00:00:00Z") == Timestamp(1577836800)
-print(json.dumps([lazy, type(sys.modules["httplib2"]).__name__]))
-"""
-
-
-@pytest.mark.slow  # a fresh interpreter
-def test_what_loads_on_first_use_works_once_used() -> None:
-    # Lazy where nothing else imported them first (a lean environment: ['dateutil.parser',
-    # 'httplib2']; with the gcp extra, Google's clients load both as Beam loads).
-    done = subprocess.run([sys.executable, "-c", LAZY], cwd=REPO, capture_output=True,
-                          text=True, timeout=300,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
-    assert done.returncode == 0, done.stderr
-    lazy, loaded = json.loads(done.stdout)
-    assert loaded == "module"
-    assert lazy in ([], ["dateutil.parser", "httplib2"])
-
-
-BEARTYPE = """
-import json, sys
-{first}
-import pipeline
-import apache_beam.typehints.typehints as th
-loaded = "beartype" in sys.modules
-{look}
-class A: pass
-class B(A): pass
-checks = [th.is_consistent_with(B, A), th.is_consistent_with(A, B)]
-from beartype.door import is_subhint
-from beartype.roar import BeartypeDoorException
-print(json.dumps([loaded, checks, th.is_subhint is is_subhint,
-                  th.BeartypeDoorException is BeartypeDoorException]))
-"""
-
-
-@pytest.mark.slow  # fresh interpreters
-@pytest.mark.parametrize(("first", "look", "loaded"), [
-    ("", "", False),  # loaded by the first comparison Beam hands to beartype
-    ("", "from apache_beam.typehints.typehints import BeartypeDoorException", False),
-    ("import beartype.door", "", True),  # loaded already: Beam's module as it is
-])
-def test_beartype_loads_when_beams_type_hints_first_need_it(first: str, look: str,
-                                                            loaded: bool) -> None:
-    done = subprocess.run([sys.executable, "-c", BEARTYPE.format(first=first, look=look)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == [loaded, [True, False], True, True]
+    assert not _not_bigquery_notice(record(
+        "apitools not found, and bigquery client libraries are not available despite the "
+        "import not raising an ImportError."))
+    assert _not_bigquery_notice(record("another notice"))

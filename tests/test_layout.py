@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +15,7 @@ import pytest
 
 from reader import WindowDataset
 from reader.layout import LAYOUT_VERSION, LayoutCache, default_cache_dir
+from tests.conftest import ROOT as REPO
 from tests.conftest import reader_s3_uri
 from tests.reader_data import (
     check_window,
@@ -348,3 +352,32 @@ def test_a_full_disk_names_the_cache_and_the_knobs(small: tuple[Path, list],
                                       r".*`cache_dir=` \(or \$TOKEN_WINDOWS_CACHE.*`cache_limit=`"):
         WindowDataset(root)[0]
     assert list((isolated_cache / f"layouts-v{LAYOUT_VERSION}" / "tmp").iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["layout.json", "doc_ids.bin", "index.json"])
+def test_a_fifo_in_the_cache_is_refused_by_name_not_waited_on(small: tuple[Path, list],
+                                                             tmp_path: Path, where: str) -> None:
+    root, _ = small
+    cache = tmp_path / "cache"
+    ds = WindowDataset(root, cache_dir=cache)
+    ds.prepare()
+    ds[0], ds.window_sizes([0])
+    if where == "index.json":
+        path = cache / f"layouts-v{LAYOUT_VERSION}" / "datasets" / ds.fingerprint / where
+    else:
+        path = layout_dir(cache, ds, 0) / where
+    assert path.is_file()
+    path.unlink()
+    os.mkfifo(path)
+    code = ("import sys; from reader import WindowDataset\n"
+            "try:\n    ds = WindowDataset(sys.argv[1], cache_dir=sys.argv[2])\n"
+            "    ds[0], ds.window_sizes([0])\n"
+            "except OSError as e:\n    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(root), str(cache)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.stdout.strip() == (
+        f"{path} is not a regular file but a FIFO (named pipe); the reader reads only regular "
+        "files: the layout cache holds only files it wrote; remove it (or clear the cache "
+        "directory)")
+    assert stat.S_ISFIFO(os.stat(path).st_mode)  # refused, never removed

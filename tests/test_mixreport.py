@@ -48,6 +48,11 @@ def test_inspect_mix_prints_each_sources_epochs(three: MixedDataset, tmp_path: P
     assert run([*paths]) == 2 and "need --mix" in capsys.readouterr().err
     assert run([*paths, "--mix", "news=1"]) == 2
     assert "'news', which is not a source" in capsys.readouterr().err
+    for tokens in ("1e400", "nan", "-5", "0"):  # 1e400 once printed OverflowError's traceback
+        assert run([*paths, "--mix", "web=1", "--tokens", tokens]) == 2
+        assert capsys.readouterr().err == (
+            "error: --tokens must be a finite number of scored targets from 1 to 2**63 - 1 "
+            f"(e.g. 1e12), but got {float(tokens)!r}\n")
     edit_manifest(tmp_path / "books", lambda m: m["windows"].update(window=16))
     assert run([*paths, "--mix", "web=1"]) == 2
     assert "'web' and 'books' differ in their window: 8 vs 16" in capsys.readouterr().err

@@ -25,7 +25,7 @@ from reader import (
     evaluate,
     pack_rows,
 )
-from reader.blend import normalise_weights
+from reader.blend import Blend, normalise_weights
 from reader.mixture import source_seed
 from tests.reader_data import isolated_cache, three
 from tests.test_blend import exact_bound, weights_st
@@ -223,6 +223,118 @@ def test_refusals_name_the_source() -> None:
                      ({"window": 16}, "window: 8 vs 16")):
         with pytest.raises(ValueError, match=f"sources 'a' and 'b' differ in their {what}"):
             MixedDataset({"a": FakeSource(3), "b": FakeSource(3, **kw)})
+
+
+def picked(mixed: MixedDataset, weights: dict[str, Any], seed: int, unit: str,
+           count: int) -> list[tuple[str, int]]:
+    """The rule's first ``count`` draws, by :meth:`Blend.pick` one at a time."""
+    w = list(normalise_weights(weights, mixed.names).values())
+    blend = Blend(w, unit=W if unit == "targets" else 1, counts=[0] * len(w))
+    taken = [0] * len(w)
+    orders = [EpochSampler(len(mixed.sources[n]), 1, seed=source_seed(seed, n))
+              for n in mixed.names]
+
+    def local(d: int, j: int) -> int:
+        n = orders[d].n
+        return int(orders[d].indices(j // n, j % n, j % n + 1)[0])
+
+    def size(d: int) -> int:
+        src = mixed.sources[mixed.names[d]]
+        return int(src.window_sizes([local(d, taken[d])])[1][0]) if unit == "targets" else 1
+
+    out = []
+    for _ in range(count):
+        d = blend.pick(size)[0]
+        out.append((mixed.names[d], local(d, taken[d])))
+        taken[d] += 1
+    return out
+
+
+@pytest.mark.parametrize("unit", ["windows", "targets"])
+def test_weights_as_token_counts_draw_the_rules_stream(unit: str) -> None:
+    # Token counts (rounded to multiples of 1/65,536) and float shares: the stream, drawn by
+    # the table or by picks where the merge's integers would leave int64, is the rule's
+    # pick by pick.
+    mixed = fakes([7, 30, 5, 12, 9])
+    for raw in ([3_141_592_653, 2_718_281_828, 1_414_213_562, 1_732_050_807, 999_999_937],
+                [0.31, 1 / 3, 0.05, 2 ** 0.5, 0.0]):
+        weights = dict(zip(mixed.names, raw, strict=True))
+        got = [mixed.source_of(i) for i in flat(stream(
+            MixtureSampler(mixed, weights, 8, seed=3, unit=unit), 40))]
+        assert got == picked(mixed, weights, 3, unit, len(got))
+
+
+@pytest.mark.parametrize("unit", ["windows", "targets"])
+def test_an_edited_since_count_is_refused_not_drawn_from_one_source(unit: str) -> None:
+    # Claiming that nothing was drawn from s1 since the weights took effect would make the
+    # rule draw s1 alone until it caught up (100 batches); the counts are recomputed instead.
+    mixed = fakes([60, 90, 40])
+    sampler = MixtureSampler(mixed, {"s0": 1, "s1": 1, "s2": 1}, 4, seed=0, unit=unit)
+    stream(sampler, 25)
+    state = json.loads(json.dumps(sampler.state_dict()))
+    MixtureSampler(mixed, {"s0": 1, "s1": 1, "s2": 1}, 4, seed=0, unit=unit).load_state_dict(
+        state)  # the state as saved loads
+    field = "windows" if unit == "windows" else "targets"
+    state["since"]["counts"]["s1"] = state["sources"]["s1"][field]
+    with pytest.raises(ValueError, match=r"`since.counts.s1` leaves 0 .* drawn from 's1'"):
+        MixtureSampler(mixed, {"s0": 1, "s1": 1, "s2": 1}, 4, seed=0,
+                       unit=unit).load_state_dict(state)
+
+
+def _set(path: str, value: Any) -> Any:
+    def edit(state: dict[str, Any]) -> None:
+        *keys, last = path.split(".")
+        target = state
+        for k in keys:
+            target = target[int(k)] if isinstance(target, list) else target[k]
+        if value is KeyError:
+            del target[last]
+        elif isinstance(target, list):
+            target[int(last)] = value
+        else:
+            target[last] = value
+    return edit
+
+
+# Each impossible edit, and the field its refusal names. On the sampler of the test below
+# they crashed later (OverflowError, ZeroDivisionError, IndexError, KeyError) or were drawn.
+EDITS = [
+    (_set("weights.s0", "1e400"), "weights"),
+    (_set("weights.s0", "1/0"), "weights.s0"),
+    (_set("weights.web", "1/2"), "weights.web"),
+    (_set("since.batch", KeyError), "since"),
+    (_set("since.batch", 10**6), "since.batch"),
+    (_set("since.counts.s0", -1), "since.counts.s0"),
+    (_set("since.counts.s0", 10**30), "since.counts.s0"),
+    (_set("sources.s0.targets", 1), "sources.s0.targets"),
+    (_set("sources.s0.windows", 3), "sources.s0.windows"),
+    (_set("sources.s0.epoch", 10**20), "sources.s0.windows"),
+    (_set("sources.s1.cursor", KeyError), "sources.s1"),
+    (_set("sources.s1.epoch", "1"), "sources.s1.epoch"),
+    (_set("batches_seen", -2), "batches_seen"),
+    (_set("position", 1), "position"),
+    (_set("rows", 10**6), "rows"),
+    (_set("open_rows_windows.0.1.0.1", 10**9), r"open_rows_windows\[0\]\[1\]\[0\]\[1\]"),
+    (_set("open_rows_windows.0.1.0.2", 1000), r"open_rows_windows\[0\]\[1\]\[0\]\[2\]"),
+    (_set("open_rows_windows.0.0", 1), r"open_rows_windows\[0\]\[0\]"),
+    (_set("open_rows_windows.0.1.0.0", "web"), r"open_rows_windows\[0\]\[1\]\[0\]"),
+    (_set("open_rows_windows", [[1, []]] * 9), "open_rows_windows"),
+]
+
+
+@pytest.mark.parametrize(("edit", "field"), EDITS)
+def test_an_impossible_state_is_refused_naming_the_field(edit: Any, field: str) -> None:
+    mixed = fakes([6, 9, 4])
+    kw = {"weights": {"s0": 3, "s1": 2, "s2": 1}, "batch_size": 3, "seed": 2,
+          "unit": "targets", "seq_len": 2 * W, "open_rows": 4}
+    sampler = MixtureSampler(mixed, **kw)
+    stream(sampler, 7)
+    state = json.loads(json.dumps(sampler.state_dict()))
+    assert state["open_rows_windows"]  # windows are waiting in open rows
+    edit(state)
+    fresh = MixtureSampler(mixed, **kw)
+    with pytest.raises(ValueError, match=f"MixtureSampler state's `{field}`"):
+        fresh.load_state_dict(state)
 
 
 def test_a_mixture_of_billion_window_sources_yields_at_once() -> None:

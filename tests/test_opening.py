@@ -4,7 +4,10 @@ dataset."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +16,10 @@ import pytest
 
 from reader import WindowDataset, inspect
 from reader.prepare import main as prepare_main
+from tests.conftest import ROOT as REPO
 from tests.conftest import reader_s3_uri, run_job, write_jsonl
 from tests.reader_data import isolated_cache, random_docs, small, write_docs
-from transforms.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME
+from transforms.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME, dumps_manifest
 
 __all__ = ["isolated_cache", "small"]  # fixtures
 
@@ -225,3 +229,59 @@ def test_locate_names_a_place_without_its_credentials(tmp_path: Path) -> None:
     mem = locate("a/b/", filesystem=pafs.LocalFileSystem())
     assert (mem.root, mem.shown, mem.where("x")) == ("a/b", "local:a/b", "local:a/b/x")
 
+
+
+def _in_a_process(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``code`` run in a fresh interpreter (a FIFO that hangs it fails the test, not the run)."""
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_a_fifo_shard_is_named_not_a_regular_file(small: tuple[Path, list]) -> None:
+    root, _ = small
+    (root / "part-00001-of-00003.parquet").unlink()
+    os.mkfifo(root / "part-00001-of-00003.parquet")
+    done = _in_a_process("import sys; from reader.opening import open_files\n"
+                         "try:\n    open_files(sys.argv[1])\n"
+                         "except OSError as e:\n    print(e)\n", str(root))
+    assert done.stdout.strip() == (
+        f"shard {root}/part-00001-of-00003.parquet is not a regular file but a FIFO (named "
+        "pipe); the reader reads only regular files: a shard is a Parquet file the job "
+        "wrote; restore it, or rerun the job")
+    os.unlink(root / "part-00001-of-00003.parquet")
+    (root / MANIFEST_NAME).unlink()
+    os.mkfifo(root / MANIFEST_NAME)
+    done = _in_a_process("import sys; from reader.opening import open_files\n"
+                         "try:\n    open_files(sys.argv[1])\n"
+                         "except OSError as e:\n    print(e)\n", str(root))
+    assert done.stdout.startswith(
+        f"{root}/{MANIFEST_NAME} is not a regular file but a FIFO (named pipe)")
+
+
+def test_a_manifest_of_many_shards_is_checked_against_the_listing_before_it_is_parsed(
+        small: tuple[Path, list], monkeypatch: pytest.MonkeyPatch) -> None:
+    # A manifest listing 20,000 shards over a directory holding 3 of them: the first missing
+    # shard is named from the listing and the first shard's name, before any entry is parsed
+    # (at 10**7 entries, parsing took minutes and gigabytes before this message).
+    import reader.opening
+    from reader.opening import open_files
+
+    root, _ = small
+    manifest = json.loads((root / MANIFEST_NAME).read_text())
+    entries = manifest["shards"]
+    n = 20_000
+    for i, entry in enumerate(entries):
+        name = f"part-{i:05d}-of-{n:05d}.parquet"
+        (root / entry["file"]).rename(root / name)
+    manifest["shards"] = [{**entries[i % 3], "file": f"part-{i:05d}-of-{n:05d}.parquet"}
+                          for i in range(n)]
+    manifest["num_shards"] = n
+    (root / MANIFEST_NAME).write_bytes(dumps_manifest(manifest))
+
+    def parsed(*args: Any, **kw: Any) -> None:
+        raise AssertionError("the manifest was parsed before the listing was checked")
+
+    monkeypatch.setattr(reader.opening, "read_manifest", parsed)
+    with pytest.raises(FileNotFoundError, match=f"^shard {root}/part-00003-of-20000.parquet, "
+                                                "listed in the manifest, does not exist$"):
+        open_files(root)

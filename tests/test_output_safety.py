@@ -109,7 +109,7 @@ def test_a_linked_split_dir_is_refused_by_a_split_job_with_overwrite(tmp_path, j
 def test_a_link_made_while_the_job_runs_is_not_followed(tmp_path, victim, job_input,
                                                         monkeypatch):
     # After the launch checked OUTPUT: the link appears where the rejects will be written.
-    run = importlib.import_module("pipeline.run")  # `pipeline.run` is also a function
+    run = importlib.import_module("pipeline.job")
     out = tmp_path / "out"
     checked = run.preflight
 
@@ -131,7 +131,7 @@ def test_a_link_made_while_the_job_runs_is_not_followed(tmp_path, victim, job_in
 @pytest.mark.slow
 def test_a_link_made_while_the_job_runs_to_an_empty_directory_leaves_no_claim(
         tmp_path, job_input, monkeypatch):
-    run = importlib.import_module("pipeline.run")
+    run = importlib.import_module("pipeline.job")
     out, empty = tmp_path / "out", tmp_path / "empty"
     empty.mkdir()
     checked = run.preflight

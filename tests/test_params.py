@@ -26,11 +26,23 @@ from transforms.params import ReadSpec, WindowSpec, check_positive_int, default_
         ({"window": 4, "stride": 4, "seed": -1}, r"`seed` must be in \[0, 2\*\*64\), but got -1"),
         ({"window": 4, "stride": 4, "seed": 1 << 64}, r"`seed` must be in \[0, 2\*\*64\)"),
         ({"window": 4, "stride": 4, "seed": "7"}, "`seed` must be an integer, but got '7'"),
+        # Origins and strides are int64 where windows are planned and stored.
+        ({"window": 1 << 63, "stride": 4},
+         r"`window` must be a positive integer below 2\*\*63, but got 9223372036854775808"),
+        ({"window": 4, "stride": 1 << 63},
+         r"`stride` must be a positive integer below 2\*\*63, but got 9223372036854775808"),
+        ({"window": 4, "stride": 10**30},
+         r"`stride` must be a positive integer below 2\*\*63, but got 10{30}"),
     ],
 )
 def test_window_spec_refuses(kwargs, message):
     with pytest.raises(ValueError, match=message):
         WindowSpec(**kwargs)
+
+
+def test_the_largest_storable_window_and_stride_are_accepted():
+    top = (1 << 63) - 1
+    assert WindowSpec(window=top, stride=top, min_tail=top).stride == top
 
 
 @pytest.mark.parametrize(

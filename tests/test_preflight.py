@@ -1,5 +1,5 @@
 """`pipeline.preflight`: the launcher's checks before any work, the claim, and the context
-they settle (its refusals on the command line, with exit status 2: tests/test_run.py)."""
+they settle (its refusals on the command line, with exit status 2: tests/test_job.py)."""
 
 from __future__ import annotations
 

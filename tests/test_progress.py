@@ -14,7 +14,7 @@ import pytest
 
 from pipeline import progress
 from pipeline.context import Tuning
-from pipeline.run import finish, main, submit
+from pipeline.job import finish, main, submit
 from tests.conftest import ROOT, dir_bytes, run_job, write_jsonl
 from transforms.manifest import MANIFEST_NAME, parse_manifest
 from transforms.schema import REJECTS_DIR

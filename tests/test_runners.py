@@ -345,7 +345,7 @@ def test_gs_job_translates_for_dataflow_offline(offline):
     from apache_beam.portability import common_urns
     from apache_beam.portability.api import beam_runner_api_pb2
 
-    from pipeline.run import submit
+    from pipeline.job import submit
 
     job = submit([*GS_JOB, *DATAFLOW, "--setup_file=./setup.py", "--dry_run=True"])
     assert offline == [], offline
@@ -379,7 +379,7 @@ def test_gs_job_translates_for_dataflow_offline(offline):
         requires = [line.split(":", 1)[1].strip()
                     for line in sdist.extractfile(pkg_info).read().decode().splitlines()
                     if line.startswith("Requires-Dist:") and "extra ==" not in line]
-    for module in ("setup.py", "pipeline/run.py", "pipeline/graph.py", "pipeline/fs.py",
+    for module in ("setup.py", "pipeline/job.py", "pipeline/graph.py", "pipeline/fs.py",
                    "transforms/windows.py", "transforms/rows.py", "transforms/manifest.py"):
         assert module in files, module
     required = {r.split("<")[0].split(">")[0].split("=")[0].split("[")[0] for r in requires}
@@ -400,7 +400,7 @@ def test_gs_job_translates_for_dataflow_offline(offline):
     ],
 )
 def test_dataflow_job_that_cannot_work_is_refused_before_anything(change, message):
-    from pipeline.run import run
+    from pipeline.job import run
 
     args = dict(zip(GS_JOB[::2], GS_JOB[1::2], strict=True))
     args["--setup_file"] = "./setup.py"
@@ -412,7 +412,7 @@ def test_dataflow_job_that_cannot_work_is_refused_before_anything(change, messag
 
 @pytest.mark.slow
 def test_local_dry_run_builds_the_graph_and_writes_nothing(tmp_path):
-    from pipeline.run import run, submit
+    from pipeline.job import run, submit
 
     out = tmp_path / "out"
     argv = ["--input", str(tmp_path / "nothing-here-*.jsonl"), "--tokenizer", "bytes",

@@ -2,7 +2,7 @@
 
 A real S3 server (moto's ``moto_server``) and a real GCS server (``gcp-storage-emulator``),
 each started by the test on 127.0.0.1 and stopped by its PID; the job on the local runner
-through the command line's entry point (`pipeline.run.main`, in this process); the shards
+through the command line's entry point (`pipeline.job.main`, in this process); the shards
 byte-identical to the same job on local files; ``--overwrite`` and the removal of the job's
 temporary files checked in the bucket; the reader (`reader.WindowDataset`) reading the
 dataset back from the store through ``pyarrow.fs``. Nothing here reaches anything but

@@ -170,7 +170,7 @@ def test_the_job_with_a_tokenizer_json_writes_the_library_ids(bpe, corpus, tmp_p
 
 @pytest.mark.slow
 def test_the_job_refuses_a_tokenizer_json_without_eos_in_one_line(capsys, corpus, tmp_path):
-    from pipeline.run import main
+    from pipeline.job import main
     from tests.conftest import train_bpe
 
     bare = train_bpe(tmp_path / "bare")  # no tokenizer_config.json beside it
@@ -224,7 +224,7 @@ def test_the_engine_changes_neither_the_shards_nor_the_fingerprint(bpe, tmp_path
 ])
 def test_a_pinned_engine_that_cannot_run_is_refused_before_any_work(
         bpe, corpus, tmp_path, capsys, monkeypatch, tokenizer, message):
-    from pipeline.run import main
+    from pipeline.job import main
 
     monkeypatch.chdir(SAMPLES.parent)
     if tokenizer == "dropout":

@@ -30,26 +30,37 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 import pyarrow.parquet as pq
 
-from transforms.codecs import BOM, CountingReader, compression_of, decompress
+from transforms.codecs import BOM, CountingReader, compression_of, stream_reader
 from transforms.documents import (
+    TOO_LARGE_HEAD,
     Document,
     Reject,
     parse_lines,
     parse_parquet,
     parse_text_file,
+    record_limit,
+    too_large_record,
 )
 from transforms.input_names import shown_name
-from transforms.input_parquet import DamagedInput, read_row_groups
+from transforms.input_parquet import (
+    PAGE_FLOOR,
+    DamagedInput,
+    Oversized,
+    oversized_groups,
+    page_limit,
+    read_row_groups,
+)
 from transforms.params import ReadSpec
 from transforms.receipts import InputChanged, Receipt, check_unchanged
 
 __all__ = [
     "CHUNK_BYTES",
     "GROUP_BYTES",
+    "STREAM_BLOCK",
     "Chunk",
     "Opener",
     "count_lines",
@@ -75,7 +86,8 @@ _EXTENSIONS = {
     ".json": "jsonl",
     ".parquet": "parquet",
 }
-_READ_BLOCK = 1 << 20
+# Line and text files are read this many bytes at a time (`read_chunk`).
+STREAM_BLOCK = 4 << 20
 
 Opener = Callable[[str], BinaryIO]
 
@@ -273,76 +285,268 @@ def number_chunks(counted: Iterable[tuple[Chunk, int]]) -> Iterator[Chunk]:
         line += lines
 
 
-def _read_line_range(f: BinaryIO, start: int, end: int) -> tuple[bytes, int]:
-    """The whole lines of an uncompressed file that begin at a byte offset in [start, end).
+class _Long(NamedTuple):
+    """A line longer than the limit, streamed through: its length (without its newline) and
+    its first bytes."""
 
-    The byte before ``start`` is read to tell whether ``start`` begins a line; the last line
-    is read past ``end`` to its newline. Consecutive ranges thus hold every line once.
-    Returns the lines and how many bytes of ``[start, end)`` the file held.
+    size: int
+    head: bytes
+
+
+def _bounded_lines(read: Callable[[int], bytes], *, limit: int,
+                   block: int) -> Iterator[bytes | _Long]:
+    r"""The lines of a stream as pieces of whole lines, each newline-terminated except perhaps
+    the stream's last; a line that grows past ``limit`` bytes before its newline is a
+    `_Long` instead, and the rest of it is read through, a block at a time, never held.
+
+    At most about ``block`` + ``limit`` bytes are held at once, whatever the lines' lengths.
+    A line longer than ``limit`` that happens to end inside a block is in a piece like any
+    other (the parser rejects it unparsed, `transforms.documents.record_limit`). A line's
+    length counts its bytes up to its newline (a ``\r`` included).
     """
-    first = max(start - 1, 0)
-    f.seek(first)
-    data = f.read(end - first)
-    consumed = max(len(data) - (start - first), 0)  # bytes of [start, end) the file had
-    if start > 0:
-        newline = data.find(b"\n")
-        data = b"" if newline == -1 else data[newline + 1 :]
-    if data and not data.endswith(b"\n"):
-        parts = [data]
-        while block := f.read(_READ_BLOCK):
-            i = block.find(b"\n")
-            if i != -1:
-                parts.append(block[: i + 1])
+    parts: list[bytes] = []  # the pieces of the line not yet ended
+    held = 0
+    data = read(block)
+    while data:
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            yield b"".join([*parts, data[:cut]]) if parts else data[:cut]
+            parts, held, data = [], 0, data[cut:]
+        if held + len(data) > limit:  # the line not yet ended is too long already
+            head = _head([*parts, data])
+            size = held + len(data)
+            parts, held = [], 0
+            while data := read(block):
+                newline = data.find(b"\n")
+                if len(head) < TOO_LARGE_HEAD:  # a limit below it: the head goes on
+                    end = len(data) if newline == -1 else newline
+                    head += data[: min(TOO_LARGE_HEAD - len(head), end)]
+                if newline != -1:
+                    size += newline
+                    data = data[newline + 1 :] or read(block)
+                    break
+                size += len(data)
+            yield _Long(size, head)
+            continue
+        if data:
+            parts.append(data)
+            held += len(data)
+        data = read(block)
+    if parts:
+        yield b"".join(parts)
+
+
+def _head(parts: list[bytes]) -> bytes:
+    """The first `TOO_LARGE_HEAD` bytes of ``parts`` end to end, joining no more of them."""
+    head = b""
+    for part in parts:
+        head += part[: TOO_LARGE_HEAD - len(head)]
+        if len(head) >= TOO_LARGE_HEAD:
+            break
+    return head
+
+
+class _LineRange:
+    """A ``read(n)`` over the lines of an uncompressed file that begin at a byte offset in
+    [start, end), read a block at a time.
+
+    The byte before ``start`` tells whether ``start`` begins a line (else the line that
+    began before is passed over); the last line is read past ``end`` to its newline.
+    Consecutive ranges thus hold every line once. ``consumed``: how many bytes of
+    ``[start, end)`` the file held, once the reads have reached ``end``.
+    """
+
+    def __init__(self, f: BinaryIO, start: int, end: int) -> None:
+        self._f = f
+        self._start = start
+        self._end = end
+        self._at = max(start - 1, 0)  # the file offset of the next byte read
+        self._skipping = start > 0  # still in the line begun before ``start``
+        self._last = b"\n"  # the last byte read
+        self._finished = False
+        self.consumed = 0
+        f.seek(self._at)
+
+    def read(self, size: int) -> bytes:
+        while not self._finished:
+            data = self._next(size)
+            if not data:
+                self._finished = True
                 break
-            parts.append(block)
-        data = b"".join(parts)
-    return data, consumed
+            if self._skipping:
+                newline = data.find(b"\n")
+                if newline == -1:
+                    continue
+                self._skipping = False
+                data = data[newline + 1 :]
+                if not data:
+                    continue
+            return data
+        return b""
+
+    def _next(self, size: int) -> bytes:
+        """The next bytes of the file: of [start − 1, end), then past ``end`` up to the
+        newline that ends the range's last line."""
+        if self._at < self._end:
+            data = self._f.read(min(size, self._end - self._at))
+            if data:  # else the file ends before the range does
+                self.consumed += len(data) - max(self._start - self._at, 0)
+                self._at += len(data)
+                self._last = data[-1:]
+            return data
+        if self._skipping or self._last == b"\n":  # no line begins in the range, or it ended
+            return b""
+        data = self._f.read(size)
+        newline = data.find(b"\n")
+        if newline != -1:
+            data = data[: newline + 1]
+        self._at += len(data)
+        self._last = data[-1:]
+        return data
 
 
-def read_chunk(chunk: Chunk, spec: ReadSpec, open_file: Opener) -> Iterator[Document | Reject]:
+def read_chunk(chunk: Chunk, spec: ReadSpec, open_file: Opener, *,
+               block_bytes: int = STREAM_BLOCK,
+               page_floor: int = PAGE_FLOOR) -> Iterator[Document | Reject]:
     """The documents and rejects of one chunk, in record order.
 
-    The chunk's bytes (or Parquet row groups) are read at once; its records are parsed as
-    they are taken.
+    A line file (plain or compressed) or a text file is read ``block_bytes`` at a time as
+    its records are taken: no more than a block and one record of at most `record_limit`
+    bytes is held, and a longer record is a ``too_large`` reject, read through unheld
+    (docs/running.md#bad-input). Parquet row groups are read at once, except those holding
+    a page larger than `transforms.input_parquet.page_limit` (with ``page_floor``), whose
+    rows are ``too_large`` rejects (`transforms.input_parquet.oversized_groups`). Tests
+    shrink the block and the floor to reach the paths a huge record takes.
 
     Raises:
         ValueError: every record would fail the same way (a Parquet file without the text
             column); the message names the file and the fix.
-        OSError: the file cannot be read or decompressed (truncated, corrupt); the message
-            names it.
+        OSError: the file cannot be opened (at once), or read or decompressed (truncated,
+            corrupt: as its records are taken); the message names it.
     """
     if chunk.files:  # a run of small files: each read (and checked) in turn, when reached
-        return itertools.chain.from_iterable(read_chunk(f, spec, open_file)
-                                             for f in chunk.files)
+        return itertools.chain.from_iterable(
+            read_chunk(f, spec, open_file, block_bytes=block_bytes, page_floor=page_floor)
+            for f in chunk.files)
     first = 1 if chunk.first is None else chunk.first
     where = {"path": shown_name(chunk.path), "rel": chunk.rel, "spec": spec}
+    if chunk.fmt == "parquet":
+        return _read_parquet(chunk, open_file, first=first, where=where,
+                             limit=page_limit(spec.max_doc_bytes, page_floor))
+    try:
+        f = open_file(chunk.path)
+    except Exception as e:  # an object store's error names no file: this one does
+        raise OSError(f"cannot read input file {shown_name(chunk.path)}: {e}") from e
+    return _stream_records(chunk, f, first=first, where=where, block=block_bytes)
+
+
+def _read_parquet(chunk: Chunk, open_file: Opener, *, first: int, where: dict,
+                  limit: int) -> Iterator[Document | Reject]:
+    """The rows of a chunk's row groups: read at once, except the groups holding a page too
+    large to hold (`transforms.input_parquet.oversized_groups`), whose rows are ``too_large``
+    rejects, unread."""
+    spec: ReadSpec = where["spec"]
+    name = shown_name(chunk.path)
+    out: list[Iterable[Document | Reject]] = []
     try:
         with open_file(chunk.path) as f:
-            consumed: int | None = None
-            if chunk.fmt == "parquet":
+            meta = pq.ParquetFile(f).metadata  # the footer, read once
+            refused = oversized_groups(f, start=chunk.start, end=chunk.end,
+                                       limit=limit, metadata=meta)
+            row, group = first, chunk.start
+            while group < chunk.end:  # runs of readable groups, and each refused one
+                if group in refused:
+                    rows = meta.row_group(group).num_rows
+                    out.append(_refused_rows(refused[group], group=group, first_row=row,
+                                             rows=rows, name=name, spec=spec, limit=limit))
+                    row, group = row + rows, group + 1
+                    continue
+                stop = next((g for g in range(group, chunk.end) if g in refused), chunk.end)
                 try:
-                    table = read_row_groups(f, start=chunk.start, end=chunk.end,
-                                            first_row=first, name=shown_name(chunk.path))
+                    table = read_row_groups(f, start=group, end=stop, first_row=row, name=name,
+                                            metadata=meta)
                 except DamagedInput:
                     check_unchanged(chunk, f, None)  # rewritten under the job: not damaged
                     raise
-            elif chunk.compression is not None or chunk.fmt == "text":
-                counted = CountingReader(f)
-                data = decompress(counted, chunk.compression)
-                consumed = counted.consumed
-            else:
-                data, consumed = _read_line_range(f, chunk.start, chunk.end)
-            check_unchanged(chunk, f, consumed)
+                out.append(parse_parquet(table, first_row=row, **where))
+                row, group = row + table.num_rows, stop
+            check_unchanged(chunk, f, None)
     except (InputChanged, DamagedInput):
         raise
     except Exception as e:  # a file that cannot be read fails the job, naming it
-        raise OSError(f"cannot read input file {shown_name(chunk.path)}: {e}") from e
-    if chunk.start == 0 and chunk.fmt != "parquet" and data.startswith(BOM):
-        data = data[len(BOM) :]  # a UTF-8 byte order mark is not part of the first record
-    if chunk.fmt == "parquet":
-        return iter(parse_parquet(table, first_row=first, **where))
-    if chunk.fmt == "text":
-        return iter([parse_text_file(data, **where)])
-    return parse_lines(data, fmt=chunk.fmt, first_line=first, **where)
+        raise OSError(f"cannot read input file {name}: {e}") from e
+    return itertools.chain.from_iterable(out)
 
 
+def _refused_rows(found: Oversized, *, group: int, first_row: int, rows: int, name: str,
+                  spec: ReadSpec, limit: int) -> Iterator[Reject]:
+    """A ``too_large`` reject for each row of a row group holding a page too large to hold."""
+    detail = (f"row group {group} (rows {first_row} to {first_row + rows - 1}) holds a page "
+              f"of {found.size} bytes uncompressed in column {found.column!r}, more than the "
+              f"{limit} bytes a page may take with --max-doc-bytes="
+              f"{spec.max_doc_bytes}; its rows are not read")
+    for row in range(first_row, first_row + rows):
+        yield Reject(reason="too_large", source=f"{name}#row={row}", detail=detail, record="",
+                     truncated=True)
+
+
+def _stream_records(chunk: Chunk, f: BinaryIO, *, first: int, where: dict,
+                    block: int) -> Iterator[Document | Reject]:
+    """The records of a line or text chunk of the open file ``f``, read a block at a time;
+    the file is checked (`check_unchanged`) and closed once they are all taken."""
+    spec: ReadSpec = where["spec"]
+    name = where["path"]
+    limit = record_limit(spec, chunk.fmt)
+    with f:
+        try:
+            if chunk.compression is not None or chunk.fmt == "text":
+                counted = CountingReader(f)
+                read = stream_reader(counted, chunk.compression).read
+                reads: CountingReader | _LineRange = counted
+            else:
+                reads = _LineRange(f, chunk.start, chunk.end)
+                read = reads.read
+            if chunk.fmt == "text":
+                yield _whole_file(read, limit=limit, block=block, **where)
+            else:
+                line, at_start = first, chunk.start == 0
+                for piece in _bounded_lines(read, limit=limit, block=block):
+                    if isinstance(piece, _Long):
+                        yield too_large_record(size=piece.size, head=piece.head,
+                                               source=f"{name}:{line}", spec=spec,
+                                               fmt=chunk.fmt)
+                        line, at_start = line + 1, False
+                        continue
+                    if at_start and piece.startswith(BOM):
+                        piece = piece[len(BOM) :]  # not part of the first record
+                    at_start = False
+                    yield from parse_lines(piece, fmt=chunk.fmt, first_line=line, **where)
+                    line += piece.count(b"\n") + (not piece.endswith(b"\n"))
+            check_unchanged(chunk, f, reads.consumed)
+        except (InputChanged, DamagedInput):
+            raise
+        except Exception as e:  # a file that cannot be read fails the job, naming it
+            raise OSError(f"cannot read input file {name}: {e}") from e
+
+
+def _whole_file(read: Callable[[int], bytes], *, limit: int, block: int, path: str, rel: str,
+                spec: ReadSpec) -> Document | Reject:
+    """A text file's one document, or its ``too_large`` reject once it passes ``limit``
+    bytes (the rest read through, unheld, to its length)."""
+    parts: list[bytes] = []
+    held = 0
+    while data := read(block):
+        parts.append(data)
+        held += len(data)
+        if held > limit:
+            head = _head(parts)
+            parts.clear()
+            while data := read(block):
+                held += len(data)
+                if len(head) < TOO_LARGE_HEAD:  # a limit below it: the head goes on
+                    head += data[: TOO_LARGE_HEAD - len(head)]
+            return too_large_record(size=held, head=head, source=path, spec=spec, fmt="text")
+    data = b"".join(parts)
+    if data.startswith(BOM):
+        data = data[len(BOM) :]  # not part of the text
+    return parse_text_file(data, path=path, rel=rel, spec=spec)

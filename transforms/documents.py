@@ -34,17 +34,25 @@ from transforms.json_fields import JsonObject
 from transforms.params import ReadSpec
 
 __all__ = [
+    "JSON_RECORD_SLACK",
     "MAX_REJECT_RECORD_CHARS",
+    "TOO_LARGE_HEAD",
     "Document",
     "Reject",
     "parse_lines",
     "parse_parquet",
     "parse_text_file",
+    "record_limit",
     "source_order",
+    "too_large_record",
 ]
 
 # A reject keeps at most this much of its record; its source (file:line) locates the rest.
 MAX_REJECT_RECORD_CHARS = 1 << 20
+# A `too_large` reject keeps the first this many characters of its record.
+TOO_LARGE_HEAD = 4096
+# A JSONL line may take 4 × --max-doc-bytes plus this many bytes (`record_limit`).
+JSON_RECORD_SLACK = 1 << 20
 
 
 class Document(typing.NamedTuple):
@@ -102,6 +110,42 @@ def source_order(source: str) -> tuple[str, int]:
         if path and position.isdigit():
             return path, int(position)
     return source, -1
+
+
+def record_limit(spec: ReadSpec, fmt: str) -> int:
+    r"""The most bytes one raw record (a line, a whole text file, a Parquet value) may take
+    before it is rejected as ``too_large`` unread, so that no record is held whole, whatever
+    its size, to learn that its text is too long.
+
+    For ``lines``, ``text`` and Parquet the text is the record's bytes (undecodable bytes
+    only grow into U+FFFD), less at most a ``\r`` or a byte order mark: a record longer than
+    ``--max-doc-bytes`` + 4 holds too much text, and the limit changes no outcome. A JSONL
+    line also holds its escapes (``\u00e9`` is 6 bytes for 2 of text, 3× at most outside
+    control characters), its id and other fields: it may take 4 × ``--max-doc-bytes`` +
+    `JSON_RECORD_SLACK`; a longer one is ``too_large`` even if its text would fit.
+
+    >>> record_limit(ReadSpec(max_doc_bytes=100), "lines"), record_limit(
+    ...     ReadSpec(max_doc_bytes=100), "jsonl")
+    (104, 1048976)
+    """
+    if fmt == "jsonl":
+        return 4 * spec.max_doc_bytes + JSON_RECORD_SLACK
+    return spec.max_doc_bytes + 4
+
+
+def too_large_record(*, size: int, head: bytes, source: str, spec: ReadSpec,
+                     fmt: str) -> Reject:
+    """The ``too_large`` reject of a record of ``size`` bytes longer than its `record_limit`,
+    read no further than ``head`` (its first bytes) and its length."""
+    limit = record_limit(spec, fmt)
+    what = "line" if fmt in ("jsonl", "lines") else "value" if fmt == "parquet" else "file"
+    rule = (f"the {limit} bytes a JSONL line may take with --max-doc-bytes="
+            f"{spec.max_doc_bytes} (4 × it + {JSON_RECORD_SLACK})" if fmt == "jsonl" else
+            f"--max-doc-bytes={spec.max_doc_bytes}")
+    return Reject(reason="too_large", source=source,
+                  detail=f"a {what} of {size} bytes, more than {rule}; not read further",
+                  record=_printable(head[:TOO_LARGE_HEAD].decode("utf-8", errors="replace")),
+                  truncated=True)
 
 
 def _decode(raw: bytes, spec: ReadSpec, source: str) -> tuple[str | None, bool, Reject | None]:
@@ -166,8 +210,8 @@ def _document(
             reason="too_large",
             source=source,
             detail=f"{size} bytes of text, more than --max-doc-bytes={spec.max_doc_bytes}",
-            record=text[:4096],
-            truncated=len(text) > 4096,
+            record=text[:TOO_LARGE_HEAD],
+            truncated=len(text) > TOO_LARGE_HEAD,
         )
     return Document(doc_id=doc_id, text=text, source=source, repaired=repaired)
 
@@ -218,6 +262,7 @@ def parse_lines(
     if fast:  # the per-line work of the common case, looked up once
         loads, invalid = _orjson.loads, _orjson.JSONDecodeError  # type: ignore[union-attr]
         text_field, id_field, max_bytes = spec.text_field, spec.id_field, spec.max_doc_bytes
+    limit = record_limit(spec, fmt)
     # Each line is a view of ``data`` (what ``data.split(b"\n")`` gives, less a last empty
     # line), copied only where the slow path needs its bytes: no copy of the chunk per line.
     view, end, pos, number = memoryview(data), len(data), 0, first_line - 1
@@ -226,6 +271,10 @@ def parse_lines(
         if stop == -1:
             stop = end
         lo, pos, number = pos, stop + 1, number + 1
+        if stop - lo > limit:  # never parsed: its text cannot fit, or it is a hostile line
+            yield too_large_record(size=stop - lo, head=data[lo : min(stop, lo + TOO_LARGE_HEAD)],
+                                   source=f"{path}:{number}", spec=spec, fmt=fmt)
+            continue
         if stop > lo and data[stop - 1] == 13:  # b"\r"
             stop -= 1
         if fast:

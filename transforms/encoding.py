@@ -27,7 +27,7 @@ from transforms.keys import ShardPlan, doc_keys, parts_of
 from transforms.params import WindowSpec
 from transforms.parcels import Pieces, narrow_tokens, pack_parcels
 from transforms.splits import SplitSpec
-from transforms.tokenizers import Tokenizer
+from transforms.tokenizers import Tokenizer, first_line, tokenizer_failed
 from transforms.windows import plan_windows_batch
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "PartBuffer",
     "batch_documents",
     "encode_documents",
+    "encode_or_reject",
     "pack_documents",
 ]
 
@@ -80,6 +81,38 @@ def batch_documents(
             docs, chars = [], 0
     if docs:
         yield docs
+
+
+def encode_or_reject(
+    tokenizer: Tokenizer, docs: Sequence[Document],
+) -> tuple[list[Document], list[npt.NDArray[np.int32]], list[Reject]]:
+    """The documents the tokenizer encodes, their z, and a ``tokenizer_error`` reject for
+    each it fails on (`tokenizer_failed`), in input order.
+
+    The batch is encoded at once; only if that fails is each document encoded alone, to
+    find the ones that fail. Each document is encoded alone either way, so the others' ids
+    are those of the batch. The reject names the document's source and the first line of
+    the error (a Rust panic's message, not its backtrace).
+    """
+    docs = docs if isinstance(docs, list) else list(docs)
+    try:
+        return docs, tokenizer.encode_batch([d.text for d in docs]), []
+    except BaseException as e:
+        if not tokenizer_failed(e):
+            raise
+    kept, tokens, rejects = [], [], []
+    for doc in docs:
+        try:
+            (z,) = tokenizer.encode_batch([doc.text])
+        except BaseException as e:
+            if not tokenizer_failed(e):
+                raise
+            rejects.append(Reject(reason="tokenizer_error", source=doc.source,
+                                  detail=first_line(e), record=doc.text))
+            continue
+        kept.append(doc)
+        tokens.append(z)
+    return kept, tokens, rejects
 
 
 def pack_documents(

@@ -30,6 +30,9 @@ FORMATS = ("text", "lines", "jsonl", "parquet")
 UTF8_POLICIES = ("replace", "reject")
 
 _UINT64 = 1 << 64
+# Window origins, lengths and strides are int64 in the planning arithmetic and the shards
+# (`transforms.windows`, the ``start`` column): a larger value cannot be stored.
+_INT64 = 1 << 63
 
 
 def check_positive_int(name: str, value: Any) -> None:
@@ -67,9 +70,11 @@ class WindowSpec:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        check_positive_int("window", self.window)
-        check_positive_int("stride", self.stride)
-        check_positive_int("min_tail", self.min_tail)
+        for name in ("window", "stride", "min_tail"):
+            check_positive_int(name, getattr(self, name))
+            if getattr(self, name) >= _INT64:
+                raise ValueError(f"`{name}` must be a positive integer below 2**63, but got "
+                                 f"{getattr(self, name)}")
         _choice("tail", self.tail, TAILS)
         _choice("score", self.score, SCORES)
         _choice("offset", self.offset, OFFSETS)

@@ -59,7 +59,7 @@ SHARD_METADATA_KEYS = (FINGERPRINT_KEY, SHARD_KEY, COUNTS_KEY)
 REJECT_REASONS = (
     "blank_line", "contaminated", "duplicate_id", "empty", "exact_duplicate", "invalid_id",
     "invalid_utf8", "malformed_json", "missing_id", "missing_text", "near_duplicate",
-    "not_an_object", "text_not_string", "too_large", "unreadable_record",
+    "not_an_object", "text_not_string", "tokenizer_error", "too_large", "unreadable_record",
 )
 SHARD_PATTERN = re.compile(r"^part-(\d{5,})-of-(\d{5,})\.parquet$")
 

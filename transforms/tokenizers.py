@@ -51,9 +51,11 @@ __all__ = [
     "SentencePieceTokenizer",
     "Tokenizer",
     "TokenizerSpec",
+    "first_line",
     "hf_config_path",
     "hf_special_tokens",
     "is_hf_tokenizer",
+    "tokenizer_failed",
     "tokenizer_from_bytes",
 ]
 
@@ -63,6 +65,24 @@ BYTES = "bytes"
 HF = "huggingface"
 # Where Hugging Face keeps a tokenizer's special tokens, beside its tokenizer.json.
 HF_CONFIG_NAME = "tokenizer_config.json"
+# A loaded tokenizer.json must encode this text, or it is refused before any work.
+LOAD_PROBE = "Hello, world! 123\n"
+
+
+def tokenizer_failed(error: BaseException) -> bool:
+    """Whether ``error``, raised while loading or encoding, is the tokenizer's own failure:
+    an ``Exception``, or a panic of a Rust library (``pyo3_runtime.PanicException``, which
+    derives from ``BaseException`` alone); never ``KeyboardInterrupt``, ``SystemExit`` or
+    ``GeneratorExit``."""
+    kind = type(error)
+    return isinstance(error, Exception) or (
+        kind.__name__ == "PanicException" and kind.__module__ == "pyo3_runtime")
+
+
+def first_line(error: BaseException) -> str:
+    """``Type: the first line of its message`` (a Rust panic's, not its backtrace)."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else 'no message'}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,7 +271,9 @@ class HFTokenizer:
 
         try:
             self._tok = tokenizers.Tokenizer.from_str(data.decode("utf-8"))
-        except Exception as e:  # the library raises a plain Exception on a bad file
+        except BaseException as e:  # a plain Exception on a bad file, or a Rust panic
+            if not tokenizer_failed(e):
+                raise
             raise ValueError(
                 f"--tokenizer {where} is not a Hugging Face tokenizer.json "
                 f"({str(e).splitlines()[0] if str(e) else type(e).__name__}); pass the "
@@ -284,6 +306,15 @@ class HFTokenizer:
         # use, as several threads may encode batches at once.
         self._pool = (ThreadPoolExecutor(num_threads, thread_name_prefix="tiktoken")
                       if self._fast is not None and num_threads > 1 else None)
+        try:  # a tokenizer that cannot encode plain text is refused now, not document by document
+            self.encode_batch([LOAD_PROBE])
+        except BaseException as e:
+            if not tokenizer_failed(e):
+                raise
+            raise ValueError(
+                f"--tokenizer {where} fails to encode the text {LOAD_PROBE!r} "
+                f"({first_line(e)}); it cannot be used: fix it, or pass another tokenizer"
+            ) from None
 
     def encode(self, text: str) -> npt.NDArray[np.int32]:
         if self._fast is not None:

@@ -15,21 +15,25 @@ runs. Runners without a dry run of their own (the local ones) only build the gra
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
-from pipeline import fs, launch, progress
+from pipeline import LOG_FORMAT, fs, launch, progress
 from pipeline.context import JobContext, Tuning
 from pipeline.flags import check_flags, parser
 from pipeline.graph import build_pipeline
@@ -51,7 +55,7 @@ from transforms.json_fields import JsonObject
 from transforms.manifest import MANIFEST_NAME, parse_splits_record, read_manifest
 from transforms.splits import SPLITS_NAME
 
-__all__ = ["Submitted", "cli", "finish", "main", "one_line", "run", "submit"]
+__all__ = ["Interrupted", "Submitted", "cli", "finish", "main", "one_line", "run", "submit"]
 
 _LOG = logging.getLogger("token_windows")
 
@@ -203,20 +207,28 @@ def finish(job: Submitted) -> JsonObject | None:
 
 
 def cli() -> None:
-    """The ``token-windows`` command: `main`, then exit at once.
+    """The ``token-windows`` command: `main`, then exit at once with its status.
 
     Once the manifest is written nothing is left to do; tearing down Beam's few thousand
-    modules would cost about half a second.
+    modules would cost about half a second. After a failure or a signal, the runner's
+    threads may still be busy (a shard writer finishing a shard nobody will use): the
+    interpreter would wait for them, and the job's files are already removed.
     """
     # The command owns its process, and nothing in it needs IPython, which Beam would import
     # (about 0.3 s) only to ask whether it runs in a notebook (Pipeline.apply) when the gcp
-    # extra has made it importable (see pipeline/__init__.py).
+    # extra has made it importable. Its workers' collectors, too (`Tuning.freeze_loaded`).
     sys.modules.setdefault("IPython", None)  # type: ignore[arg-type]
-    main()
+    code = 0
+    try:
+        main(tuning=Tuning(freeze_loaded=True))
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 _WHILE_RUNNING = re.compile(r" \[while running '[^']*'\]")
@@ -234,29 +246,104 @@ def one_line(error: BaseException) -> str:
     return _WHILE_RUNNING.sub("", text).strip()
 
 
+class Interrupted(KeyboardInterrupt):
+    """A signal (SIGINT, SIGTERM, SIGHUP) stopped the command; ``signal`` is its name."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        # A runner may raise it again with the step appended ("… [while running 'X']").
+        self.signal = _WHILE_RUNNING.sub("", name).strip()
+
+
+_STOPPING = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+@contextlib.contextmanager
+def _signals_stop_the_job() -> Iterator[None]:
+    """While the command runs, SIGINT, SIGTERM (what a scheduler sends) and SIGHUP (a closed
+    terminal) raise `Interrupted` in the main thread, so each is handled as Ctrl-C is: the
+    job's files and claim are removed and OUTPUT left as it was. The first signal switches
+    them off until the cleanup is done (a second Ctrl-C must not cut it short); a signal
+    that was ignored when the command started (``nohup``) stays ignored. The handlers are
+    restored afterwards: a program that calls `main` keeps its own."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers
+        return
+    numbers = [getattr(signal, n) for n in _STOPPING if hasattr(signal, n)]
+    previous = {n: signal.getsignal(n) for n in numbers}
+
+    def stop(signum: int, frame: object) -> None:
+        for n in numbers:
+            signal.signal(n, signal.SIG_IGN)
+        raise Interrupted(signal.Signals(signum).name)
+
+    try:
+        for n in numbers:
+            if previous[n] is not signal.SIG_IGN:
+                signal.signal(n, stop)
+        yield
+    finally:
+        for n, handler in previous.items():
+            signal.signal(n, handler if handler is not None else signal.SIG_DFL)
+
+
 def main(argv: Sequence[str] | None = None, *, tuning: Tuning | None = None) -> None:
     """The console entry point: one-line errors and exit status 2 for a job refused before any
-    work, 1 for a job that failed while it ran (``--traceback`` or TOKEN_WINDOWS_TRACEBACK=1
-    print the whole traceback). ``tuning``: the job's knobs (`pipeline.context.Tuning`), for
-    callers in Python; the command line runs on the defaults."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    work, 1 for a job that failed while it ran or was stopped by SIGINT, SIGTERM or SIGHUP
+    (``--traceback`` or TOKEN_WINDOWS_TRACEBACK=1 print the whole traceback). ``tuning``: the
+    job's knobs (`pipeline.context.Tuning`), for callers in Python; the command line's
+    also leave what the workers load out of later collections."""
+    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
     _LOG.setLevel(logging.INFO)
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = "--traceback" in args or os.environ.get("TOKEN_WINDOWS_TRACEBACK") == "1"
+    prepared: list[_Prepared] = []
+    with _signals_stop_the_job():
+        try:
+            _main(args, tuning, verbose, prepared.append)
+        except Interrupted as e:
+            for job in prepared:  # released already, unless the signal came in between
+                _release(job.launch.context)
+            if verbose:
+                traceback.print_exc()
+            if prepared and _complete(prepared[0].launch.context):
+                print(f"error: stopped by {e.signal} after the last step had swapped the new "
+                      "dataset in: --output holds it, complete", file=sys.stderr)
+            else:
+                print(f"error: stopped by {e.signal}: the job's temporary files and its claim "
+                      "were removed, and --output holds what it held before; run the command "
+                      "again to make the dataset", file=sys.stderr)
+            raise SystemExit(1) from None
+
+
+def _complete(context: JobContext) -> bool:
+    """Whether OUTPUT holds this job's dataset: a signal that came during the last
+    milliseconds of the swap, or after it, stopped a job that had finished."""
+    name = SPLITS_NAME if context.config.splits.names else MANIFEST_NAME
     try:
-        prepared = _prepare(args, tuning)
+        found = json.loads(fs.read_regular(fs.join(context.output, name)))
+    except Exception:  # none, or not ours: not complete
+        return False
+    return isinstance(found, dict) and found.get("fingerprint") == context.fingerprint
+
+
+def _main(args: list[str], tuning: Tuning | None, verbose: bool,
+          prepared: Callable[[_Prepared], object]) -> None:
+    try:
+        job = _prepare(args, tuning)
     except (ValueError, OSError) as e:
         if verbose:
             traceback.print_exc()
         print(f"error: {one_line(e)}", file=sys.stderr)
         raise SystemExit(2) from None
+    prepared(job)
     if not verbose:
         # Beam logs a failed bundle with its traceback; the one line below says it.
         for name in ("apache_beam.runners.common", "apache_beam.runners.worker",
                      "apache_beam.runners.portability"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
-        finish(_start(prepared))
+        finish(_start(job))
     except Exception as e:
         if verbose:
             traceback.print_exc()

@@ -1,4 +1,4 @@
-"""`pipeline.run`: the command line, and everything it refuses before any work
+"""`pipeline.job`: the command line, and everything it refuses before any work
 (docs/running.md#bad-input).
 
 The error cases call `main` in this process (its output captured); one test starts the real
@@ -15,7 +15,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.run import main
+from pipeline.job import main
 from tests.conftest import DATA, ROOT, exit_code, run_job, write_jsonl
 from transforms.input_names import relative_name
 from transforms.manifest import MANIFEST_NAME
@@ -67,6 +67,10 @@ def test_invalid_parameters_fail_before_work(capsys, corpus, tmp_path, extra, me
         (["--input", "{corpus}", "--tokenizer", f"{DATA}/tiny_corpus.txt"],
          "is not a SentencePiece model"),
         (["--tokenizer", "bytes"], "error: --input is required"),
+        (["--input", "{corpus}", "--tokenizer", "bytes", "--window", str(1 << 63)],
+         "error: `window` must be a positive integer below 2**63, but got 9223372036854775808"),
+        (["--input", "{corpus}", "--tokenizer", "bytes", "--window", "8", "--stride",
+          str(1 << 64)], "error: `stride` must be a positive integer below 2**63"),
     ],
 )
 def test_missing_inputs_and_tokenizers_are_one_line_errors(capsys, corpus, tmp_path, args,
@@ -176,7 +180,8 @@ def test_a_failure_while_running_is_one_line_exit_1(tmp_path, capsys):
     code, err = exit_code(capsys, "--input", str(src), "--tokenizer", "bytes", "--output",
                           str(tmp_path / "o"))
     assert code == 1 and err.startswith(f"error: the job failed: cannot read input file {src}")
-    assert sorted(os.listdir(tmp_path / "o")) == []  # claim and temporary files removed
+    # Claim and temporary files removed, and the OUTPUT it made itself.
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize(("mode", "spread"), [
@@ -185,7 +190,7 @@ def test_a_failure_while_running_is_one_line_exit_1(tmp_path, capsys):
 ])
 def test_the_local_runner_spreads_the_chunks_only_over_several_workers(
         corpus, tmp_path, monkeypatch, mode, spread):
-    run_module = sys.modules["pipeline.run"]  # `pipeline.run` the attribute is the function
+    run_module = sys.modules["pipeline.job"]
     built = {}
 
     class Built(Exception):
