@@ -73,7 +73,8 @@ setuptools.setup(
         ],
         # megatron-core only for bench_reader's IndexedDataset baseline; install it
         # `pip install --no-deps megatron-core` (its own requirements are torch, numpy, packaging).
-        "bench": ["datasets>=2.19", "psutil>=5.9", "megatron-core>=0.16"],
+        "bench": ["datasets>=2.19", "psutil>=5.9", "megatron-core>=0.16",
+                  "datatrove>=0.10", "spacy>=3.7"],  # bench_dedup's baseline (its tokenizer)
     },
     entry_points={"console_scripts": [
         "token-windows=pipeline.__main__:main",  # says what to install where Beam is missing

@@ -35,6 +35,7 @@ from transforms.keys import ShardPlan
 from transforms.launch import FOOTER_THREADS
 from transforms.manifest import TokenizerInfo
 from transforms.params import check_positive_int
+from transforms.removal import RemovalSpec
 from transforms.schema import TMP_DIR
 from transforms.splits import SplitSpec
 
@@ -125,6 +126,9 @@ class JobContext:
         progress_dir: where workers report progress (`pipeline.progress`), a private
             directory of the launcher on the local runner; None: they report nothing.
         tuning: the knobs (`Tuning`).
+        removal: what the dedup pass removes (``--dedup``, and the evaluation files of
+            ``--decontaminate`` as the launcher matched them); None: the job has no such
+            pass (`pipeline.dedup`).
         tokenizer_handle: the job's tokenizer in a process (`pipeline.encode.acquire_tokenizer`):
             a key, pickled with the steps; the launcher's tokenizer is the in-process steps'.
     """
@@ -137,6 +141,7 @@ class JobContext:
     attempt: str | None = None
     progress_dir: str | None = None
     tuning: Tuning = dataclasses.field(default_factory=Tuning)
+    removal: RemovalSpec | None = None
     tokenizer_handle: shared.Shared = dataclasses.field(default_factory=shared.Shared,
                                                         compare=False, repr=False)
 
@@ -160,7 +165,8 @@ def job_context(config: JobConfig, files: Files | None, *, fingerprint: str,
                 tokenizer: TokenizerInfo | None, tmp_dir: str | None = None,
                 attempt: str | None = None, progress_dir: str | None = None,
                 tuning: Tuning | None = None,
-                tokenizer_handle: shared.Shared | None = None) -> JobContext:
+                tokenizer_handle: shared.Shared | None = None,
+                removal: RemovalSpec | None = None) -> JobContext:
     """The `JobContext` of a job over ``files`` ({path: (size, mtime)} or {path: size} as the
     launcher matched them; None: a dry run), its shard plan computed here, once.
 
@@ -172,5 +178,5 @@ def job_context(config: JobConfig, files: Files | None, *, fingerprint: str,
         config=config, plan=_shard_plan(config, files, tuning=tuning), tokenizer=tokenizer,
         fingerprint=fingerprint,
         tmp_dir=tmp_dir if tmp_dir is not None else fs.join(config.output, TMP_DIR, "job"),
-        attempt=attempt, progress_dir=progress_dir, tuning=tuning,
+        attempt=attempt, progress_dir=progress_dir, tuning=tuning, removal=removal,
         tokenizer_handle=shared.Shared() if tokenizer_handle is None else tokenizer_handle)

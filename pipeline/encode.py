@@ -52,6 +52,7 @@ from transforms.chunks import Chunk, read_chunk
 from transforms.documents import Document, Reject
 from transforms.encoding import Encoded, PartBuffer, batch_documents, encode_or_reject
 from transforms.keys import ShardPlan
+from transforms.removal import Removal, drop_removed
 from transforms.spill import RejectRun, SpillWriter, disk_full_message, spill_rejects
 from transforms.tokenizers import (
     HF_CONFIG_NAME,
@@ -165,6 +166,7 @@ class _EncodeChunkFn(StepFn):
         self._tokens = Metrics.counter("tokenize", "tokens")
         self._windows_made = Metrics.counter("windows", "windows")
         self._spilled = Metrics.counter("shuffle", "spilled_bytes")
+        self._removals: dict[int, Removal] | None = None  # the chunk's, with a dedup pass
 
     def setup(self) -> None:
         # One model per worker process, however many threads or DoFn instances it runs; in
@@ -188,7 +190,9 @@ class _EncodeChunkFn(StepFn):
         self._abandon()  # a failed bundle's files, if finish_bundle never came
         self._bundle: _BundleSpill | None = None
 
-    def process(self, chunk: Chunk) -> Iterator[Any]:
+    def process(self, item: Chunk | tuple[Chunk, dict[int, Removal]]) -> Iterator[Any]:
+        # With --dedup/--decontaminate, a chunk comes with its removals (`pipeline.dedup`).
+        chunk, self._removals = item if isinstance(item, tuple) else (item, None)
         plan = self._plan
         if self._spill_dir is None:
             # Parcels go on through the runner's shuffle, from `process`: each chunk's are
@@ -275,7 +279,7 @@ class _EncodeChunkFn(StepFn):
     def _encode(self, chunk: Chunk, stream: _Stream, *, last: bool) -> Iterator[Any]:
         """Parse the chunk's batches and start encoding them, taking in the batches encoded
         meanwhile; ``last``: then every batch of the stream, and flush it."""
-        records = sampled_out = 0
+        records = sampled_out = position = 0  # position: documents read (rejects not)
         items = read_chunk(chunk, self._spec, fs.open_raw)
         for batch in batch_documents(items, max_chars=self._batch_chars):
             if isinstance(batch, Reject):
@@ -284,6 +288,11 @@ class _EncodeChunkFn(StepFn):
                 yield REJECTS, batch
                 continue
             records += len(batch)
+            if self._removals is not None:  # copies, benchmark text: never encoded
+                position, first = position + len(batch), position
+                batch = yield from self._without_removed(batch, first)
+                if not batch:
+                    continue
             if self._splits is not None:  # --sample: left out before they are encoded
                 keep = self._splits.kept([d.doc_id for d in batch])
                 sampled_out += len(batch) - sum(keep)
@@ -306,6 +315,16 @@ class _EncodeChunkFn(StepFn):
         _LOG.debug("encoded chunk %s@%d: %d records", chunk.path, chunk.start, records)
         self._records.inc(records)
         yield RECEIPTS, chunk.receipt(records, sampled_out)
+
+    def _without_removed(self, batch: list[Document],
+                         first: int) -> Iterator[tuple[str, Any]]:
+        """Emit the batch's removed documents as rejects; returns the others. ``first``:
+        the position of the batch's first document among the chunk's documents."""
+        kept, gone = drop_removed(batch, first, self._removals)
+        for removed in gone:
+            Metrics.counter("rejects", removed.reason).inc()
+            yield REJECTS, removed
+        return kept
 
     def _next(self, stream: _Stream) -> list[tuple[str, tuple[int, bytes]]]:
         """Take in the oldest batch in flight (waiting for it), and the chunk ends before it.

@@ -20,6 +20,7 @@ import apache_beam as beam
 
 from pipeline import fs
 from pipeline.commit import holding_claim, staging_dir, swap
+from pipeline.dedup import RemovalSummary
 from pipeline.output import check_claim, dataset_files, remove_emptied_dirs, remove_job_files
 from pipeline.tagged import StepFn
 from pipeline.write import RejectCount, place_shard, write_placed_shard
@@ -39,6 +40,7 @@ from transforms.manifest import (
 from transforms.manifest_build import WrittenShard, build_manifest, build_splits_record
 from transforms.parquet import row_group_rows
 from transforms.receipts import Receipt, account_inputs
+from transforms.removal import REMOVAL_REASONS
 from transforms.rows import ShardRows
 from transforms.schema import CLAIM_NAME, FINGERPRINT_KEY, TMP_DIR
 from transforms.skipped import check_skipped_share
@@ -70,13 +72,17 @@ class _FinalizeFn(StepFn):
         self._max_skipped_share = config.max_skipped_share
         self._footer_threads = context.tuning.footer_threads
         self._splits = context.splits
+        self._removal = context.removal
 
     def process(self, group: tuple[None, Iterable[Any]]) -> Iterator[dict]:
         shards: list[WrittenShard] = []
         receipts: list[Receipt] = []
         rejects: dict[str, RejectCount] = {}
+        summary: RemovalSummary | None = None
         for value in group[1]:  # what each value is, its type says
-            if isinstance(value, WrittenShard):
+            if isinstance(value, RemovalSummary):
+                summary = value
+            elif isinstance(value, WrittenShard):
                 shards.append(value)
             elif isinstance(value, Receipt):
                 receipts.append(value)
@@ -87,10 +93,11 @@ class _FinalizeFn(StepFn):
                 raise TypeError(f"FinalizeDataset got a {type(value).__name__}, which is no "
                                 "written shard, input receipt or (reason, RejectCount)")
         yield self._finalize(shards=shards, rejects=rejects, receipts=receipts,
-                             plan=self._plan)
+                             plan=self._plan, summary=summary)
 
     def _finalize(self, *, shards: list[WrittenShard], rejects: dict[str, RejectCount],
-                  receipts: list[Receipt], plan: ShardPlan) -> Manifest | SplitsRecord:
+                  receipts: list[Receipt], plan: ShardPlan,
+                  summary: RemovalSummary | None = None) -> Manifest | SplitsRecord:
         # Before anything is written: every input was read exactly once, as matched at launch,
         # and none has changed since.
         records = account_inputs(receipts, self._expected_files)
@@ -109,7 +116,11 @@ class _FinalizeFn(StepFn):
                 f"--sample {self._splits.sample if self._splits else '?'} left out every one of "
                 f"the {sampled_out} documents; raise --sample; no manifest was written")
         # Records are skipped before the sample is drawn: the share is of every record read.
-        check_skipped_share(records=records, skipped=skipped,
+        # Copies and contaminated documents removed on request are no sign of a wrong flag:
+        # they count only when every record was skipped (a job that keeps nothing fails).
+        counted = skipped if sum(skipped.values()) == records else {
+            k: v for k, v in skipped.items() if k not in REMOVAL_REASONS}
+        check_skipped_share(records=records, skipped=counted,
                             first={reason: c.first for reason, c in rejects.items()},
                             max_share=self._max_skipped_share)
         shards = list(shards)
@@ -154,6 +165,7 @@ class _FinalizeFn(StepFn):
             "reading": self._reading,
             "row_group_rows": row_group_rows(window),
             "versions": _versions(),
+            **self._dedup(summary),
         }
         definition = {} if self._splits is None else self._splits.to_json()
         sample = (SampleInfo(**definition["sample"])  # type: ignore[arg-type]
@@ -220,6 +232,7 @@ class _FinalizeFn(StepFn):
             for name in names
         }
         record = build_splits_record(manifests=manifests, fractions=fractions,
+                                     dedup=common.get("dedup"),
                                      split_seed=definition["split_seed"], skipped=skipped,
                                      records=records, sampled_out=sampled_out,
                                      fingerprint=self._fingerprint)
@@ -233,6 +246,15 @@ class _FinalizeFn(StepFn):
                             root=self._output)
         return record
 
+
+    def _dedup(self, summary: RemovalSummary | None) -> dict[str, Any]:
+        """The manifest's ``dedup`` (as a keyword), only for a job with a dedup pass: every
+        other job's manifest keeps its bytes."""
+        if self._removal is None:
+            return {}
+        if summary is None:
+            raise RuntimeError("the dedup pass reported nothing; no manifest was written")
+        return {"dedup": self._removal.to_json(summary.by_eval_file)}
 
     def _tokenizer_record(self) -> TokenizerInfo:
         """The manifest's ``tokenizer``: the launcher's record of the model it loaded."""
@@ -314,14 +336,19 @@ class FinalizeDataset(beam.PTransform):
         expected_files: {path: (size, mtime)} as matched at launch, or None (a dry run). Not
             on the context: the list grows with the corpus, and only this step needs it.
         shards, reject_counts, receipts: what the other steps emit.
+        removal_summary: the dedup pass's `pipeline.dedup.RemovalSummary`, or None (a job
+            without --dedup or --decontaminate).
     """
 
     def __init__(self, context: JobContext, *, expected_files: ExpectedFiles | None,
                  shards: beam.PCollection, reject_counts: beam.PCollection,
-                 receipts: beam.PCollection) -> None:
+                 receipts: beam.PCollection,
+                 removal_summary: beam.PCollection | None = None) -> None:
         super().__init__()
         self._fn = _FinalizeFn(context, expected_files)
         self._parts = (shards, reject_counts, receipts)
+        if removal_summary is not None:  # the dedup pass's (`pipeline.dedup`)
+            self._parts += (removal_summary,)
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         # One step keys them all after the Flatten, not one per input before it: each step is

@@ -30,6 +30,12 @@ other document to its split's shards, which the plan numbers in one range (split
 writes a split's shard into ``OUTPUT/NAME/`` under the split's own numbering, and
 FinalizeDataset writes a manifest per split, then ``OUTPUT/_splits.json``.
 
+Dedup and decontamination (``--dedup``, ``--decontaminate``; `pipeline.dedup`) add a first
+pass over the chunks before EncodeChunks: it finds the documents to remove (copies, text
+shared with an evaluation set) without tokenizing anything, and each chunk then reaches
+EncodeChunks with the positions of its removed documents, which it keeps aside as rejects
+instead of encoding them. A job without these flags has no such pass.
+
 Order never comes from arrival: documents are keyed by `transforms.keys.doc_key` and sorted
 inside their shard, so runners, worker counts and bundle sizes do not change a byte.
 `beam.Reshuffle` appears only as a fusion break (to spread file chunks over workers).
@@ -40,6 +46,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from pipeline.context import JobContext
+from pipeline.dedup import FindRemovals, JoinRemovals
 from pipeline.encode import EncodeChunks
 from pipeline.finalize import ExpectedFiles, FinalizeDataset
 from pipeline.read import SplitInputs
@@ -78,6 +85,13 @@ def build_pipeline(
     chunks = p | "SplitInputs" >> SplitInputs(config.inputs, spec=config.read,
                                               chunk_bytes=context.tuning.chunk_bytes,
                                               chunks=chunks, spread=spread_chunks)
+    summary = None
+    if context.removal is not None:
+        # --dedup, --decontaminate: a first pass over the text finds the documents removed;
+        # each chunk then reaches EncodeChunks with its removals (`pipeline.dedup`).
+        found = chunks | "FindRemovals" >> FindRemovals(context)
+        chunks = (chunks, found.removals) | "JoinRemovals" >> JoinRemovals()
+        summary = found.summary
     encoded = chunks | "EncodeChunks" >> EncodeChunks(context)
     if context.spill_dir is not None:
         # Only the spill files' paths go on; the shard writers read their parts from them.
@@ -96,4 +110,5 @@ def build_pipeline(
         shards=written.shards,
         reject_counts=reject_counts,
         receipts=encoded.receipts,
+        removal_summary=summary,
     )

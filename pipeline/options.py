@@ -18,6 +18,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from pipeline.encode import SHUFFLES
 from pipeline.read import TARGET_SHARD_INPUT_BYTES
 from transforms.bpe_engine import ENGINES
+from transforms.dedup import DedupSpec
 from transforms.params import (
     FORMATS,
     OFFSETS,
@@ -29,6 +30,7 @@ from transforms.params import (
     check_positive_int,
     default_of,
 )
+from transforms.removal import DECONTAMINATE_NGRAM, MAX_DECONTAMINATE_NGRAM
 from transforms.splits import TRAIN, SplitSpec
 from transforms.tokenizers import BYTES, TokenizerSpec
 
@@ -242,6 +244,7 @@ class TokenWindowsOptions(PipelineOptions):
             default=None,
             help="Seeds the sample (independent of --seed and --split-seed). Default: 0.",
         )
+        _add_removal_args(parser)
         g = parser.add_argument_group("output")
         g.add_argument(
             "--output",
@@ -298,6 +301,81 @@ class TokenWindowsOptions(PipelineOptions):
         )
 
 
+DEDUP_MODES = ("off", "exact", "near")
+
+
+def _add_removal_args(parser: argparse.ArgumentParser) -> None:
+    """--dedup and --decontaminate (docs/dedup.md)."""
+    g = parser.add_argument_group("dedup and decontamination")
+    g.add_argument(
+        "--dedup",
+        dest="dedup",
+        type=str,
+        default=None,
+        choices=DEDUP_MODES,
+        help="Remove copies before tokenizing: exact (equal normalized text) or near (MinHash "
+        "over word n-grams with LSH bands, exact copies included); each cluster keeps its "
+        "smallest doc_id, the others go to OUTPUT/_rejects/. Default: off.",
+    )
+    for name, what in (("ngram", "n of the word n-grams hashed"),
+                       ("bands", "LSH bands"), ("rows", "rows (hashes) per band")):
+        g.add_argument(
+            f"--dedup-{name}",
+            dest=f"dedup_{name}",
+            type=int,
+            default=None,
+            help=f"With --dedup near: the {what}. Default: {default_of(DedupSpec, name)}.",
+        )
+    g.add_argument(
+        "--decontaminate",
+        dest="decontaminate",
+        action="extend",
+        nargs="+",
+        type=str,
+        default=None,
+        metavar="PATH",
+        help="Evaluation texts (files or globs, read like inputs: JSONL or Parquet by the "
+        "text field, .txt line by line): remove every document sharing a word n-gram with "
+        "one of them. Default: none.",
+    )
+    g.add_argument(
+        "--decontaminate-ngram",
+        dest="decontaminate_ngram",
+        type=int,
+        default=None,
+        help=f"With --decontaminate: the n of the shared word n-grams (1 to "
+        f"{MAX_DECONTAMINATE_NGRAM}). Default: {DECONTAMINATE_NGRAM}.",
+    )
+
+
+def _dedup(o: TokenWindowsOptions) -> tuple[DedupSpec, tuple[str, ...], int]:
+    """--dedup*, --decontaminate* as (`DedupSpec`, evaluation patterns, their n-gram), errors
+    naming the flag."""
+    for name in ("ngram", "bands", "rows"):
+        value = getattr(o, f"dedup_{name}")
+        if value is not None and o.dedup != "near":
+            raise ValueError(f"--dedup-{name} {value} does nothing without --dedup near: add "
+                             f"--dedup near or drop --dedup-{name}")
+    if o.decontaminate_ngram is not None and not o.decontaminate:
+        raise ValueError(f"--decontaminate-ngram {o.decontaminate_ngram} does nothing without "
+                         "--decontaminate: add --decontaminate PATH or drop it")
+    given = {name: getattr(o, f"dedup_{name}") for name in ("ngram", "bands", "rows")}
+    try:
+        dedup = DedupSpec(mode=o.dedup or "off",
+                          **{k: v for k, v in given.items() if v is not None})
+    except ValueError as e:
+        text = str(e)
+        for name in ("ngram", "bands", "rows"):
+            text = text.replace(f"`{name}`", f"--dedup-{name}")
+        raise ValueError(text) from None
+    ngram = DECONTAMINATE_NGRAM if o.decontaminate_ngram is None else o.decontaminate_ngram
+    if isinstance(ngram, bool) or not isinstance(ngram, int) or not (
+            1 <= ngram <= MAX_DECONTAMINATE_NGRAM):
+        raise ValueError(f"--decontaminate-ngram must be an integer from 1 to "
+                         f"{MAX_DECONTAMINATE_NGRAM}, but got {ngram!r}")
+    return dedup, tuple(o.decontaminate or ()), ngram
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class JobConfig:
     """Everything the job needs, validated.
@@ -320,6 +398,15 @@ class JobConfig:
     eos_token: str | None = None
     tokenizer_engine: str = "auto"
     splits: SplitSpec = dataclasses.field(default_factory=SplitSpec)
+    # --dedup (its parameters), --decontaminate (the patterns; the launcher matches them)
+    dedup: DedupSpec = dataclasses.field(default_factory=lambda: DedupSpec(mode="off"))
+    decontaminate: tuple[str, ...] = ()
+    decontaminate_ngram: int = DECONTAMINATE_NGRAM
+
+    @property
+    def removes(self) -> bool:
+        """Whether the job has a dedup pass (--dedup or --decontaminate)."""
+        return self.dedup.mode != "off" or bool(self.decontaminate)
 
     @property
     def tokenizer_path(self) -> str | None:
@@ -370,6 +457,7 @@ class JobConfig:
             seed=o.seed,
         )
         splits = _splits(o)
+        dedup, decontaminate, decontaminate_ngram = _dedup(o)
         return cls(
             inputs=tuple(o.inputs),
             output=o.output.rstrip("/") or o.output,
@@ -385,6 +473,9 @@ class JobConfig:
             eos_token=o.eos_token,
             tokenizer_engine=o.tokenizer_engine,
             splits=splits,
+            dedup=dedup,
+            decontaminate=decontaminate,
+            decontaminate_ngram=decontaminate_ngram,
         )
 
 

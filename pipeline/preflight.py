@@ -22,6 +22,7 @@ from apache_beam.utils import shared
 
 from pipeline import fs, launch
 from pipeline.context import JobContext, Tuning, job_context
+from pipeline.dedup import check_eval_files
 from pipeline.encode import acquire_tokenizer
 from pipeline.options import JobConfig
 from pipeline.output import absolute, check_outside_inputs, claim_output
@@ -34,9 +35,10 @@ from pipeline.runners import (
     is_local,
     local_mode,
 )
-from transforms.chunks import Chunk
+from transforms.chunks import Chunk, detect_format
 from transforms.input_names import pattern_base, relative_name, shown_name
 from transforms.manifest_build import job_fingerprint
+from transforms.removal import RemovalSpec
 from transforms.schema import TMP_DIR
 from transforms.tokenizers import Tokenizer
 
@@ -78,9 +80,11 @@ def preflight(config: JobConfig, options: PipelineOptions, *,
     if not is_dry_run(options):
         _check_gcs_answers(config)
     if is_dry_run(options):
+        removal = (RemovalSpec(dedup=config.dedup, eval_ngram=config.decontaminate_ngram)
+                   if config.removes else None)
         return Launch(job_context(config, None, fingerprint="", tokenizer=None,
                                   tmp_dir=fs.join(config.output, TMP_DIR, "dry-run"),
-                                  tuning=tuning), None)
+                                  tuning=tuning, removal=removal), None)
     # SentencePiece and tokenizers parse a model with the GIL released (40 ms for a 32k
     # SentencePiece model): it loads on a helper thread while this one matches the inputs and
     # loads what the job would load later anyway (`_load_ahead`). A pattern that matches
@@ -91,6 +95,7 @@ def preflight(config: JobConfig, options: PipelineOptions, *,
         loading = pool.submit(acquire_tokenizer, handle, config)
         files, names, matched = _match_inputs(config)
         _refuse_only_empty_files(config, files)
+        removal = _removal(config)
         chunks = (launch.plan_at_launch(config, matched, chunk_bytes=tuning.chunk_bytes)
                   if launch.plans_chunks(options) else None)
         _load_ahead(options)
@@ -98,13 +103,14 @@ def preflight(config: JobConfig, options: PipelineOptions, *,
     info = tokenizer.info()
     fingerprint = job_fingerprint(tokenizer=info, windows=config.windows.to_json(),
                                   reading=config.read.to_json(), num_shards=config.num_shards,
-                                  files=names, splits=config.splits.to_json() or None)
+                                  files=names, splits=config.splits.to_json() or None,
+                                  dedup=None if removal is None else removal.fingerprint_json())
     attempt = uuid.uuid4().hex[:16]  # temporary names only: it never reaches the output
     # The context (its shard plan checks --num-shards) before the claim: a refusal after
     # the claim would leave it behind.
     context = job_context(config, files, fingerprint=fingerprint, tokenizer=info,
                           tmp_dir=fs.join(config.output, TMP_DIR, attempt), attempt=attempt,
-                          tuning=tuning, tokenizer_handle=handle)
+                          tuning=tuning, tokenizer_handle=handle, removal=removal)
     claim_output(config, attempt, fingerprint)
     return Launch(context, files, matched, chunks, tokenizer)
 
@@ -187,6 +193,38 @@ def _load_ahead(options: PipelineOptions) -> None:
         import pyarrow as pa
 
         pa.array(np.zeros(1, np.int64))
+
+
+def _removal(config: JobConfig) -> RemovalSpec | None:
+    """What the dedup pass removes: --dedup's parameters and the evaluation files
+    --decontaminate matches (each readable by its extension); None without either flag."""
+    if not config.removes:
+        return None
+    found: dict[str, tuple[str, int]] = {}
+    for pattern in config.decontaminate:
+        matched = fs.match_files(pattern)
+        if not matched:
+            raise ValueError(f"--decontaminate {pattern} matches no file; check the path and "
+                             "quoting")
+        base = pattern_base(pattern)
+        for path, size, _ in matched:
+            try:
+                detect_format(shown_name(path), None)
+            except ValueError:
+                raise ValueError(
+                    f"--decontaminate {pattern} matches {shown_name(path)}, whose format its "
+                    "extension does not tell: name evaluation files .jsonl, .parquet or .txt"
+                ) from None
+            found.setdefault(path, (relative_name(path, base), size))
+    files = sorted(((path, name, size) for path, (name, size) in found.items()),
+                   key=lambda f: (f[1], f[0]))
+    try:
+        spec = RemovalSpec(dedup=config.dedup, eval_files=tuple(files),
+                           eval_ngram=config.decontaminate_ngram)
+    except ValueError as e:
+        raise ValueError(f"--decontaminate: {e}") from None
+    check_eval_files(spec, config.read)
+    return spec
 
 
 def _match_inputs(config: JobConfig) -> tuple[dict[str, tuple[int, float | None]],

@@ -6,8 +6,9 @@ but for the pairs the parameters leave out: before a random first origin, gaps w
 dropped tail), **overlap** (consecutive full windows of a document are S apart; only a
 trace_back tail starts earlier), **boundaries** (no window crosses its document); loss_start
 as ``--score`` defines it; the ids two windows share agree; the manifest's counts recomputed;
-and, in a split of a ``--split`` job, every document's split (and sample) from its doc_id.
-Any failure names the window. pyarrow only: no Beam, no torch.
+and, in a split of a ``--split`` job, every document's split (and sample) from its doc_id;
+with ``--dedup`` or ``--decontaminate``, the removed documents against the rows
+(`reader.removed_check`). Any failure names the window. pyarrow only: no Beam, no torch.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from reader.integrity import READ_OPTIONS
+from reader.removed_check import check_removed
 from transforms.json_fields import JsonObject
 from transforms.manifest import MANIFEST_NAME
 from transforms.params import WindowSpec
@@ -163,6 +165,7 @@ def check(ds: InspectedDataset) -> JsonObject:
         totals["scored_targets"] += scored
         totals["documents"] += len(docs)
     _check_split(ds, seen, fail)
+    kept_aside = check_removed(ds, seen, fail)  # --dedup, --decontaminate: {} without
     c = ds.manifest["counts"]
     for key in ("windows", "tokens", "scored_targets"):
         if c[key] != totals[key]:
@@ -178,6 +181,8 @@ def check(ds: InspectedDataset) -> JsonObject:
         fail("counts", f"{MANIFEST_NAME}: counts.pairs {c['pairs']} and uncovered_pairs "
              f"{c['uncovered_pairs']}, but the rows give {totals['pairs']} pairs of which "
              f"{totals['uncovered']} uncovered")
+    if kept_aside:
+        totals["kept_aside"] = sum(kept_aside.values())
     return {"ok": not failures, "failures": failures,
             "checked": {k: int(v) for k, v in totals.items()}}
 

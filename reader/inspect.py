@@ -52,6 +52,7 @@ from reader.integrity import READ_OPTIONS
 from reader.opening import DatasetFiles, locate, open_files, read_footer, verify_files
 from reader.plot import plot
 from reader.regular import check_regular, masked, open_regular, shown_url
+from reader.removed_check import removal_lines
 from transforms.json_fields import JsonObject
 from transforms.manifest import MANIFEST_NAME
 from transforms.params import WindowSpec
@@ -186,7 +187,7 @@ def summarize(ds: InspectedDataset, *, batch_size: int = DEFAULT_BATCH) -> JsonO
         },
         "padding": {"batch_size": batch_size,
                     "share": round(padding_share(lengths, batch_size), 4)},
-        **{k: ds.manifest[k] for k in ("split", "sample") if k in ds.manifest},
+        **{k: ds.manifest[k] for k in ("split", "sample", "dedup") if k in ds.manifest},
         **({"sampled_out": c["sampled_out"]} if "sampled_out" in c else {}),
     }
 
@@ -246,6 +247,7 @@ def _split_lines(summary: JsonObject) -> list[str]:
         lines.append(f"job          {job.get('records', 0):,} records: documents {docs}; "
                      f"{sum(job.get('skipped', {}).values()):,} skipped, "
                      f"{job.get('sampled_out', 0):,} left out by the sample")
+    lines += removal_lines(summary)
     if sample:
         out = summary.get("sampled_out")
         lines.append(f"sample       {sample['fraction']:g} of the documents (sample seed "

@@ -78,3 +78,17 @@ def test_split_and_sample_flags_become_a_split_spec():
     assert c.splits.names == ("val", "test", "train")
     with pytest.raises(ValueError, match="--sample must be a number in"):
         config("--sample", "1.5")
+
+
+def test_dedup_and_decontaminate_flags():
+    from transforms.dedup import DedupSpec
+
+    assert config().dedup == DedupSpec(mode="off") and not config().removes
+    c = config("--dedup", "near", "--dedup-bands", "20", "--dedup-rows", "5",
+                "--decontaminate", "a/*.jsonl", "b.txt", "--decontaminate", "c.parquet",
+                "--decontaminate-ngram", "8")
+    assert c.dedup == DedupSpec(mode="near", ngram=5, bands=20, rows=5)
+    assert c.decontaminate == ("a/*.jsonl", "b.txt", "c.parquet")
+    assert c.decontaminate_ngram == 8 and c.removes
+    with pytest.raises(ValueError, match=r"--dedup-bands × --dedup-rows must be at most 1024"):
+        config("--dedup", "near", "--dedup-bands", "64", "--dedup-rows", "64")

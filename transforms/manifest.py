@@ -18,6 +18,8 @@ without it is not a dataset. Each object of it is a frozen record, built by the 
     fingerprint                       `job_fingerprint`, also in every shard's footer
     sample      SampleInfo            with --sample: {fraction, seed}
     split       SplitInfo             in a split's manifest: {name, splits, split_seed, job}
+    dedup       (object)              with --dedup or --decontaminate: {mode, ngram, bands,
+                                      rows, decontaminate: {ngram, files: {name: removed}}}
 
 A split job also writes ``OUTPUT/_splits.json`` (docs/format.md#the-splits-record), a
 `SplitsRecord`. `read_manifest` checks every value that becomes a path, an index or a count
@@ -42,10 +44,11 @@ from collections.abc import Mapping
 from transforms.json_fields import Fields, JsonObject
 from transforms.schema import FORMAT, FORMAT_VERSION, SHARD_PATTERN, shard_file_name
 
-__all__ = ["LEGACY_MANIFEST_NAME", "MANIFEST_NAME", "OFFSETS", "SCORES", "SPLITS_FORMAT", "TAILS",
-           "Counts", "Manifest", "SampleInfo", "ShardEntry", "SplitEntry", "SplitFraction",
-           "SplitInfo", "SplitJob", "SplitsRecord", "TokenizerInfo", "WindowsInfo",
-           "dumps_manifest", "parse_manifest", "parse_splits_record", "read_manifest"]
+__all__ = ["DEDUP_MODES", "LEGACY_MANIFEST_NAME", "MANIFEST_NAME", "OFFSETS", "SCORES",
+           "SPLITS_FORMAT", "TAILS", "Counts", "Manifest", "SampleInfo", "ShardEntry",
+           "SplitEntry", "SplitFraction", "SplitInfo", "SplitJob", "SplitsRecord",
+           "TokenizerInfo", "WindowsInfo", "check_dedup", "dumps_manifest", "parse_manifest",
+           "parse_splits_record", "read_manifest"]
 
 MANIFEST_NAME = "_manifest.json"
 # Its name in datasets written by token-windows 0.1.0; readers refuse it with the fix.
@@ -275,11 +278,12 @@ class Manifest:
     fingerprint: str | None = None
     sample: SampleInfo | None = None
     split: SplitInfo | None = None
+    dedup: JsonObject | None = None  # `check_dedup`'d; absent from a job without the flags
     extra: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> JsonObject:
         """The manifest as the JSON object ``_manifest.json`` holds."""
-        optional = {"num_shards": self.num_shards, "reading": self.reading,
+        optional = {"num_shards": self.num_shards, "reading": self.reading, "dedup": self.dedup,
                     "row_group_rows": self.row_group_rows, "versions": self.versions,
                     "fingerprint": self.fingerprint,
                     "sample": None if self.sample is None else self.sample.to_json(),
@@ -298,7 +302,7 @@ class Manifest:
 
 _MANIFEST_KEYS = ("format", "format_version", "tokenizer", "windows", "inputs", "counts",
                   "shards", "num_shards", "reading", "row_group_rows", "versions",
-                  "fingerprint", "sample", "split")
+                  "fingerprint", "sample", "split", "dedup")
 
 
 def read_manifest(data: bytes | str, *, where: str = MANIFEST_NAME) -> Manifest:
@@ -340,9 +344,28 @@ def read_manifest(data: bytes | str, *, where: str = MANIFEST_NAME) -> Manifest:
         if "sample" in manifest else None,
         split=SplitInfo.from_json(manifest["split"], where=where)
         if "split" in manifest else None,
+        dedup=check_dedup(manifest["dedup"], where=where) if "dedup" in manifest else None,
         extra={k: v for k, v in manifest.items() if k not in _MANIFEST_KEYS})
     _check_shard_list(parsed, where=where)
     return parsed
+
+
+DEDUP_MODES = ("off", "exact", "near")
+
+
+def check_dedup(value: object, *, where: str) -> JsonObject:
+    """The manifest's ``dedup`` object, checked: a mode, positive parameters, and for each
+    evaluation file a count of the documents it removed."""
+    f = Fields(value, "dedup", where)
+    f.text("mode", choices=DEDUP_MODES)
+    for key in ("ngram", "bands", "rows"):
+        if key in f.value:
+            f.count(key, 1)
+    if "decontaminate" in f.value:
+        g = Fields(f.value["decontaminate"], "dedup.decontaminate", where)
+        g.count("ngram", 1)
+        g.counts("files")
+    return f.value
 
 
 def _load(data: bytes | str, where: str, what: str) -> JsonObject:
@@ -409,6 +432,7 @@ class SplitsRecord:
     splits: tuple[SplitEntry, ...]
     versions: dict[str, str] | None
     fingerprint: str
+    dedup: JsonObject | None = None  # the job's, as in each split's manifest
 
     def to_json(self) -> JsonObject:
         """The JSON object ``_splits.json`` holds."""
@@ -418,7 +442,8 @@ class SplitsRecord:
                 **({} if self.sample is None else {"sample": self.sample.to_json()}),
                 "counts": self.counts.to_json(),
                 "splits": [dataclasses.asdict(s) for s in self.splits],
-                "versions": self.versions, "fingerprint": self.fingerprint}
+                "versions": self.versions, "fingerprint": self.fingerprint,
+                **({} if self.dedup is None else {"dedup": self.dedup})}
 
 
 def parse_splits_record(data: bytes | str, *, where: str) -> JsonObject:

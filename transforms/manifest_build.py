@@ -67,6 +67,7 @@ def job_fingerprint(
     num_shards: int | None,
     files: Sequence[tuple[int, str, int]],
     splits: JsonObject | None = None,
+    dedup: JsonObject | None = None,
 ) -> str:
     """A SHA-256 hex digest that names the job: its parameters (as the manifest records
     them), its tokenizer (with the model's SHA-256) and its matched inputs (pattern index,
@@ -77,6 +78,9 @@ def job_fingerprint(
     corpus has other mtimes but the same content; changes while a job runs are caught by
     comparing mtimes, not through the fingerprint). ``splits``: the sample and split
     definition (`transforms.splits.SplitSpec.to_json`), None (or empty) for a job without.
+    ``dedup``: the dedup and decontamination parameters
+    (`transforms.removal.RemovalSpec.fingerprint_json`), None for a job without them, whose
+    fingerprint is what it was before those flags existed.
     """
     # The model is named by its content: where it lies (the manifest's tokenizer.path, as
     # the job was given it) is no part of the job.
@@ -87,6 +91,8 @@ def job_fingerprint(
            "files": sorted([int(i), str(rel), int(size)] for i, rel, size in files)}
     if splits:
         job["splits"] = splits
+    if dedup:
+        job["dedup"] = dedup
     text = json.dumps(job, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -122,12 +128,15 @@ def build_manifest(
     sample: SampleInfo | None = None,
     sampled_out: int = 0,
     split: SplitInfo | None = None,
+    dedup: JsonObject | None = None,
 ) -> Manifest:
     """The manifest, with counts summed from the shards' own counts.
 
     ``reading`` is `transforms.params.ReadSpec.to_json`; ``sample`` and ``sampled_out``
     describe ``--sample``; ``split`` is a split's own record (its name, the split definition
-    and the job's counts).
+    and the job's counts); ``dedup`` the manifest's ``dedup`` object
+    (`transforms.removal.RemovalSpec.to_json`), None for a job without --dedup or
+    --decontaminate.
 
     Raises:
         RuntimeError: records read ≠ documents written + records skipped (+ sampled out):
@@ -155,7 +164,7 @@ def build_manifest(
         tokenizer=tokenizer, windows=WindowsInfo(**dataclasses.asdict(windows)),
         inputs=tuple(inputs), reading=reading, counts=counts, num_shards=len(shards),
         row_group_rows=row_group_rows, shards=tuple(s.entry() for s in shards),
-        versions=versions, fingerprint=fingerprint, sample=sample, split=split)
+        versions=versions, fingerprint=fingerprint, sample=sample, split=split, dedup=dedup)
     # What every reader will check, on the bytes every reader will see.
     read_manifest(dumps_manifest(manifest), where="the manifest being written")
     return manifest
@@ -170,6 +179,7 @@ def build_splits_record(
     records: int,
     sampled_out: int,
     fingerprint: str,
+    dedup: JsonObject | None = None,
 ) -> SplitsRecord:
     """``OUTPUT/_splits.json``: the job's record of its splits, written after their manifests.
 
@@ -204,4 +214,4 @@ def build_splits_record(
                        documents=m.counts.documents, windows=m.counts.windows,
                        tokens=m.counts.tokens, scored_targets=m.counts.scored_targets)
             for name, m in manifests.items()),
-        versions=first.versions, fingerprint=fingerprint)
+        versions=first.versions, fingerprint=fingerprint, dedup=dedup)

@@ -54,10 +54,12 @@ SHARD_KEY = "token_windows.shard"
 COUNTS_KEY = "token_windows.counts"
 SHARD_METADATA_KEYS = (FINGERPRINT_KEY, SHARD_KEY, COUNTS_KEY)
 # Every reason a record can be skipped for: the names of the files under rejects/.
+# contaminated, exact_duplicate and near_duplicate are documents removed on request
+# (--decontaminate, --dedup), kept aside the same way.
 REJECT_REASONS = (
-    "blank_line", "duplicate_id", "empty", "invalid_id", "invalid_utf8", "malformed_json",
-    "missing_id", "missing_text", "not_an_object", "text_not_string", "tokenizer_error",
-    "too_large", "unreadable_record",
+    "blank_line", "contaminated", "duplicate_id", "empty", "exact_duplicate", "invalid_id",
+    "invalid_utf8", "malformed_json", "missing_id", "missing_text", "near_duplicate",
+    "not_an_object", "text_not_string", "tokenizer_error", "too_large", "unreadable_record",
 )
 SHARD_PATTERN = re.compile(r"^part-(\d{5,})-of-(\d{5,})\.parquet$")
 

@@ -35,6 +35,9 @@ FIXES = {
     "too_large": "raise --max-doc-bytes",
     "tokenizer_error": "the tokenizer fails on these texts (its message is in each reject); "
                        "fix or replace the tokenizer, or leave the records out",
+    "contaminated": "check the --decontaminate files (or raise --decontaminate-ngram)",
+    "exact_duplicate": "the input holds copies of one document only",
+    "near_duplicate": "the input holds near copies of one document only",
 }
 
 
