@@ -39,9 +39,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from transforms.band_keys import band_key_matrix
 from transforms.contamination import DEFAULT_NGRAM, EvalNgramIndex
-from transforms.dedup import MAX_NGRAM, DedupSpec, exact_key, signatures
+from transforms.dedup import MAX_NGRAM, DedupSpec, band_key_matrix, exact_key, signatures
 from transforms.documents import MAX_REJECT_RECORD_CHARS, Document, Reject
 from transforms.json_fields import JsonObject
 from transforms.params import check_positive_int
