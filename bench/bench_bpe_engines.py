@@ -62,6 +62,8 @@ from transforms.bpe_patterns import LLAMA3_PATTERN, QWEN2_PATTERN, fast_form  # 
 from transforms.tokenizers import HFTokenizer  # noqa: E402
 
 Encoder = Callable[[str], np.ndarray]
+# An engine's first error (an exception where ids were due), by engine.
+ERRORS: dict[str, str] = {}
 SPLITS = {"gpt2": None, "llama3": LLAMA3_PATTERN, "qwen2": QWEN2_PATTERN}
 PIECES = [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "\u3000", "\u00a0", "\u2028",
           "'s", "'S", "'ll", "'LL", "'ve", "'re", "'d", "'m", "'t", "n't", "'", "0", "7", "42",
@@ -138,7 +140,15 @@ def engines(path: pathlib.Path) -> tuple[dict[str, Encoder], dict[str, TiktokenE
         print("[bench] iree-tokenizer is not installed: left out", file=sys.stderr)
     else:
         iree = IreeTokenizer.from_buffer(data)
-        out["iree-tokenizer"] = lambda t: iree.encode_to_array(t, add_special_tokens=False)
+
+        def iree_encode(text: str) -> np.ndarray:
+            try:
+                return iree.encode_to_array(text, add_special_tokens=False)
+            except RuntimeError as e:  # counted as a difference, and shown
+                ERRORS.setdefault("iree-tokenizer", f"{text[:40]!r}…: {e}")
+                return np.array([-1])
+
+        out["iree-tokenizer"] = iree_encode
     return out, batches
 
 
@@ -279,6 +289,8 @@ def main() -> None:
         print(f"| {name} | tokenizers encode_batch_fast | | | | | {fast:.2f} | 1.00 | |")
     for line in firsts:
         print(line)
+    for engine, error in ERRORS.items():
+        print(f"{engine}'s first error: {error}")
     bpe_openai_on_cl100k(timed, args.repeats)
 
 
