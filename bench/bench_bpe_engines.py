@@ -24,6 +24,7 @@ ThreadPoolExecutor, as the job's tokenizer does; ``tokenizers`` with its own
 releases the GIL while it encodes, about 0.01 when it holds it)::
 
     python bench/bench_bpe_engines.py --mb 20 --speed-mb 4 --repeats 3
+    python bench/bench_bpe_engines.py --hypothesis 2000   # the tests' generator, instead
 
 The machine's load changes wall times; the ratios are from the same rounds.
 """
@@ -228,7 +229,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="speed rounds. Default: 3.")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                     help="threads of the threaded runs. Default: the cores.")
+    ap.add_argument("--hypothesis", type=int, default=0, metavar="N",
+                    help="instead, N texts of the tests' generator per layout (`hypothesis_run`)")
     args = ap.parse_args()
+    if args.hypothesis:
+        hypothesis_run(args.hypothesis)
+        return
     from tokenizers import Tokenizer
 
     corpus = bench_corpus.build_corpus(args.mb)
@@ -294,6 +300,66 @@ def main() -> None:
     for engine, error in ERRORS.items():
         print(f"{engine}'s first error: {error}")
     bpe_openai_on_cl100k(timed, args.repeats)
+
+
+def hypothesis_run(n: int) -> None:
+    """riptoken (in our engine, alone and in a batch) and iree-tokenizer against
+    ``tokenizers`` on ``n`` texts per layout of the tests' hypothesis generator
+    (tests/test_bpe_engine.py's ``TEXT``), with the GPT-2, Llama 3 and Qwen2 files the tests
+    train on the samples: how many differ, or raise, and the first of each."""
+    for layout in ("gpt2", "llama3", "qwen2"):
+        counts, first = _hypothesis_layout(layout, n)
+        print(f"{layout}: {n} texts; differing: {counts}")
+        for key, where in first.items():
+            print(f"  {key} first: {where}")
+
+
+def _hypothesis_layout(layout: str, n: int) -> tuple[dict[str, int], dict[str, str]]:
+    import riptoken
+    from hypothesis import HealthCheck, given, settings
+    from iree.tokenizer import Tokenizer as IreeTokenizer
+    from tokenizers import Tokenizer
+
+    from tests.test_bpe_engine import TEXT, _convert, _train
+
+    text = _train(layout)
+    ref, tables, iree = Tokenizer.from_str(text), _convert(text), IreeTokenizer.from_str(text)
+
+    def body(t: str) -> list[int]:
+        return ref.encode(t, add_special_tokens=False).ids
+
+    engine = TiktokenEngine(tables, normalize=None, fallback=body, core=RiptokenCore(
+        riptoken.CoreBPE(tables.ranks, {_SEP: len(tables.rank_bytes)}, fast_form(tables.pattern))))
+    counts = dict.fromkeys(("riptoken", "riptoken batch", "iree-tokenizer", "iree raised"), 0)
+    first: dict[str, str] = {}
+
+    def note(key: str, t: str, got: list[int], want: list[int]) -> None:
+        counts[key] += 1
+        at = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
+                  min(len(got), len(want)))
+        first.setdefault(key, f"{t[:50]!r} ({len(t)} characters): {len(got)} ids against "
+                              f"{len(want)}, at {at}: {got[at:at + 3]} against {want[at:at + 3]}")
+
+    @settings(max_examples=n, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(t=TEXT)
+    def run(t: str) -> None:
+        want = body(t)
+        if (got := engine.encode(t)) != want:
+            note("riptoken", t, got, want)
+        if (got := engine.encode_batch(["x", t, "y"], bos=-1, eos=-2)[1][1:-1].tolist()) != want:
+            note("riptoken batch", t, got, want)
+        try:
+            got = iree.encode(t)
+        except RuntimeError as e:
+            counts["iree raised"] += 1
+            first.setdefault("iree raised", f"{t!r}: {str(e)[:120]}")
+            return
+        if got != want:
+            note("iree-tokenizer", t, got, want)
+
+    run()
+    return counts, first
 
 
 def bpe_openai_on_cl100k(timed: list[str], repeats: int) -> None:
