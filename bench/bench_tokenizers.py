@@ -42,6 +42,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import corpus as bench_corpus  # noqa: E402
 
+from transforms.bpe_patterns import LLAMA3_PATTERN  # noqa: E402
+
 VOCAB = 32000
 TRAIN_BYTES = 12 << 20
 BATCH = 4096
@@ -55,7 +57,9 @@ def build_bpe(corpus: pathlib.Path, *, split: str | None = None) -> pathlib.Path
     """The 32k byte-level BPE trained on a sample of ``corpus`` (cached): the GPT-2 recipe
     (ByteLevel's own split), or with ``split`` the Llama 3 one (a ``Split`` on that regex,
     Isolated, then ByteLevel without its regex; ``ignore_merges``)."""
-    name = "bpe" if split is None else "bpe-split"
+    # Llama 3's split keeps the name it had; any other split gets its regex's digest.
+    name = "bpe" if split is None else "bpe-split" if split == LLAMA3_PATTERN else (
+        "bpe-split-" + hashlib.sha256(split.encode()).hexdigest()[:8])
     path = corpus.parent / f"{name}-{corpus.name}-{VOCAB}" / "tokenizer.json"
     if path.exists():
         return path

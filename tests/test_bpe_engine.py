@@ -361,3 +361,32 @@ def test_the_array_path_maps_ids_checks_gaps_and_splits_added_tokens(files, layo
         z = fast.encode(t)
         assert z.dtype == np.int32 and z[0] == fast.bos_id and z[-1] == fast.eos_id
         assert z[1:-1].tolist() == ref.encode(t, add_special_tokens=False).ids
+
+
+def test_another_core_runs_inside_the_engine(files):
+    """`TiktokenEngine` takes any core with tiktoken's buffer call (how bench/bench_bpe_engines.py
+    runs riptoken): everything around the core (added tokens, the batch's separator, ranks →
+    ids) is the engine's, so the ids are still tokenizers'."""
+    from transforms.bpe_engine import _SEP_ALLOWED, TiktokenEngine, _core
+
+    calls = []
+
+    class Recording:
+        def __init__(self, core):
+            self._core = core
+
+        def encode_to_tiktoken_buffer(self, text, allowed):
+            calls.append(allowed)
+            return self._core.encode_to_tiktoken_buffer(text, allowed)
+
+    tables = _convert(files["shuffled"])
+    ref = Tokenizer.from_str(files["shuffled"])
+    engine = TiktokenEngine(tables, normalize=None, core=Recording(_core(tables)),
+                            fallback=lambda t: ref.encode(t, add_special_tokens=False).ids)
+    texts = ["a<|endoftext|>b  c", TEXTS[0], "", "\n\n x"]
+    got = engine.encode_batch(texts, bos=-7, eos=-9)
+    assert [z.tolist() for z in got] == [
+        [-7, *ref.encode(t, add_special_tokens=False).ids, -9] for t in texts]
+    assert engine.encode(TEXTS[1]) == ref.encode(TEXTS[1], add_special_tokens=False).ids
+    # The batch joined once (the separator allowed), the added token's two pieces, TEXTS[1].
+    assert len(calls) == 4 and calls.count(_SEP_ALLOWED) == 1

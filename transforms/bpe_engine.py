@@ -304,10 +304,15 @@ class TiktokenEngine:
         normalize: the file's normalizer as a function (``tokenizers``' own), or None.
         fallback: encodes one text with ``tokenizers`` (body ids): used for a text that the
             split pattern does not cover whole (tiktoken drops what no match covers).
+        core: the encoder of ``tables`` (None: tiktoken's, `_core`): anything with tiktoken's
+            ``encode_to_tiktoken_buffer(text, allowed_special)``, the separator `_SEP` a
+            special token of rank ``len(tables.rank_bytes)`` (bench/bench_bpe_engines.py
+            runs other engines through this class so).
     """
 
-    def __init__(self, tables: BpeTables, *, normalize: Any, fallback: Any) -> None:
-        self._core = _core(tables)
+    def __init__(self, tables: BpeTables, *, normalize: Any, fallback: Any,
+                 core: Any = None) -> None:
+        self._core = _core(tables) if core is None else core
         self._normalize = normalize if tables.normalizer else None
         self._fallback = fallback
         # tokenizers splits in two passes: tokens with normalized false out of the raw text,
