@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -166,6 +167,23 @@ def write_jsonl(path: pathlib.Path, records: list[Any]) -> pathlib.Path:
         for r in records:
             f.write((r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n")
     return path
+
+
+def tree_digest(root: pathlib.Path, *, leave_out: pathlib.Path | None = None) -> dict[str, str]:
+    """Every file, directory and link below ``root`` (links not followed; ``leave_out`` and
+    what is below it left out): its SHA-256, or what it is."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        if leave_out is not None and (path == leave_out or leave_out in path.parents):
+            continue
+        rel = str(path.relative_to(root))
+        if path.is_symlink():
+            found[rel] = "link -> " + os.readlink(path)
+        elif path.is_dir():
+            found[rel] = "dir"
+        else:
+            found[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
 
 
 def dir_bytes(output: pathlib.Path) -> dict[str, bytes]:

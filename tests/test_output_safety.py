@@ -8,7 +8,6 @@ OUTPUT before and after and asserts it is byte-identical.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import os
 import pathlib
@@ -16,23 +15,7 @@ import pathlib
 import pytest
 
 from pipeline import confine, fs
-from tests.conftest import run_main, write_jsonl
-
-
-def _tree(root: pathlib.Path) -> dict[str, str]:
-    """Every file, directory and link below ``root`` (links not followed): its SHA-256, or
-    what it is."""
-    found = {}
-    for path in sorted(root.rglob("*")):
-        rel = str(path.relative_to(root))
-        if path.is_symlink():
-            found[rel] = "link -> " + os.readlink(path)
-        elif path.is_dir():
-            found[rel] = "dir"
-        else:
-            found[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return found
-
+from tests.conftest import run_main, tree_digest, write_jsonl
 
 
 @pytest.fixture
@@ -59,13 +42,13 @@ def test_rejects_dir_linked_outside_is_refused_and_the_target_untouched(
     out = tmp_path / "out"
     out.mkdir()
     (out / "_rejects").symlink_to(victim)
-    before = _tree(victim)
+    before = tree_digest(victim)
     code, err = run_main("--input", str(job_input), "--tokenizer", "bytes", "--output", str(out),
                       *(["--overwrite"] if overwrite else []))
     assert code == 2, err
     assert f"{out}/_rejects is a symbolic link (to {victim}) inside --output {out}" in err
     assert f"rm '{out}/_rejects'" in err
-    assert _tree(victim) == before
+    assert tree_digest(victim) == before
     assert sorted(p.name for p in out.iterdir()) == ["_rejects"]  # no claim, nothing written
 
 
@@ -77,12 +60,12 @@ def test_any_link_below_output_is_refused_before_any_work(tmp_path, victim, job_
     link.parent.mkdir(parents=True)
     target = victim if where in (".tmp", "deep/below/link") else victim / "empty.jsonl"
     link.symlink_to(target)
-    before = _tree(victim)
+    before = tree_digest(victim)
     code, err = run_main("--input", str(job_input), "--tokenizer", "bytes", "--output", str(out),
                       "--overwrite")
     assert code == 2, err
     assert f"{link} is a symbolic link (to {target})" in err, err
-    assert _tree(victim) == before
+    assert tree_digest(victim) == before
 
 
 @pytest.mark.slow
@@ -97,12 +80,12 @@ def test_a_linked_split_dir_is_refused_by_a_split_job_with_overwrite(tmp_path, j
     elsewhere = tmp_path / "elsewhere"
     (out / "val").rename(elsewhere)
     (out / "val").symlink_to(elsewhere)
-    before = _tree(elsewhere)
+    before = tree_digest(elsewhere)
     assert "_manifest.json" in before
     code, err = run_main(*args, "--seed", "2", "--output", str(out), "--overwrite")
     assert code == 2, err
     assert f"{out}/val is a symbolic link (to {elsewhere})" in err, err
-    assert _tree(elsewhere) == before
+    assert tree_digest(elsewhere) == before
 
 
 @pytest.mark.slow
@@ -119,11 +102,11 @@ def test_a_link_made_while_the_job_runs_is_not_followed(tmp_path, victim, job_in
         return plan
 
     monkeypatch.setattr(run, "preflight", then_link)
-    before = _tree(victim)
+    before = tree_digest(victim)
     code, err = run_main("--input", str(job_input), "--tokenizer", "bytes", "--output", str(out))
     assert code == 1, err
     assert f"{out}/_rejects is a symbolic link (to {victim})" in err, err
-    assert _tree(victim) == before
+    assert tree_digest(victim) == before
     # Its shard, temporary files and claim removed; the link left for the user to see.
     assert sorted(p.name for p in out.iterdir()) == ["_rejects"]
 
@@ -161,18 +144,18 @@ def linked(tmp_path, victim) -> pathlib.Path:
 
 
 def test_write_atomically_never_writes_through_a_link(linked, victim):
-    before = _tree(victim)
+    before = tree_digest(victim)
     with pytest.raises(confine.OutsideOutputError, match="sub is a symbolic link"):
         fs.write_atomically(f"{linked}/sub/empty.jsonl", lambda f: f.write(b"x"),
                             f"{linked}/.tmp/a", root=str(linked))
     with pytest.raises(confine.OutsideOutputError, match="sub is a symbolic link"):
         fs.write_atomically(f"{linked}/x.jsonl", lambda f: f.write(b"x"), f"{linked}/sub",
                             root=str(linked))
-    assert _tree(victim) == before
+    assert tree_digest(victim) == before
 
 
 def test_create_claim_and_delete_never_go_through_a_link(linked, victim):
-    before = _tree(victim)
+    before = tree_digest(victim)
     with pytest.raises(confine.OutsideOutputError):
         fs.create(f"{linked}/sub/new.spill", root=str(linked))
     with pytest.raises(confine.OutsideOutputError):
@@ -180,11 +163,11 @@ def test_create_claim_and_delete_never_go_through_a_link(linked, victim):
     for path in ("sub/empty.jsonl", "sub/notes", "sub/notes/a.txt"):
         with pytest.raises(confine.OutsideOutputError):
             fs.delete([f"{linked}/{path}"], root=str(linked))
-    assert _tree(victim) == before
+    assert tree_digest(victim) == before
 
 
 def test_a_link_as_the_last_component_is_replaced_or_removed_never_followed(linked, victim):
-    before = _tree(victim)
+    before = tree_digest(victim)
     (linked / "_manifest.json").symlink_to(victim / "empty.jsonl")
     fs.write_atomically(f"{linked}/_manifest.json", lambda f: f.write(b"{}"),
                         f"{linked}/.tmp/a", root=str(linked))
@@ -194,7 +177,7 @@ def test_a_link_as_the_last_component_is_replaced_or_removed_never_followed(link
         fs.create(f"{linked}/sub", root=str(linked))
     fs.delete([f"{linked}/sub"], root=str(linked))  # the link itself
     assert not (linked / "sub").exists()
-    assert _tree(victim) == before
+    assert tree_digest(victim) == before
 
 
 def test_a_hard_link_in_output_is_replaced_never_written_into(tmp_path, victim):
@@ -203,10 +186,10 @@ def test_a_hard_link_in_output_is_replaced_never_written_into(tmp_path, victim):
     out = tmp_path / "out"
     (out / "_rejects").mkdir(parents=True)
     os.link(victim / "empty.jsonl", out / "_rejects" / "empty.jsonl")
-    before = _tree(victim)
+    before = tree_digest(victim)
     fs.write_atomically(f"{out}/_rejects/empty.jsonl", lambda f: f.write(b"reject\n"),
                         f"{out}/.tmp/a", root=str(out))
     assert (out / "_rejects" / "empty.jsonl").read_bytes() == b"reject\n"
     with pytest.raises(FileExistsError):
         fs.create(f"{out}/_rejects/empty.jsonl", root=str(out))
-    assert _tree(victim) == before
+    assert tree_digest(victim) == before

@@ -21,30 +21,21 @@ import time
 import pytest
 
 from pipeline import commit, confine
-from tests.conftest import ROOT, SAMPLES, dir_bytes, run_job, run_main, write_jsonl
+from tests.conftest import (
+    ROOT,
+    SAMPLES,
+    dir_bytes,
+    run_job,
+    run_main,
+    tree_digest,
+    write_jsonl,
+)
 
 # README's command 1, run from the repository (the manifest records the paths as given).
 SAMPLE = ["--input", "samples/corpus/*.jsonl", "--tokenizer", "samples/spm.model",
           "--id-field", "id", "--window", "512"]
 SHARD_SHA = "8b46bea084d7899a7ed35664a0fb3d1bd6bd1938f4c8b6d5289a34c874aed058"
 MANIFEST_SHA = "52b9d04e2fb47c01c344f0c806e95ec8e8c9288ac5d59da2859f60ea3a955d7a"
-
-
-def _tree(root: pathlib.Path, *, leave_out: pathlib.Path | None = None) -> dict[str, str]:
-    """Every file, directory and link below ``root`` (links not followed; ``leave_out`` and
-    what is below it left out): its SHA-256, or what it is."""
-    found = {}
-    for path in sorted(root.rglob("*")):
-        if leave_out is not None and (path == leave_out or leave_out in path.parents):
-            continue
-        rel = str(path.relative_to(root))
-        if path.is_symlink():
-            found[rel] = "link -> " + os.readlink(path)
-        elif path.is_dir():
-            found[rel] = "dir"
-        else:
-            found[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return found
 
 
 def _sha(path: pathlib.Path) -> str:
@@ -57,7 +48,7 @@ def _old_dataset(out: pathlib.Path) -> dict[str, str]:
                       [{"text": f"old document {i} " * 40} for i in range(30)] + ["{broken"])
     run_job(out, "--input", str(src), "--tokenizer", "bytes", "--window", "64",
             "--num-shards", "2")
-    tree = _tree(out)
+    tree = tree_digest(out)
     assert sorted(tree) == ["_manifest.json", "_rejects", "_rejects/malformed_json.jsonl",
                             "part-00000-of-00002.parquet", "part-00001-of-00002.parquet"]
     return tree
@@ -91,14 +82,14 @@ def test_overwrite_gives_the_sample_bytes_and_removes_the_old_files(tmp_path, mo
 def test_a_failed_job_keeps_the_old_dataset_byte_for_byte(tmp_path):
     out = tmp_path / "out"
     before = _old_dataset(out)
-    outside = _tree(tmp_path, leave_out=out)
+    outside = tree_digest(tmp_path, leave_out=out)
     bad = write_jsonl(tmp_path / "bad.jsonl", ["{broken", "{also broken"])  # all skipped
     code, err = run_main("--input", str(bad), "--tokenizer", "bytes", "--window", "64",
                          "--output", str(out), "--overwrite")
     assert code == 1, err
     assert "error: the job failed:" in err
-    assert _tree(out) == before  # no .tmp, no .claim, every old file as it was
-    assert _tree(tmp_path, leave_out=out) == {**outside, "bad.jsonl": _sha(bad)}
+    assert tree_digest(out) == before  # no .tmp, no .claim, every old file as it was
+    assert tree_digest(tmp_path, leave_out=out) == {**outside, "bad.jsonl": _sha(bad)}
 
 
 @pytest.mark.slow
@@ -164,7 +155,7 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 def test_a_signal_while_shards_are_written_keeps_the_old_dataset(tmp_path, big, name):
     out = tmp_path / "out"
     before = _old_dataset(out)
-    outside = _tree(tmp_path, leave_out=out)
+    outside = tree_digest(tmp_path, leave_out=out)
     proc = _start_job(big, out, "--overwrite")
     try:
         _when_a_shard_is_being_written(proc, out)
@@ -180,8 +171,8 @@ def test_a_signal_while_shards_are_written_keeps_the_old_dataset(tmp_path, big, 
                          "were removed, and --output holds what it held before; run the "
                          "command again to make the dataset"), err.decode()
     assert "Traceback" not in err.decode()
-    assert _tree(out) == before  # every old byte; no staging, spill files or claim
-    assert _tree(tmp_path, leave_out=out) == outside
+    assert tree_digest(out) == before  # every old byte; no staging, spill files or claim
+    assert tree_digest(tmp_path, leave_out=out) == outside
 
 
 @pytest.mark.slow
@@ -270,7 +261,7 @@ def test_swap_moves_the_old_aside_and_the_new_in(tmp_path):
 @pytest.mark.parametrize("fail_at", range(1, 7))
 def test_a_swap_that_fails_part_way_is_undone(tmp_path, monkeypatch, fail_at):
     out, tmp = _staged(tmp_path)
-    before = _tree(out)
+    before = tree_digest(out)
     real, calls = confine.rename, []
 
     def flaky(root: str, src: str, dst: str) -> None:
@@ -282,7 +273,7 @@ def test_a_swap_that_fails_part_way_is_undone(tmp_path, monkeypatch, fail_at):
     monkeypatch.setattr(confine, "rename", flaky)
     with pytest.raises(KeyboardInterrupt):
         commit.swap(str(out), str(tmp), old=sorted(OLD), new=sorted(NEW))
-    assert _tree(out, leave_out=out / ".tmp") == {
+    assert tree_digest(out, leave_out=out / ".tmp") == {
         k: v for k, v in before.items() if not k.startswith(".tmp")}
     assert dir_bytes(tmp / "new") == NEW  # staged again, for nothing
 
@@ -290,7 +281,7 @@ def test_a_swap_that_fails_part_way_is_undone(tmp_path, monkeypatch, fail_at):
 @pytest.mark.parametrize("killed_after", range(1, 7))
 def test_the_next_overwrite_undoes_a_killed_swap(tmp_path, monkeypatch, killed_after):
     out, tmp = _staged(tmp_path)
-    before = _tree(out, leave_out=out / ".tmp")
+    before = tree_digest(out, leave_out=out / ".tmp")
     real, calls = confine.rename, []
 
     def killed(root: str, src: str, dst: str) -> None:
@@ -308,7 +299,7 @@ def test_the_next_overwrite_undoes_a_killed_swap(tmp_path, monkeypatch, killed_a
     from pipeline.output import _recover
 
     _recover(str(out), "attempt")
-    assert _tree(out, leave_out=out / ".tmp") == before
+    assert tree_digest(out, leave_out=out / ".tmp") == before
 
 
 # ---------------------------------------------------------------- inputs that hold nothing
@@ -469,7 +460,7 @@ def test_more_shards_than_documents_fails_before_the_swap(tmp_path):
     assert err.strip().splitlines()[-1] == (
         "error: the job failed: --num-shards 50 is more than the 3 documents of the input: at "
         "least 47 shards would be empty; no manifest was written: pass --num-shards 3 or fewer")
-    assert _tree(out) == before  # not one of the 47 empty shards written
+    assert tree_digest(out) == before  # not one of the 47 empty shards written
     code, err = run_main("--input", str(src), "--tokenizer", "bytes", "--num-shards", "3",
                          "--output", str(out), "--overwrite")
     assert code == 0, err
