@@ -24,14 +24,20 @@ import apache_beam as beam
 from pipeline import fs
 from pipeline.tagged import StepFn
 from transforms.chunks import CHUNK_BYTES, Chunk, count_lines, number_chunks, plan_chunks
-from transforms.codecs import compression_of
-from transforms.input_names import disambiguated_name, pattern_base, relative_name, shown_name
+from transforms.codecs import COMPRESSED_TEXT_RATIO, compression_of
+from transforms.input_names import (
+    chosen_match,
+    distinct_names,
+    pattern_base,
+    relative_name,
+    shown_name,
+)
 from transforms.keys import ShardPlan, plan_shards
 from transforms.launch import PatternMatch, number_counted
 from transforms.params import ReadSpec
 from transforms.splits import SplitSpec
 
-__all__ = ["COMPRESSED_TEXT_RATIO", "LINE_COUNTS_NAME", "TARGET_SHARD_INPUT_BYTES",
+__all__ = ["LINE_COUNTS_NAME", "TARGET_SHARD_INPUT_BYTES",
            "PatternMatch", "SplitInputs", "count_chunk_lines", "plan_for_files"]
 
 _LOG = logging.getLogger("token_windows")
@@ -67,15 +73,9 @@ class _MatchPatternFn(StepFn):
 
 
 def _distinct_names(item: tuple[str, Iterable[tuple[str, _Match]]],
-                    bases: list[str]) -> Iterator[tuple[str, _Match]]:
-    """Files of several patterns that share a relative name (``en/part-0.jsonl`` and
-    ``zh/part-0.jsonl`` under ``en/*`` and ``zh/*``) get names relative to the patterns'
-    common base instead; every other file keeps its name (and its documents' ids)."""
-    rel, matches = item
-    matches = list(matches)
-    clash = len({path for path, _ in matches}) > 1
-    for path, (index, name, size, mtime) in matches:
-        yield path, (index, disambiguated_name(path, bases) if clash else name, size, mtime)
+                    bases: list[str]) -> list[tuple[str, _Match]]:
+    """The files that share one relative name, told apart (`distinct_names`)."""
+    return distinct_names(item[1], bases)
 
 
 class _PlanChunksFn(StepFn):
@@ -88,7 +88,7 @@ class _PlanChunksFn(StepFn):
 
     def process(self, item: tuple[str, Iterable[_Match]]) -> Iterator[Chunk]:
         path, matches = item
-        _, rel, size, mtime = min(matches, key=lambda m: m[:3])  # no second look-up
+        _, rel, size, mtime = chosen_match(matches)  # no second look-up
         yield from plan_chunks(path, rel=rel, size=size, spec=self._spec, open_file=fs.open_raw,
                                chunk_bytes=self._chunk_bytes, mtime=mtime)
 
@@ -245,10 +245,6 @@ def count_chunk_lines(chunks: Iterable[Chunk], *, pipeline: Callable[[], beam.Pi
               for path_, start, lines in json.loads(fs.read_bytes(path))}
     fs.delete([path], root=root)
     return number_counted(chunks, counts)
-
-
-# A compressed input is taken to hold this many times its size in text when parts are cut.
-COMPRESSED_TEXT_RATIO = 4
 
 
 def plan_for_files(files: Mapping[str, int] | Mapping[str, tuple[int, float | None]] | None, *,

@@ -50,3 +50,17 @@ def test_a_file_under_its_pattern_s_base_is_named_by_its_path_below_it(dirs, res
     base = "".join(f"{d}/" for d in ["gs:", "", "bucket", *dirs])
     assert pattern_base(base + "*/" + rest[-1]) == base
     assert relative_name(base + "/".join(rest), base) == "/".join(rest)
+
+
+def test_files_sharing_a_name_are_told_apart_and_a_file_is_read_as_its_first_pattern():
+    from transforms.input_names import chosen_match, distinct_names
+
+    bases = ["c/en/", "c/zh/"]
+    # Two files, one name: both renamed from the common base; one file twice: kept.
+    assert distinct_names([("c/en/a", (0, "a", 1, None)), ("c/zh/a", (1, "a", 2, None))],
+                          bases) == [("c/en/a", (0, "en/a", 1, None)),
+                                     ("c/zh/a", (1, "zh/a", 2, None))]
+    assert distinct_names([("c/en/a", (0, "a", 1, None)), ("c/en/a", (1, "a", 1, None))],
+                          bases) == [("c/en/a", (0, "a", 1, None)), ("c/en/a", (1, "a", 1, None))]
+    assert chosen_match([(1, "a", 1, 5.0), (0, "b", 1, None), (0, "a", 1, 7.0)]) == (
+        0, "a", 1, 7.0)

@@ -17,8 +17,12 @@ import gzip
 import io
 from typing import BinaryIO
 
-__all__ = ["BOM", "COMPRESSIONS", "CountingReader", "compression_of", "decompress", "decompressed",
-           "stream_reader"]
+__all__ = ["BOM", "COMPRESSED_TEXT_RATIO", "COMPRESSIONS", "CountingReader", "compression_of",
+           "decompress", "decompressed", "stream_reader"]
+
+# A compressed input is taken to hold this many times its size in text where that must be
+# guessed before it is read: the weight of its chunks at launch, the shard plan's parts.
+COMPRESSED_TEXT_RATIO = 4
 
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bzip2", ".zst": "zstd"}
 BOM = b"\xef\xbb\xbf"

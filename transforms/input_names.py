@@ -3,7 +3,9 @@
 
 A matched file's id prefix is its path relative to its pattern's base (`pattern_base`,
 `relative_name`), the same on every machine; two files of one job with the same relative
-name are told apart by their path from the patterns' common base (`disambiguated_name`).
+name are told apart by their path from the patterns' common base (`disambiguated_name`,
+`distinct_names`), and a file that several patterns match is read as the first's
+(`chosen_match`): the launcher and the job's own matching step both name files by these two.
 A name that is not UTF-8 is shown with its undecodable bytes escaped (`shown_name`).
 
 Example: ``relative_name("gs://b/c/en/part-0.jsonl", pattern_base("gs://b/c/*/part-*"))``
@@ -15,7 +17,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-__all__ = ["common_base", "disambiguated_name", "pattern_base", "relative_name", "shown_name"]
+__all__ = ["Match", "chosen_match", "common_base", "disambiguated_name", "distinct_names",
+           "pattern_base", "relative_name", "shown_name"]
+
+Match = tuple[int, str, int, "float | None"]  # pattern index, name, size, mtime
 
 
 def pattern_base(pattern: str) -> str:
@@ -68,3 +73,27 @@ def disambiguated_name(path: str, bases: Iterable[str]) -> str:
     so ``en/part-0.jsonl`` and ``zh/part-0.jsonl`` stay apart."""
     base = common_base(bases)
     return shown_name(path[len(base) :] if base and path.startswith(base) else path)
+
+
+def distinct_names(matches: Iterable[tuple[str, Match]],
+                   bases: Iterable[str]) -> list[tuple[str, Match]]:
+    """The matches that share one relative name, each ``(path, match)``: where two different
+    files share it (``en/part-0.jsonl`` and ``zh/part-0.jsonl`` under ``en/*`` and ``zh/*``),
+    each is renamed relative to the patterns' common base; otherwise the name is kept (and
+    with it its documents' ids).
+
+    >>> distinct_names([("c/en/a", (0, "a", 1, None)), ("c/zh/a", (1, "a", 2, None))],
+    ...                ["c/en/", "c/zh/"])
+    [('c/en/a', (0, 'en/a', 1, None)), ('c/zh/a', (1, 'zh/a', 2, None))]
+    """
+    matches = list(matches)
+    bases = list(bases)
+    clash = len({path for path, _ in matches}) > 1
+    return [(path, (index, disambiguated_name(path, bases) if clash else name, size, mtime))
+            for path, (index, name, size, mtime) in matches]
+
+
+def chosen_match(matches: Iterable[Match]) -> Match:
+    """Of one file's matches (one per pattern that matched it), the one it is read as: the
+    lowest (pattern index, name, size)."""
+    return min(matches, key=lambda m: m[:3])

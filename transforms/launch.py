@@ -33,7 +33,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from transforms.chunks import CHUNK_BYTES, Chunk, Opener, number_chunks, plan_chunks
-from transforms.input_names import disambiguated_name, pattern_base, relative_name, shown_name
+from transforms.codecs import COMPRESSED_TEXT_RATIO
+from transforms.input_names import (
+    Match,
+    chosen_match,
+    distinct_names,
+    pattern_base,
+    relative_name,
+    shown_name,
+)
 from transforms.params import ReadSpec
 
 __all__ = ["FOOTER_THREADS", "NamedFile", "balance", "chunk_weight", "name_files",
@@ -41,8 +49,6 @@ __all__ = ["FOOTER_THREADS", "NamedFile", "balance", "chunk_weight", "name_files
 
 # Parquet footers read at once by the launcher (each a ranged read or two on an object store).
 FOOTER_THREADS = 32
-# A compressed file is taken to hold this many times its size in text (as the shard plan does).
-_COMPRESSED_RATIO = 4
 
 PatternMatch = tuple[int, str, int, float | None]  # pattern index, path, size, mtime
 
@@ -73,21 +79,14 @@ def name_files(matched: Iterable[PatternMatch], patterns: list[str]) -> list[Nam
         # Each file matched once and no two share a name (the usual job): nothing to choose.
         return [NamedFile(path, index, rel, size, mtime)
                 for (index, path, size, mtime), rel in zip(matched, rels, strict=True)]
-    by_rel: dict[str, list[PatternMatch]] = {}
+    by_rel: dict[str, list[tuple[str, Match]]] = {}
     for (index, path, size, mtime), rel in zip(matched, rels, strict=True):
-        by_rel.setdefault(rel, []).append((index, path, size, mtime))
-    by_path: dict[str, list[tuple[int, str, int, float | None]]] = {}
-    for rel, found in by_rel.items():
-        clash = len({path for _, path, _, _ in found}) > 1
-        for index, path, size, mtime in found:
-            name = disambiguated_name(path, bases) if clash else rel
-            by_path.setdefault(path, []).append((index, name, size, mtime))
-    files = []
-    for path, found in by_path.items():
-        # The first pattern's name, as the workers choose it (the lowest (index, rel, size)).
-        index, rel, size, mtime = min(found, key=lambda m: m[:3])
-        files.append(NamedFile(path=path, index=index, rel=rel, size=size, mtime=mtime))
-    return files
+        by_rel.setdefault(rel, []).append((path, (index, rel, size, mtime)))
+    by_path: dict[str, list[Match]] = {}
+    for found in by_rel.values():
+        for path, match in distinct_names(found, bases):
+            by_path.setdefault(path, []).append(match)
+    return [NamedFile(path, *chosen_match(found)) for path, found in by_path.items()]
 
 
 def plan_files(files: Iterable[NamedFile], *, spec: ReadSpec, open_file: Opener,
@@ -148,7 +147,7 @@ def chunk_weight(chunk: Chunk) -> int:
     if chunk.fmt == "parquet":
         return chunk.size * (chunk.end - chunk.start) // max(chunk.extent, 1)
     if chunk.compression is not None:
-        return chunk.size * _COMPRESSED_RATIO
+        return chunk.size * COMPRESSED_TEXT_RATIO
     return chunk.end - chunk.start
 
 
