@@ -45,9 +45,8 @@ import torch
 import torch.utils.data
 
 from reader.dataset import WindowBatch, WindowRows
-from reader.mixed import add_sources
 
-__all__ = ["IGNORE_INDEX", "Batch", "block_causal_mask", "collate", "collate_packed"]
+__all__ = ["IGNORE_INDEX", "Batch", "add_sources", "block_causal_mask", "collate", "collate_packed"]
 
 IGNORE_INDEX = -100
 _LOOP_WINDOWS = 64  # collate_packed copies up to this many windows one by one
@@ -408,3 +407,18 @@ def block_causal_mask(segment_ids: torch.Tensor) -> torch.Tensor:
     same = segment_ids[:, :, None] == segment_ids[:, None, :]
     causal = torch.ones(t, t, dtype=torch.bool, device=segment_ids.device).tril()
     return (same & causal)[:, None]
+
+
+def add_sources(batch: dict[str, Any], windows: Any) -> None:
+    """Add ``source_ids`` (int64, one per window of the batch, in its order: row by row and
+    window by window for packed rows, so window k of a packed batch is segment
+    ``segment_ids == j`` of its row) and ``sources`` (the names ``source_ids`` index) to a batch
+    collated from windows that carry them (a mixture's `reader.mixed.MixedBatch`, with
+    ``collate``, or a :class:`reader.WindowRows` of one, with ``collate_packed``); other
+    batches are left as they are. Only the windows' attributes are read: collating loads no
+    mixture code."""
+    flat = windows.windows if isinstance(windows, WindowRows) else windows
+    ids = getattr(flat, "source_ids", None)
+    if ids is not None:
+        batch["source_ids"] = torch.from_numpy(np.asarray(ids, dtype=np.int64))
+        batch["sources"] = tuple(flat.sources)

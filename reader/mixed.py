@@ -29,13 +29,12 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import torch
 
 from reader.dataset import RAW, WindowBatch, WindowRows
 from reader.layout import RECORD
 from reader.mixreport import check_compatible
 
-__all__ = ["GroupedIndices", "MixedBatch", "MixedDataset", "add_sources"]
+__all__ = ["GroupedIndices", "MixedBatch", "MixedDataset"]
 
 def _described(name: str, ds: Any) -> dict[str, Any]:
     manifest = getattr(ds, "manifest", None)
@@ -272,16 +271,3 @@ def _dropping(name: str) -> Any:
 for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend",
               "insert", "pop", "remove", "sort", "reverse", "clear"):
     setattr(GroupedIndices, _name, _dropping(_name))
-
-
-def add_sources(batch: dict[str, Any], windows: Any) -> None:
-    """Add ``source_ids`` (int64, one per window of the batch, in its order: row by row and
-    window by window for packed rows, so window k of a packed batch is segment
-    ``segment_ids == j`` of its row) and ``sources`` (the names ``source_ids`` index) to a batch
-    collated from a :class:`MixedBatch` (``collate``) or a :class:`reader.WindowRows` of one
-    (``collate_packed``); other batches are left as they are."""
-    flat = windows.windows if isinstance(windows, WindowRows) else windows
-    ids = getattr(flat, "source_ids", None)
-    if ids is not None:
-        batch["source_ids"] = torch.from_numpy(np.asarray(ids, dtype=np.int64))
-        batch["sources"] = tuple(flat.sources)

@@ -4,7 +4,9 @@ reference, bad windows."""
 from __future__ import annotations
 
 import doctest
+import json
 import math
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -187,3 +189,17 @@ def test_batches_carry_each_windows_index_and_it_names_the_document(tmp_path: Pa
                         assert int(batch["input_ids"][b, t]) in ds[i]["tokens"].tolist()
     with pytest.raises(IndexError, match="index -1 is out of range"):
         ds.doc_id(torch.tensor([0, -1]))
+
+
+def test_collating_loads_no_mixture_code():
+    # A trainer of one dataset imports collate and nothing of the mixture (its sampler, rule,
+    # ledger, report): the arrows point from the mixture to collate, never back.
+    code = ("import json, sys, reader.batches\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('reader.'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], check=True,
+                          timeout=120)
+    loaded = set(json.loads(done.stdout))
+    assert "reader.batches" in loaded
+    assert not loaded & {"reader.mixed", "reader.mixture", "reader.blend", "reader.ledger",
+                         "reader.mixreport"}

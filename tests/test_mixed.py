@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reader import MixedDataset, MixtureSampler, WindowDataset, collate, collate_packed
-from reader.mixed import GroupedIndices, add_sources
+from reader.batches import add_sources
+from reader.mixed import GroupedIndices
 from tests.reader_data import edit_manifest, isolated_cache, random_docs, three, write_docs
 
 __all__ = ["isolated_cache", "three"]  # fixtures
