@@ -70,6 +70,7 @@ _EXPORTS = {
     "ORDERS": "reader.sampler",
     "EpochSampler": "reader.sampler",
     "epoch_seed": "reader.sampler",
+    "Sampler": "reader.stepping",
 }
 
 __all__ = [
@@ -82,6 +83,7 @@ __all__ = [
     "MixedDataset",
     "MixtureSampler",
     "PackedSampler",
+    "Sampler",
     "WindowBatch",
     "WindowRows",
     "WindowDataset",

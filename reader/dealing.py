@@ -2,9 +2,10 @@
 
 Shared by :class:`reader.EpochSampler` (an epoch's positions are windows of its order) and
 :class:`reader.PackedSampler` (they are packed rows): the tail policy (:func:`rank_span`, the
-deliberate repeats of :func:`tail_repeat`), the iterator's and the committed position
-(``step``), ``targets_seen``, and the position half of the state. The policy and the committed
-state are described in :mod:`reader.sampler`'s docstring.
+deliberate repeats of :func:`tail_repeat`), an epoch's (epoch, cursor) positions, which
+`reader.stepping.CommittedPosition` keeps as the iterator's and the committed one, and the
+position half of the state. The policy and the committed state are described in
+:mod:`reader.sampler`'s docstring.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import numbers
 from collections.abc import Iterator, Mapping
 from typing import Any
+
+from reader.stepping import CommittedPosition
 
 __all__ = ["BatchDealer", "check_fingerprint", "check_int", "rank_span", "tail_repeat"]
 
@@ -77,13 +80,13 @@ def tail_repeat(left: int, batches: int, *, rank: int, world_size: int, per_rank
     return frozenset({batches - 1})
 
 
-class BatchDealer:
+class BatchDealer(CommittedPosition[tuple[int, int]]):
     """What :class:`EpochSampler` and :class:`reader.PackedSampler` share: an epoch of
     ``_total(epoch)`` positions (windows, or packed rows) cut into global batches of
     ``world_size * per_rank`` and dealt to the ranks by the tail policy (:func:`rank_span`);
-    the iterator's and the committed positions (:meth:`step`); ``targets_seen``; and the
-    position half of the state. A subclass calls :meth:`_init_dealer` and defines
-    ``_total``."""
+    the iterator's and the committed positions, each an (epoch, cursor) pair
+    (`reader.stepping.CommittedPosition`: ``step``, ``targets_seen``); and the position half of
+    the state. A subclass calls :meth:`_init_dealer` and defines ``_total``."""
 
     world_size: int
     rank: int
@@ -101,11 +104,7 @@ class BatchDealer:
         self.drop_last = drop_last
         self._per_rank = per_rank
         self.global_batch = self.world_size * per_rank
-        # The committed position (advanced by step) and the iterator's position.
-        self._epoch, self._cursor = 0, 0
-        self._issued = (0, 0)
-        self._tracking = False
-        self._targets_seen = 0
+        self._reset_position((0, 0))
         self._batches_seen = 0
 
     def _total(self, epoch: int) -> int:
@@ -120,9 +119,6 @@ class BatchDealer:
 
     def _normalise(self, epoch: int, cursor: int) -> tuple[int, int]:
         return (epoch + 1, 0) if cursor >= self._end(epoch, cursor) else (epoch, cursor)
-
-    def _start(self) -> tuple[int, int]:
-        return (self._epoch, self._cursor) if self._tracking else self._issued
 
     def _spans(self) -> Iterator[tuple[int, int, int]]:
         """(epoch, a, b): this rank's positions ``[a, b)`` of each remaining global batch of
@@ -157,35 +153,13 @@ class BatchDealer:
 
     # -- the committed state --------------------------------------------------------------
 
-    def step(
-        self, batch: Mapping[str, Any] | None = None, *, num_targets: int | None = None
-    ) -> None:
-        """Record that the training loop consumed one batch from this sampler.
+    def _yielded_beyond(self) -> bool:
+        return self._committed < self._issued
 
-        Advances the committed position by one global batch (the batch of every rank) and
-        adds the scored targets to ``targets_seen``.
-
-        Args:
-            batch: the collated batch; its ``num_targets`` is added unless ``num_targets`` is
-                given.
-            num_targets: the targets to add instead, e.g. the sum over ranks (all-reduced) so
-                that every rank holds the same global ``targets_seen``.
-
-        Raises:
-            ValueError: more batches were recorded than the sampler has yielded.
-        """
-        if num_targets is None:
-            num_targets = 0 if batch is None else batch["num_targets"]
-        count = check_int("num_targets", int(num_targets), 0)
-        if (self._epoch, self._cursor) >= self._issued:
-            raise ValueError(
-                "step() was called for more batches than the sampler has yielded; call it once "
-                "per batch the training loop has consumed"
-            )
-        self._tracking = True
-        stop = min(self._cursor + self.global_batch, self._total(self._epoch))
-        self._epoch, self._cursor = self._normalise(self._epoch, stop)
-        self._targets_seen += count
+    def _commit_next(self) -> None:
+        epoch, cursor = self._committed
+        self._committed = self._normalise(epoch, min(cursor + self.global_batch,
+                                                     self._total(epoch)))
         self._batches_seen += 1
 
     @property
@@ -206,11 +180,6 @@ class BatchDealer:
         epoch, cursor = self._start()
         return epoch + cursor / self._total(epoch)
 
-    @property
-    def targets_seen(self) -> int:
-        """Scored targets recorded with :meth:`step` (repeats included, padding never)."""
-        return self._targets_seen
-
     def _position(self) -> dict[str, int]:
         epoch, cursor = self._start()
         return {"epoch": epoch, "cursor": cursor, "targets_seen": self._targets_seen,
@@ -222,8 +191,6 @@ class BatchDealer:
         cursor = check_int("cursor", state["cursor"], 0)
         if cursor > self._total(epoch):
             raise ValueError(f"the state's cursor {cursor} is beyond {beyond}")
-        self._epoch, self._cursor = self._normalise(epoch, cursor)
-        self._issued = (self._epoch, self._cursor)
-        self._tracking = False
-        self._targets_seen = check_int("targets_seen", state["targets_seen"], 0)
+        self._reset_position(self._normalise(epoch, cursor),
+                             targets_seen=check_int("targets_seen", state["targets_seen"], 0))
         self._batches_seen = check_int("batches_seen", state["batches_seen"], 0)

@@ -56,6 +56,7 @@ from reader.dealing import check_int, rank_span
 from reader.ledger import Cursor, DrawnBatches, Snapshot
 from reader.mixed import GroupedIndices, MixedDataset
 from reader.sampler import EpochSampler
+from reader.stepping import CommittedPosition
 
 __all__ = ["UNITS", "MixtureSampler", "source_seed"]
 
@@ -266,7 +267,7 @@ def _picks(blend: Blend, tg: list[Any], gl: list[Any], m: int, counting_targets:
     return sources, at, index, drawn_targets
 
 
-class MixtureSampler:
+class MixtureSampler(CommittedPosition[dict[str, Any]]):
     """Batches of a weighted mixture's stream: exact shares, elastic exact resume, packing.
 
     See the module docstring for the stream, the batches, the weights and the state. The
@@ -325,11 +326,8 @@ class MixtureSampler:
         first = {n: str(w) for n, w in self.schedule[0][1].items()}
         start = {"batch": 0, "rows": 0, "ledger": {}, "weights": first,
                  "since": {"batch": 0, "counts": {}}, "open": []}
-        self._committed: dict[str, Any] = start
-        self._issued: dict[str, Any] = start
         self._pending: deque[dict[str, Any]] = deque()
-        self._tracking = False
-        self._targets_seen = 0
+        self._reset_position(start)
 
     def weights_at(self, batch: int) -> dict[str, Fraction]:
         """The normalised weights the schedule gives global batch ``batch``."""
@@ -339,9 +337,6 @@ class MixtureSampler:
                 break
             current = weights
         return current
-
-    def _start(self) -> dict[str, Any]:
-        return self._committed if self._tracking else self._issued
 
     def __iter__(self) -> Iterator[list[Any]]:
         """This rank's batches from the committed position on, without end."""
@@ -362,19 +357,10 @@ class MixtureSampler:
         """None: every global batch of the endless stream is full (for :func:`evaluate`)."""
         return frozenset()
 
-    def step(self, batch: Mapping[str, Any] | None = None, *,
-             num_targets: int | None = None) -> None:
-        """Record that the training loop consumed one batch (as ``EpochSampler.step``).
+    def _yielded_beyond(self) -> bool:
+        return self._committed["batch"] < self._issued["batch"]
 
-        Raises:
-            ValueError: more batches recorded than the sampler has yielded.
-        """
-        if num_targets is None:
-            num_targets = 0 if batch is None else batch["num_targets"]
-        count = check_int("num_targets", int(num_targets), 0)
-        if self._committed["batch"] >= self._issued["batch"]:
-            raise ValueError("step() was called for more batches than the sampler has yielded; "
-                             "call it once per batch the training loop has consumed")
+    def _commit_next(self) -> None:
         nxt = self._committed["batch"] + 1
         while self._pending and self._pending[0]["batch"] < nxt:
             self._pending.popleft()
@@ -384,13 +370,6 @@ class MixtureSampler:
             stream = _Stream(self, self._committed)
             stream.next_batch()
             self._committed = stream.snapshot()
-        self._tracking = True
-        self._targets_seen += count
-
-    @property
-    def targets_seen(self) -> int:
-        """Scored targets recorded with :meth:`step` (padding never)."""
-        return self._targets_seen
 
     @property
     def batches_seen(self) -> int:
@@ -459,10 +438,8 @@ class MixtureSampler:
                 raise ValueError(f"the state has {key} {state[key]!r}, but this sampler has "
                                  f"{value!r}; the stream cannot continue under another {key}")
         snap = _checked_state(self, state)
-        self._committed = self._issued = snap
         self._pending.clear()
-        self._tracking = False
-        self._targets_seen = check_int("targets_seen", state["targets_seen"], 0)
+        self._reset_position(snap, targets_seen=check_int("targets_seen", state["targets_seen"], 0))
 
     def __repr__(self) -> str:
         weights = ", ".join(f"{n}={float(w):.4g}" for n, w in
