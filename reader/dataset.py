@@ -351,17 +351,19 @@ class WindowDataset:
         if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self._len):
             bad = next(int(v) for v in indices if not -self._len <= int(v) < self._len)
             raise IndexError(f"index {bad} is out of range for {self._len} windows")
-        rec = self._records(idx)
+        rec = self.records(idx)
         sizes = rec["length"].astype(np.int64) + 1
         offsets = np.zeros(len(idx) + 1, np.int64)
         np.cumsum(sizes, out=offsets[1:])
         tokens = np.empty(int(offsets[-1]), np.int32)
-        self._copy_tokens(rec, tokens, offsets)
+        self.copy_tokens(rec, tokens, offsets)
         return WindowBatch(tokens=tokens, offsets=offsets, index=idx, records=rec,
                            doc_id=self._doc_id)
 
-    def _records(self, idx: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
-        """The layout records of the windows at in-range indices ``idx``."""
+    def records(self, idx: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+        """The layout records (`reader.layout.RECORD`: shard, place of its ids, length,
+        ``loss_start`` …) of the windows at in-range indices ``idx``: with `copy_tokens`, the
+        gather ``__getitems__`` makes, and a mixture makes over several datasets."""
         raw = self._raw_index()
         if raw is not None:
             return raw[idx].view(RECORD)  # one block per record
@@ -374,12 +376,11 @@ class WindowDataset:
         rec["shard"] = shard
         return rec
 
-    def _copy_tokens(self, rec: npt.NDArray[Any], out: npt.NDArray[np.int32],
-                     starts: npt.NDArray[np.int64]) -> None:
-        """Copy the ids of the windows of ``rec`` (from :meth:`_records`) into ``out``, window
-        k from ``starts[k]`` on (`reader.mixed.MixedBatch` does the same over several
-        datasets' :meth:`_token_arrays` in one pass)."""
-        arrays = self._tokens
+    def copy_tokens(self, rec: npt.NDArray[Any], out: npt.NDArray[np.int32],
+                    starts: npt.NDArray[np.int64]) -> None:
+        """Copy the ids of the windows of ``rec`` (from :meth:`records`) into ``out``, window
+        k from ``starts[k]`` on."""
+        arrays = self._token_arrays()
         for o, s, lo, n in zip(starts.tolist(), rec["shard"].tolist(), rec["lo"].tolist(),
                                (rec["length"].astype(np.int64) + 1).tolist(), strict=False):
             source = arrays[s]
@@ -397,7 +398,7 @@ class WindowDataset:
         if index is not None:  # two fields gathered, not whole records (14x faster at 8192)
             lengths, loss_starts = index["length"][idx], index["loss_start"][idx]
         else:
-            rec = self._records(idx)
+            rec = self.records(idx)
             lengths, loss_starts = rec["length"], rec["loss_start"]
         lengths = lengths.astype(np.int64)
         return lengths, lengths - loss_starts

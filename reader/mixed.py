@@ -174,14 +174,6 @@ class MixedDataset:
         return f"MixedDataset({parts}; windows={self._len}, window={self.window})"
 
 
-def _raw_records(ds: Any, local: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
-    """The records of ``ds``'s windows at ``local``, as :data:`reader.dataset.RAW` bytes."""
-    raw = ds._raw_index()
-    if raw is None:  # not every shard is local yet
-        return ds._records(local).view(RAW)
-    return raw[local]
-
-
 def _no_doc_id(shard: int, index: int) -> str:
     return ""
 
@@ -197,32 +189,29 @@ class MixedBatch(WindowBatch):
         # ``grouped``: the local indices source by source (``per_source[s]`` of each), in
         # request order within a source; ``order[j]``: the request position of grouped[j].
         counts, datasets = per_source.tolist(), mixed._datasets
-        present = [s for s, m in enumerate(counts) if m]
-        # Each source's records are gathered as raw bytes from its index straight into their
-        # places in the batch; then one pass copies every window's ids, whatever its source.
-        if len(present) == 1:  # one source: grouped is request order
-            raw = _raw_records(datasets[present[0]], grouped)
+        # Each source's part: its local indices and their places in the batch.
+        parts, a = [], 0
+        for s, m in enumerate(counts):
+            if m:
+                parts.append((datasets[s], grouped[a : a + m], order[a : a + m]))
+                a += m
+        # Each source's records are gathered (`WindowDataset.records`) straight into their
+        # places in the batch, as raw bytes (one block a record); then each source copies its
+        # windows' ids into theirs (`WindowDataset.copy_tokens`).
+        gathered = [ds.records(local) for ds, local, _ in parts]
+        if len(parts) == 1:  # one source: grouped is request order
+            records = gathered[0]
         else:
-            raw, a = np.empty(len(idx), RAW), 0
-            for s in present:
-                b = a + counts[s]
-                raw[order[a:b]] = _raw_records(datasets[s], grouped[a:b])
-                a = b
-        records = raw.view(RECORD)
+            raw = np.empty(len(idx), RAW)
+            for rec, (_, _, at) in zip(gathered, parts, strict=True):
+                raw[at] = rec.view(RAW)
+            records = raw.view(RECORD)
         sizes = records["length"].astype(np.int64) + 1
         offsets = np.zeros(len(idx) + 1, np.int64)
         np.cumsum(sizes, out=offsets[1:])
         tokens = np.empty(int(offsets[-1]), np.int32)
-        # Each present source's ids, shard by shard (mapped in this process).
-        arrays: list[Any] = [None] * len(counts)
-        for s in present:
-            arrays[s] = datasets[s]._token_arrays()
-        for o, d, shard, lo, n in zip(offsets.tolist(), src.tolist(), records["shard"].tolist(),
-                                      records["lo"].tolist(), sizes.tolist(), strict=False):
-            ids = arrays[d][shard]
-            if ids is None:
-                ids = datasets[d]._layout(shard).tokens
-            tokens[o : o + n] = ids[lo : lo + n]
+        for rec, (ds, _, at) in zip(gathered, parts, strict=True):
+            ds.copy_tokens(rec, tokens, offsets if len(parts) == 1 else offsets[at])
         super().__init__(tokens=tokens, offsets=offsets, index=idx, records=records,
                          doc_id=_no_doc_id)  # items are read by __getitem__ (below)
         self.source_ids = src

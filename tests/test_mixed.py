@@ -227,10 +227,10 @@ def test_raw_records_are_the_structured_records_with_or_without_the_index(
     index = built._dataset_index()
     assert index is not None
     idx = np.array([5, 0, len(built) - 1, 5, 2], np.int64)
-    assert built._records(idx).tobytes() == index[idx].tobytes()
-    assert built._records(idx).dtype == index.dtype
+    assert built.records(idx).tobytes() == index[idx].tobytes()
+    assert built.records(idx).dtype == index.dtype
     fresh = WindowDataset(roots["books"], cache_dir=tmp_path / "b")  # no layout built yet
-    assert fresh._records(idx).tobytes() == index[idx].tobytes()
+    assert fresh.records(idx).tobytes() == index[idx].tobytes()
 
 
 def test_a_source_without_its_index_is_gathered_from_its_shards_alike(
