@@ -13,6 +13,8 @@ import numbers
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from transforms.errors import SamplerStateError
+
 __all__ = ["BatchDealer", "check_fingerprint", "check_int", "rank_span", "tail_repeat"]
 
 
@@ -35,9 +37,10 @@ def check_fingerprint(name: str, value: Any, *, state: Any = None) -> str | None
         raise ValueError(f"`fingerprint` must be a string or None, but got {value!r}")
     theirs = None if state is None else state.get("fingerprint")
     if theirs is not None and not isinstance(theirs, str):
-        raise ValueError(f"the {name} state's fingerprint must be a string, but got {theirs!r}")
+        raise SamplerStateError(
+            f"the {name} state's fingerprint must be a string, but got {theirs!r}")
     if value is not None and theirs is not None and theirs != value:
-        raise ValueError(
+        raise SamplerStateError(
             f"the {name} state was saved for the dataset with fingerprint {theirs}, but this "
             f"sampler reads the dataset with fingerprint {value}: it belongs to another "
             "dataset; resume on the dataset that saved it, or start the sampler afresh")
@@ -221,7 +224,7 @@ class BatchDealer:
         epoch = check_int("epoch", state["epoch"], 0)
         cursor = check_int("cursor", state["cursor"], 0)
         if cursor > self._total(epoch):
-            raise ValueError(f"the state's cursor {cursor} is beyond {beyond}")
+            raise SamplerStateError(f"the state's cursor {cursor} is beyond {beyond}")
         self._epoch, self._cursor = self._normalise(epoch, cursor)
         self._issued = (self._epoch, self._cursor)
         self._tracking = False
