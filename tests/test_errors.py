@@ -179,3 +179,39 @@ def test_a_wrong_argument_to_the_dataset_stays_plain(two_jobs: tuple[Path, Path]
     a, _ = two_jobs
     e = _refusal(lambda: WindowDataset(a).blocks("row-group-ish"))
     assert type(e) is ValueError
+
+
+def _job(tmp_path: Path, output: Path, *flags: str) -> list[str]:
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"text": "hello world"}) + "\n")
+    return ["--input", str(src), "--tokenizer", "bytes", "--output", str(output), *flags]
+
+
+def test_the_jobs_output_refusals_are_typed_with_the_same_exit_status(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import pipeline
+    from pipeline.confine import OutsideOutputError
+    from pipeline.errors import OutputInUse, OutputRefused
+    from tests.conftest import exit_code
+
+    assert pipeline.OutputRefused is OutputRefused and pipeline.OutputInUse is OutputInUse
+    assert issubclass(OutputInUse, OutputRefused) and issubclass(OutputRefused, ValueError)
+    assert issubclass(OutsideOutputError, OutputRefused)
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / ".claim").write_text('{"attempt": "a1", "pid": 1, "host": "h"}')  # a job runs
+    e = _refusal(lambda: pipeline.run(_job(tmp_path, busy)))
+    assert type(e) is OutputInUse
+    assert str(e).startswith(f"--output {busy} is claimed by another job (attempt a1, pid 1 on h")
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "notes.txt").write_text("mine")
+    e = _refusal(lambda: pipeline.run(_job(tmp_path, full)))
+    assert type(e) is OutputRefused
+    assert str(e) == (f"--output {full} already holds 1 files (e.g. notes.txt); pass --overwrite "
+                      "to replace that dataset, or choose another directory")
+    for output in (busy, full):  # the command's exit status is what it was: refused, 2
+        code, err = exit_code(capsys, *_job(tmp_path, output))
+        assert code == 2 and err.startswith(f"error: --output {output} ")
+    e = _refusal(lambda: pipeline.run(_job(tmp_path, tmp_path / "new", "--window", "0")))
+    assert type(e) is ValueError  # a wrong flag stays plain
