@@ -135,7 +135,7 @@ def _read(fs: pafs.FileSystem, path: str) -> bytes:
         return f.read()
 
 
-def _missing_manifest(loc: Location) -> UnfinishedDataset:
+def _missing_manifest(loc: Location) -> FileNotFoundError:
     if _is_file(loc.fs, f"{loc.root}/{LEGACY_MANIFEST_NAME}", loc.where(LEGACY_MANIFEST_NAME)):
         return UnfinishedDataset(
             f"{loc.shown} holds {LEGACY_MANIFEST_NAME}, the name token-windows 0.1.0 gave the "
@@ -145,10 +145,13 @@ def _missing_manifest(loc: Location) -> UnfinishedDataset:
     if _is_file(loc.fs, splits, loc.where(SPLITS_NAME)):
         record = parse_splits_record(_read(loc.fs, splits), where=loc.where(SPLITS_NAME))
         return UnfinishedDataset(split_job_message(loc.shown, record))
-    return UnfinishedDataset(
-        f"{loc.where(MANIFEST_NAME)} not found: a directory without a manifest is not a "
-        "finished dataset (the pipeline writes the manifest last, after every shard is "
-        "complete)")
+    message = (f"{loc.where(MANIFEST_NAME)} not found: a directory without a manifest is not a "
+               "finished dataset (the pipeline writes the manifest last, after every shard is "
+               "complete)")
+    if loc.fs.get_file_info(loc.root).type == pafs.FileType.NotFound:
+        # No directory at all: more likely a wrong path than a job still running.
+        return FileNotFoundError(message)
+    return UnfinishedDataset(message)
 
 
 def _check_split_record(loc: Location, manifest: Manifest, data: bytes) -> None:

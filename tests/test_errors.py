@@ -92,6 +92,17 @@ def test_no_manifest_is_an_unfinished_dataset(two_jobs: tuple[Path, Path]) -> No
                       "shard is complete)")
 
 
+def test_a_path_that_names_nothing_stays_a_plain_file_not_found(tmp_path: Path) -> None:
+    """A typo is not a job still running: a retry loop on UnfinishedDataset would wait for
+    ever."""
+    with pytest.raises(FileNotFoundError) as info:
+        WindowDataset(tmp_path / "no-such-dir")
+    assert type(info.value) is FileNotFoundError
+    assert str(info.value).startswith(f"{tmp_path}/no-such-dir/{MANIFEST_NAME} not found: ")
+    (tmp_path / "empty").mkdir()  # the directory of a job that has not written its manifest
+    assert type(_refusal(lambda: WindowDataset(tmp_path / "empty"))) is UnfinishedDataset
+
+
 @pytest.mark.usefixtures("isolated_cache")
 def test_damaged_bytes_are_a_damaged_dataset(two_jobs: tuple[Path, Path]) -> None:
     a, _ = two_jobs

@@ -15,7 +15,8 @@ The tree::
     │   │   ├── MissingShard        (also FileNotFoundError) a listed shard is absent
     │   │   └── NotRegularFileError (also OSError; reader.regular) a FIFO where a file is
     │   ├── ForeignDataset      another job's files, or a mixture source that changed
-    │   └── UnfinishedDataset   (also FileNotFoundError) no manifest: the job has not finished
+    │   └── UnfinishedDataset   (also FileNotFoundError) a directory without a manifest:
+    │                           the job has not finished (no directory: FileNotFoundError)
     └── SamplerStateError       a saved sampler, mixture or trainer state that does not fit
 
 Example::
