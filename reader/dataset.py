@@ -96,11 +96,15 @@ class WindowDataset:
             what a killed job left; never to train on).
 
     Raises:
-        FileNotFoundError: the manifest or a shard it lists does not exist, or the dataset
-            is a split of an unfinished job.
-        ValueError: the manifest is invalid, of another format or version, or disagrees with
-            itself or (with ``verify``) a shard (footer, checksum, BOS/EOS, counts), or
-            ``cache_dir`` is inside the dataset.
+        UnfinishedDataset: no manifest, or a split of an unfinished job (also a
+            ``FileNotFoundError``; a path that names no directory is a plain one).
+        MissingShard: a shard the manifest lists does not exist (also a
+            ``FileNotFoundError``).
+        DamagedDataset: the manifest is invalid or disagrees with itself or (with ``verify``)
+            a shard (footer, checksum, BOS/EOS, counts).
+        ForeignDataset: (with ``verify``) a shard of another job, or a split of another run.
+        DatasetError: a manifest of another format or version.
+        ValueError: ``cache_dir`` is inside the dataset (all of the above are ValueErrors).
     """
 
     def __init__(

@@ -31,7 +31,9 @@ def check_fingerprint(name: str, value: Any, *, state: Any = None) -> str | None
     the state's, when both have one, is the same (a state without one still loads).
 
     Raises:
-        ValueError: naming both fingerprints and the fix.
+        ValueError: ``fingerprint`` is not a string or None.
+        SamplerStateError: the state's fingerprint is another (naming both and the fix), or
+            not a string.
     """
     if value is not None and not isinstance(value, str):
         raise ValueError(f"`fingerprint` must be a string or None, but got {value!r}")

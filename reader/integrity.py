@@ -57,7 +57,8 @@ def check_footer(metadata: pq.FileMetaData, schema: pa.Schema, *, manifest: Mani
     """Check shard ``index``'s footer against the manifest.
 
     Raises:
-        ValueError: naming the shard and what disagrees.
+        DamagedDataset: naming the shard and what disagrees.
+        ForeignDataset: the shard was written by another job (another fingerprint).
     """
     for field in ARROW_SCHEMA:
         i = schema.get_field_index(field.name)
@@ -118,7 +119,7 @@ def check_content(*, start: npt.NDArray[Any], length: npt.NDArray[Any],
     ``first_id``/``last_id`` are each row's first and last stored id.
 
     Raises:
-        ValueError: naming the first row whose boundary id is not the manifest's.
+        DamagedDataset: naming the first row whose boundary id is not the manifest's.
     """
     start, length = start.astype(np.int64), length.astype(np.int64)
     P = doc_tokens.astype(np.int64) - 1
@@ -150,7 +151,7 @@ def check_totals(stats: list[ContentStats], counts: Counts, *, where: str) -> No
     uncovered.
 
     Raises:
-        ValueError: naming the count.
+        DamagedDataset: naming the count.
     """
     docs = sum(s.documents for s in stats)
     pairs = sum(s.pairs for s in stats)

@@ -442,9 +442,10 @@ class MixtureSampler:
         those the stream has at that position, recomputed, not read.
 
         Raises:
-            ValueError: not a mixture state, another version or stream parameters, a source
-                that the mixture lacks or whose dataset changed (named), or a field that the
-                stream cannot have at that position (named).
+            SamplerStateError: not a mixture state, another version or stream parameters, a
+                source that the mixture lacks, or a field that the stream cannot have at that
+                position (named).
+            ForeignDataset: a source whose dataset changed since the state was saved (named).
         """
         if not isinstance(state, Mapping) or state.get("format") != _STATE_FORMAT:
             raise SamplerStateError(f"not a MixtureSampler state: {str(state)[:200]}")

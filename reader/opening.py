@@ -228,9 +228,13 @@ def open_files(path: str | os.PathLike[str], *, filesystem: pafs.FileSystem | No
             another manifest (to look at what a killed job left; never to train on).
 
     Raises:
-        FileNotFoundError: no manifest (a dataset under the old name, or a split job's top
-            directory, is refused with the fix), an unfinished split, or a missing shard.
-        ValueError: the manifest is damaged or disagrees with itself.
+        UnfinishedDataset: no manifest (a dataset under the old name, or a split job's top
+            directory, is refused with the fix), or an unfinished split; a
+            ``FileNotFoundError``, plain when ``path`` names no directory at all.
+        MissingShard: a shard the manifest lists is missing (a ``FileNotFoundError``).
+        DamagedDataset: the manifest is damaged or disagrees with itself.
+        ForeignDataset: a split that its job's record does not name (another run).
+        DatasetError: a manifest of another format or version.
     """
     loc = locate(path, filesystem)
     manifest_path = f"{loc.root}/{MANIFEST_NAME}"
@@ -339,7 +343,8 @@ def verify_files(files: DatasetFiles, *, totals: bool = True,
     its rows are then not decoded again.
 
     Raises:
-        ValueError: naming the shard (or the manifest's count) that disagrees.
+        DamagedDataset: naming the shard (or the manifest's count) that disagrees.
+        ForeignDataset: naming a shard that another job wrote.
     """
     stats = []
     for s, shard in enumerate(files.shards):

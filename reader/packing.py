@@ -260,7 +260,8 @@ class PackedSampler(BatchDealer):
         seed, ``seq_len``, ``open_rows``, ``drop_last`` and the order must not.
 
         Raises:
-            ValueError: not a packed sampler state, another version, or another packing.
+            SamplerStateError: not a packed sampler state, another version, or another
+                packing.
         """
         if not isinstance(state, Mapping) or state.get("format") != _STATE_FORMAT:
             raise SamplerStateError(f"not a PackedSampler state: {state!r}")

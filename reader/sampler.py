@@ -306,7 +306,7 @@ class EpochSampler(BatchDealer):
         ``seed``, ``drop_last`` and the order (with its blocks and k) must not.
 
         Raises:
-            ValueError: the state is not a sampler state, is of another version (version 1,
+            SamplerStateError: the state is not a sampler state, is of another version (version 1,
                 the ``torch.randperm`` order, cannot be continued by this reader), or belongs
                 to another dataset (its fingerprint, or n), seed or order.
         """

@@ -310,8 +310,9 @@ def read_manifest(data: bytes | str, *, where: str = MANIFEST_NAME) -> Manifest:
     """Parse and check a manifest; ``where`` names the file in error messages.
 
     Raises:
-        ValueError: the text is not JSON, is another format or version, lacks a key, a value
-            has the wrong type or range, or the shards disagree with each other or the counts.
+        DamagedDataset: the text is not JSON, lacks a key, a value has the wrong type or
+            range, or the shards disagree with each other or the counts.
+        DatasetError: another format or format version.
     """
     manifest = _load(data, where, "dataset")
     if manifest.get("format") != FORMAT:
