@@ -2,13 +2,15 @@
 
 This is the only package that imports ``apache_beam``. Run it with ``python -m pipeline``
 (or the ``token-windows`` command); build it from Python with `build_pipeline` (given the
-job's `pipeline.context.JobContext`), or run it with `run` (`pipeline.job`).
+job's `pipeline.context.JobContext`), or run it with `run` (`pipeline.job`). `run` refuses
+an output it must not write to with `OutputRefused` (`OutputInUse` when another job claims it;
+`pipeline.errors`), both ``ValueError``s.
 
-Importing the package loads nothing else and changes nothing in the process: its three names
-load their modules, and Beam with them, when first looked up. So the command can settle its
-own process before Beam loads (`pipeline.__main__`), and where Beam is not installed the
-package still imports, so that ``python -m pipeline`` says what to install instead of a
-traceback; its names then raise that message.
+Importing the package loads nothing else and changes nothing in the process: its names load
+their modules, and the job's three Beam with them, when first looked up. So the command can
+settle its own process before Beam loads (`pipeline.__main__`), and where Beam is not
+installed the package still imports, so that ``python -m pipeline`` says what to install
+instead of a traceback; the job's names then raise that message.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ NO_BEAM = ("token-windows: the job needs Apache Beam, which is not installed in 
            "'.[job]'); the reader alone needs only '.[reader]'")
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"  # the command's log lines
 
-__all__ = ["build_pipeline", "main", "run"]
+__all__ = ["OutputInUse", "OutputRefused", "build_pipeline", "main", "run"]
 
 # Each public name and the module that defines it.
-_HOMES = {"build_pipeline": "pipeline.graph", "main": "pipeline.job", "run": "pipeline.job"}
+_HOMES = {"OutputInUse": "pipeline.errors", "OutputRefused": "pipeline.errors",
+          "build_pipeline": "pipeline.graph", "main": "pipeline.job", "run": "pipeline.job"}
 
 
 def __getattr__(name: str) -> Any:  # PEP 562: a public name, loaded on first look-up

@@ -36,6 +36,7 @@ from typing import BinaryIO
 
 from apache_beam.io.filesystems import FileSystems
 
+from pipeline.errors import OutputRefused
 from transforms.file_kinds import file_kind
 
 __all__ = [
@@ -57,7 +58,7 @@ _FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXE
 _ODD_SEGMENTS = ("", ".", "..")
 
 
-class OutsideOutputError(ValueError):
+class OutsideOutputError(OutputRefused):
     """A path the job would write or delete leads out of OUTPUT (a link, or a key's ``..``)."""
 
 

@@ -33,6 +33,7 @@ import time
 from typing import Any
 
 from pipeline import commit, confine, fs
+from pipeline.errors import OutputInUse, OutputRefused
 from pipeline.options import JobConfig
 from transforms.input_names import shown_name
 from transforms.manifest import (
@@ -112,7 +113,7 @@ def _take_claim(config: JobConfig, attempt: str, fingerprint: str, *,
         who = (f"attempt {stale.get('attempt', '?')}, pid {stale.get('pid', '?')} on "
                f"{stale.get('host', '?')}, since {stale.get('started', '?')}")
         if not config.overwrite:
-            raise ValueError(
+            raise OutputInUse(
                 f"--output {config.output} is claimed by another job ({who}; {path}): wait for "
                 "it to finish; if it was killed, pass --overwrite to take its claim over"
             )
@@ -122,7 +123,7 @@ def _take_claim(config: JobConfig, attempt: str, fingerprint: str, *,
         fs.claim(path, _claim_text(attempt, fingerprint, made_dirs=made_dirs),
                  root=config.output)
     except FileExistsError:
-        raise ValueError(
+        raise OutputInUse(
             f"--output {config.output} was claimed by another job a moment ago ({path}): two "
             "jobs cannot write one output; wait for it or choose another directory"
         ) from None
@@ -158,7 +159,7 @@ def dataset_files(out: str, entries: list[str]) -> set[str]:
         try:
             old = read_manifest(fs.read_regular(manifest_path), where=manifest_path)
         except ValueError as e:
-            raise ValueError(
+            raise OutputRefused(
                 f"--overwrite: {e}; the old dataset's files cannot be told apart, so nothing "
                 "was replaced: clear the directory yourself or choose another"
             ) from None
@@ -209,7 +210,7 @@ def _old_splits(out: str, entries: list[str]) -> set[str]:
                 found.add(manifest)
                 found.update(fs.join(directory, s.file) for s in old.shards)
     except ValueError as e:
-        raise ValueError(
+        raise OutputRefused(
             f"--overwrite: {e}; the old dataset's files cannot be told apart, so nothing "
             "was deleted: clear the directory yourself or choose another"
         ) from None
@@ -265,7 +266,7 @@ def _refuse_a_split_of_another_job(output: str) -> None:
         return
     names = [s["name"] for s in record["splits"]]
     if name in names:
-        raise ValueError(
+        raise OutputRefused(
             f"--output {output} is the split {name} of the job in {parent} ({SPLITS_NAME}): "
             f"rerun that job (--output {parent} --overwrite), or choose another directory"
         )
@@ -287,7 +288,7 @@ def claim_output(config: JobConfig, attempt: str, fingerprint: str) -> None:
     """
     confine.check_output_path(config.output)
     if fs.is_file(config.output):
-        raise ValueError(
+        raise OutputRefused(
             f"--output {config.output} is a file, not a directory: choose a directory"
         )
     confine.check_output_tree(
@@ -303,7 +304,7 @@ def claim_output(config: JobConfig, attempt: str, fingerprint: str) -> None:
             return
         rel = [e[len(config.output) :].lstrip("/") for e in entries]
         if not config.overwrite:
-            raise ValueError(
+            raise OutputRefused(
                 f"--output {config.output} already holds {len(entries)} files (e.g. "
                 f"{shown_name(rel[0])}); pass --overwrite to replace that dataset, or choose "
                 "another directory"
@@ -313,7 +314,7 @@ def claim_output(config: JobConfig, attempt: str, fingerprint: str) -> None:
         foreign = [r for e, r in zip(entries, rel, strict=True)
                    if e not in dataset and e not in leftovers]
         if foreign:
-            raise ValueError(
+            raise OutputRefused(
                 f"--output {config.output} holds {len(foreign)} files that no manifest (nor a "
                 f"killed job's claim) accounts for, e.g. {shown_name(foreign[0])}; --overwrite "
                 "replaces only the old dataset's own files: move them away, or choose another "
@@ -397,7 +398,7 @@ def check_outside_inputs(config: JobConfig) -> None:
     for pattern in config.inputs:
         regex = _glob_regex(absolute(pattern))
         if any(regex.match(p) for p in probes):
-            raise ValueError(
+            raise OutputRefused(
                 f"--output {config.output} lies where --input {pattern} matches: the job would "
                 "read its own output; choose an output outside the input pattern"
             )

@@ -42,6 +42,11 @@ With a Hugging Face causal LM, one call is right for both kinds of batch:
 ``model(input_ids=b["input_ids"], position_ids=b["position_ids"], use_cache=False).logits``
 and ``token_nll`` on ``b["shift_labels"]``; never ``labels=`` our targets (HF shifts
 ``labels`` again; a batch has no ``labels`` key, so ``b["labels"]`` says so).
+
+Refusals are typed (:mod:`transforms.errors`, docs/reader.md#errors): ``DatasetError`` and its
+``DamagedDataset``, ``ForeignDataset``, ``UnfinishedDataset`` for the data on disk,
+``SamplerStateError`` for a saved state that does not fit; all are ``ValueError``s, and a wrong
+argument stays a plain ``ValueError``.
 """
 
 import importlib
@@ -63,6 +68,13 @@ _EXPORTS = {
     "WindowBatch": "reader.dataset",
     "WindowRows": "reader.dataset",
     "WindowDataset": "reader.dataset",
+    "DamagedDataset": "transforms.errors",
+    "DatasetError": "transforms.errors",
+    "ForeignDataset": "transforms.errors",
+    "MissingShard": "transforms.errors",
+    "NotRegularFileError": "reader.regular",
+    "SamplerStateError": "transforms.errors",
+    "UnfinishedDataset": "transforms.errors",
     "default_cache_dir": "reader.layout",
     "evaluate": "reader.loss",
     "token_nll": "reader.loss",
@@ -77,13 +89,20 @@ __all__ = [
     "IGNORE_INDEX",
     "ORDERS",
     "Batch",
+    "DamagedDataset",
+    "DatasetError",
     "EpochSampler",
     "FeistelPermutation",
+    "ForeignDataset",
+    "MissingShard",
     "MixedBatch",
     "MixedDataset",
     "MixtureSampler",
+    "NotRegularFileError",
     "PackedSampler",
     "Sampler",
+    "SamplerStateError",
+    "UnfinishedDataset",
     "WindowBatch",
     "WindowRows",
     "WindowDataset",

@@ -59,6 +59,7 @@ from reader.layout import (
 )
 from reader.opening import open_files, read_column, row_groups, verify_files
 from reader.windowbatch import Window, WindowBatch, WindowRows, window_item
+from transforms.errors import DamagedDataset
 from transforms.json_fields import JsonObject
 from transforms.manifest import MANIFEST_NAME
 
@@ -95,11 +96,15 @@ class WindowDataset:
             what a killed job left; never to train on).
 
     Raises:
-        FileNotFoundError: the manifest or a shard it lists does not exist, or the dataset
-            is a split of an unfinished job.
-        ValueError: the manifest is invalid, of another format or version, or disagrees with
-            itself or (with ``verify``) a shard (footer, checksum, BOS/EOS, counts), or
-            ``cache_dir`` is inside the dataset.
+        UnfinishedDataset: no manifest, or a split of an unfinished job (also a
+            ``FileNotFoundError``; a path that names no directory is a plain one).
+        MissingShard: a shard the manifest lists does not exist (also a
+            ``FileNotFoundError``).
+        DamagedDataset: the manifest is invalid or disagrees with itself or (with ``verify``)
+            a shard (footer, checksum, BOS/EOS, counts).
+        ForeignDataset: (with ``verify``) a shard of another job, or a split of another run.
+        DatasetError: a manifest of another format or version.
+        ValueError: ``cache_dir`` is inside the dataset (all of the above are ValueErrors).
     """
 
     def __init__(
@@ -309,12 +314,14 @@ class WindowDataset:
                     read_column(self._files, s, "length").astype(np.int32)
                     for s in range(len(self._shards)))])
             if len(lengths) != self._len:
-                raise ValueError(f"{self.path}: read {len(lengths)} lengths for {self._len} "
-                                 "windows; the dataset is damaged")
+                raise DamagedDataset(
+                    f"{self.path}: read {len(lengths)} lengths for {self._len} "
+                    "windows; the dataset is damaged")
             if self._len and (int(lengths.min()) < 1 or int(lengths.max()) > self.window):
                 bad = int(np.flatnonzero((lengths < 1) | (lengths > self.window))[0])
-                raise ValueError(f"{self.path}: window {bad} has length {int(lengths[bad])}, "
-                                 f"outside [1, {self.window}]; the dataset is damaged")
+                raise DamagedDataset(
+                    f"{self.path}: window {bad} has length {int(lengths[bad])}, "
+                    f"outside [1, {self.window}]; the dataset is damaged")
             lengths.setflags(write=False)
             self._lengths = lengths
         return self._lengths

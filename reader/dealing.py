@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from reader.stepping import CommittedPosition
+from transforms.errors import SamplerStateError
 
 __all__ = ["BatchDealer", "check_fingerprint", "check_int", "rank_span", "tail_repeat"]
 
@@ -32,15 +33,18 @@ def check_fingerprint(name: str, value: Any, *, state: Any = None) -> str | None
     the state's, when both have one, is the same (a state without one still loads).
 
     Raises:
-        ValueError: naming both fingerprints and the fix.
+        ValueError: ``fingerprint`` is not a string or None.
+        SamplerStateError: the state's fingerprint is another (naming both and the fix), or
+            not a string.
     """
     if value is not None and not isinstance(value, str):
         raise ValueError(f"`fingerprint` must be a string or None, but got {value!r}")
     theirs = None if state is None else state.get("fingerprint")
     if theirs is not None and not isinstance(theirs, str):
-        raise ValueError(f"the {name} state's fingerprint must be a string, but got {theirs!r}")
+        raise SamplerStateError(
+            f"the {name} state's fingerprint must be a string, but got {theirs!r}")
     if value is not None and theirs is not None and theirs != value:
-        raise ValueError(
+        raise SamplerStateError(
             f"the {name} state was saved for the dataset with fingerprint {theirs}, but this "
             f"sampler reads the dataset with fingerprint {value}: it belongs to another "
             "dataset; resume on the dataset that saved it, or start the sampler afresh")
@@ -190,7 +194,7 @@ class BatchDealer(CommittedPosition[tuple[int, int]]):
         epoch = check_int("epoch", state["epoch"], 0)
         cursor = check_int("cursor", state["cursor"], 0)
         if cursor > self._total(epoch):
-            raise ValueError(f"the state's cursor {cursor} is beyond {beyond}")
+            raise SamplerStateError(f"the state's cursor {cursor} is beyond {beyond}")
         self._reset_position(self._normalise(epoch, cursor),
                              targets_seen=check_int("targets_seen", state["targets_seen"], 0))
         self._batches_seen = check_int("batches_seen", state["batches_seen"], 0)

@@ -77,6 +77,7 @@ from reader.loss import token_nll
 from reader.mixture import MixtureSampler
 from reader.packing import PackedSampler
 from reader.sampler import EpochSampler
+from transforms.errors import SamplerStateError
 
 __all__ = ["SAMPLER_STATE_NAME", "WindowTrainer", "causal_lm_logits"]
 
@@ -113,15 +114,18 @@ def _read_json(path: str, what: str) -> dict[str, Any]:
         with open(path, "rb") as f:
             value = json.loads(f.read())
     except FileNotFoundError as e:
-        raise ValueError(f"{path} not found: the checkpoint lacks {what}; resume from a "
-                         "complete checkpoint") from e
+        raise SamplerStateError(
+            f"{path} not found: the checkpoint lacks {what}; resume from a "
+            "complete checkpoint") from e
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ValueError(f"{path} is not readable JSON ({type(e).__name__}: "
-                         f"{str(e).splitlines()[0] if str(e) else ''}): {what} is truncated or "
-                         "damaged; resume from another checkpoint") from e
+        raise SamplerStateError(
+            f"{path} is not readable JSON ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}): {what} is truncated or "
+            "damaged; resume from another checkpoint") from e
     if not isinstance(value, dict):
-        raise ValueError(f"{path} holds {type(value).__name__}, not a JSON object: {what} is "
-                         "damaged; resume from another checkpoint")
+        raise SamplerStateError(
+            f"{path} holds {type(value).__name__}, not a JSON object: {what} is "
+            "damaged; resume from another checkpoint")
     return value
 
 
@@ -428,7 +432,7 @@ class WindowTrainer(transformers.Trainer):
         if resume_from_checkpoint is not None:
             path = os.path.join(resume_from_checkpoint, SAMPLER_STATE_NAME)
             if not os.path.isfile(path):
-                raise ValueError(
+                raise SamplerStateError(
                     f"{path} not found: the checkpoint holds no sampler state (was it saved by "
                     "WindowTrainer?); resuming without it would restart the data order"
                 )
@@ -449,27 +453,28 @@ class WindowTrainer(transformers.Trainer):
         trainer_state = _read_json(trainer_path, "Trainer's state")
         step = trainer_state.get("global_step")
         if isinstance(step, bool) or not isinstance(step, int):
-            raise ValueError(f"{trainer_path}: `global_step` must be an integer, but got "
-                             f"{step!r}; the checkpoint is damaged")
+            raise SamplerStateError(
+                f"{trainer_path}: `global_step` must be an integer, but got "
+                f"{step!r}; the checkpoint is damaged")
         saved = state.get(_STEP_KEY)
         if saved is None:
-            raise ValueError(
+            raise SamplerStateError(
                 f"{path} records no `{_STEP_KEY}` (saved by an earlier WindowTrainer): it "
                 f"cannot be matched with the checkpoint's step {step}; resume with the "
                 "release that saved it, or start the run afresh")
         if saved != step:
-            raise ValueError(
+            raise SamplerStateError(
                 f"{path} was saved at step {saved!r}, but {trainer_path} is at step {step}: "
                 f"the sampler state belongs to another checkpoint (resuming would skip or "
                 f"repeat windows); copy that checkpoint's own {SAMPLER_STATE_NAME} back")
         fingerprint = getattr(self.train_sampler, "fingerprint", None)
         if fingerprint is not None and state.get("fingerprint") is None:
-            raise ValueError(
+            raise SamplerStateError(
                 f"{path} records no dataset `fingerprint`, so it cannot be shown to be a state "
                 f"of this dataset (fingerprint {fingerprint}); resume with the release that "
                 "saved it, or start the run afresh")
         if fingerprint is not None and state.get("fingerprint") != fingerprint:
-            raise ValueError(
+            raise SamplerStateError(
                 f"{path} was saved for the dataset with fingerprint {state.get('fingerprint')}, "
                 f"but train_dataset has fingerprint {fingerprint}: the checkpoint belongs to "
                 "another dataset; resume on the dataset that saved it, or start afresh")

@@ -33,6 +33,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from transforms.errors import DamagedDataset, ForeignDataset
 from transforms.manifest import Counts, Manifest, ShardEntry
 from transforms.schema import ARROW_SCHEMA, COUNTS_KEY, FINGERPRINT_KEY, SHARD_KEY
 
@@ -56,19 +57,20 @@ def check_footer(metadata: pq.FileMetaData, schema: pa.Schema, *, manifest: Mani
     """Check shard ``index``'s footer against the manifest.
 
     Raises:
-        ValueError: naming the shard and what disagrees.
+        DamagedDataset: naming the shard and what disagrees.
+        ForeignDataset: the shard was written by another job (another fingerprint).
     """
     for field in ARROW_SCHEMA:
         i = schema.get_field_index(field.name)
         if i < 0:
-            raise ValueError(f"shard {where} lacks the column {field.name!r}")
+            raise DamagedDataset(f"shard {where} lacks the column {field.name!r}")
         actual = schema.field(i).type
         if not _same_type(actual, field.type):
-            raise ValueError(
+            raise DamagedDataset(
                 f"shard {where}: column {field.name!r} has type {actual}, expected {field.type}")
     entry: ShardEntry = manifest.shards[index]
     if metadata.num_rows != entry.rows:
-        raise ValueError(
+        raise DamagedDataset(
             f"shard {where} holds {metadata.num_rows} rows, but the manifest says {entry.rows}")
     fingerprint = manifest.fingerprint
     if fingerprint is None:  # a manifest written before fingerprints: nothing to compare
@@ -77,12 +79,12 @@ def check_footer(metadata: pq.FileMetaData, schema: pa.Schema, *, manifest: Mani
           for k, v in (metadata.metadata or {}).items()}
     found = kv.get(FINGERPRINT_KEY)
     if found != fingerprint:
-        raise ValueError(
+        raise ForeignDataset(
             f"shard {where} was written by another job (fingerprint {found or 'none'}, the "
             f"manifest's is {fingerprint}): the directory mixes two jobs' files; rerun the job")
     position = f"{index}/{len(manifest.shards)}"
     if kv.get(SHARD_KEY) != position:
-        raise ValueError(
+        raise DamagedDataset(
             f"shard {where} is shard {kv.get(SHARD_KEY)} of its job, but the manifest lists it "
             f"as {position}: the manifest was edited; the dataset is damaged")
     try:
@@ -90,11 +92,11 @@ def check_footer(metadata: pq.FileMetaData, schema: pa.Schema, *, manifest: Mani
         if not isinstance(counts, dict):
             raise ValueError("not an object")
     except (KeyError, ValueError) as e:
-        raise ValueError(f"shard {where} has no readable counts in its footer ({e})") from None
+        raise DamagedDataset(f"shard {where} has no readable counts in its footer ({e})") from None
     for key in COUNTED:
         said = getattr(entry, key)
         if said is not None and said != counts.get(key):
-            raise ValueError(
+            raise DamagedDataset(
                 f"shard {where} holds {counts.get(key)} {key}, but the manifest says {said}: "
                 "the manifest was edited; the dataset is damaged")
 
@@ -117,7 +119,7 @@ def check_content(*, start: npt.NDArray[Any], length: npt.NDArray[Any],
     ``first_id``/``last_id`` are each row's first and last stored id.
 
     Raises:
-        ValueError: naming the first row whose boundary id is not the manifest's.
+        DamagedDataset: naming the first row whose boundary id is not the manifest's.
     """
     start, length = start.astype(np.int64), length.astype(np.int64)
     P = doc_tokens.astype(np.int64) - 1
@@ -128,7 +130,7 @@ def check_content(*, start: npt.NDArray[Any], length: npt.NDArray[Any],
         if bad.any():
             r = int(np.flatnonzero(bad)[0])
             at = "first" if name == "BOS" else "last"
-            raise ValueError(
+            raise DamagedDataset(
                 f"shard {where} row {r}: a window at its document's "
                 f"{'start' if name == 'BOS' else 'end'} holds {int(ids[r])} {at}, but the "
                 f"manifest's {name} is {want}: the manifest's tokenizer is not the shards'; the "
@@ -149,7 +151,7 @@ def check_totals(stats: list[ContentStats], counts: Counts, *, where: str) -> No
     uncovered.
 
     Raises:
-        ValueError: naming the count.
+        DamagedDataset: naming the count.
     """
     docs = sum(s.documents for s in stats)
     pairs = sum(s.pairs for s in stats)
@@ -157,27 +159,28 @@ def check_totals(stats: list[ContentStats], counts: Counts, *, where: str) -> No
     without = counts.documents_without_windows
     hidden = counts.pairs - pairs  # the pairs of documents without a window
     if docs + without != counts.documents:
-        raise ValueError(
+        raise DamagedDataset(
             f"{where} says counts.documents is {counts.documents} of which {without} without a "
             f"window, but the shards' rows hold {docs} documents; the dataset is damaged")
     if hidden != counts.uncovered_pairs - uncovered or hidden < without or (
             without == 0 and hidden != 0):
-        raise ValueError(
+        raise DamagedDataset(
             f"{where} says counts.pairs is {counts.pairs} and counts.uncovered_pairs "
             f"{counts.uncovered_pairs}, but the shards' rows give {pairs} pairs, {uncovered} "
             f"uncovered, beside {without} documents without a window; the manifest was "
             "edited; the dataset is damaged")
 
 
-def read_error(error: Exception, *, where: str, row_group: int) -> ValueError:
+def read_error(error: Exception, *, where: str, row_group: int) -> DamagedDataset:
     """A failed read of one row group as an error naming the shard and the row group."""
-    return ValueError(
+    return DamagedDataset(
         f"shard {where}, row group {row_group}, cannot be read ({error}): the file is damaged "
         "(a page checksum or the compressed data does not match); restore it or rerun the job"
     )
 
 
-def footer_error(error: Exception, *, where: str) -> ValueError:
+def footer_error(error: Exception, *, where: str) -> DamagedDataset:
     """A shard whose footer cannot be read, as an error naming it."""
-    return ValueError(f"shard {where}: its Parquet footer cannot be read ({error}): the file is "
-                      "damaged or truncated; restore it or rerun the job")
+    return DamagedDataset(
+        f"shard {where}: its Parquet footer cannot be read ({error}): the file is "
+        "damaged or truncated; restore it or rerun the job")

@@ -83,6 +83,7 @@ from reader.layout_build import (
     write_layout,
 )
 from reader.regular import NotRegularFileError, open_regular
+from transforms.errors import DamagedDataset
 from transforms.json_fields import JsonObject
 
 __all__ = [
@@ -155,7 +156,7 @@ class ShardLayout:
         if self.records.dtype != RECORD or len(self.records) != self.rows or (
                 self.rows and int(self.records["lo"][-1]) + int(self.records["length"][-1]) + 1
                 != size):
-            raise ValueError(f"layout {directory} is inconsistent: records do not match tokens")
+            raise DamagedDataset(f"layout {directory} is inconsistent: records do not match tokens")
 
     def doc_id(self, row: int) -> str:
         """The ``doc_id`` of window ``row`` of the shard."""
@@ -400,7 +401,7 @@ class LayoutCache:
             # group; the hash then covers every byte.
             built = write_layout(source, local, tmp)
             if digest != source.sha256:
-                raise ValueError(
+                raise DamagedDataset(
                     f"shard {source.where} has SHA-256 {digest}, but the manifest says "
                     f"{source.sha256}; the file is damaged or was replaced"
                 )

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from reader import integrity
 from reader.regular import NotRegularFileError, file_kind, open_regular
+from transforms.errors import DamagedDataset
 from transforms.json_fields import JsonObject
 from transforms.manifest import Manifest
 
@@ -182,8 +183,9 @@ def _check_rows(source: ShardSource, first_row: int, values: npt.NDArray[np.int6
 
     def fail(local: int, why: str) -> None:
         row = first_row + int(local)
-        raise ValueError(f"shard {source.where} row {row} (dataset index "
-                         f"{source.first_index + row}): {why}")
+        raise DamagedDataset(
+            f"shard {source.where} row {row} (dataset index "
+            f"{source.first_index + row}): {why}")
 
     bad = (values < 0) | (values >= source.vocab_size)
     if bad.any():
@@ -239,7 +241,7 @@ def write_layout(source: ShardSource, local: str, out: str) -> JsonObject:
                 raise integrity.read_error(e, where=source.where, row_group=g) from e
             tokens = table.column("tokens").combine_chunks()
             if tokens.null_count:
-                raise ValueError(f"shard {source.where}: null tokens in row group {g}")
+                raise DamagedDataset(f"shard {source.where}: null tokens in row group {g}")
             off = np.asarray(tokens.offsets, dtype=np.int64)
             values = np.asarray(tokens.values)[off[0] : off[-1]]
             off = off - off[0]
@@ -262,8 +264,9 @@ def write_layout(source: ShardSource, local: str, out: str) -> JsonObject:
             total += int(off[-1])
             rows += table.num_rows
     if rows != source.rows:
-        raise ValueError(f"shard {source.where} holds {rows} rows, but the manifest says "
-                         f"{source.rows}")
+        raise DamagedDataset(
+            f"shard {source.where} holds {rows} rows, but the manifest says "
+            f"{source.rows}")
     arrays: dict[str, npt.NDArray[Any]] = {
         "windows": np.concatenate(records) if records else np.zeros(0, RECORD),
         "doc_rows": np.array([*doc_rows, rows], np.int64),

@@ -57,6 +57,7 @@ from reader.ledger import Cursor, DrawnBatches, Snapshot
 from reader.mixed import GroupedIndices, MixedDataset
 from reader.sampler import EpochSampler
 from reader.stepping import CommittedPosition
+from transforms.errors import ForeignDataset, SamplerStateError
 
 __all__ = ["UNITS", "MixtureSampler", "source_seed"]
 
@@ -420,23 +421,26 @@ class MixtureSampler(CommittedPosition[dict[str, Any]]):
         those the stream has at that position, recomputed, not read.
 
         Raises:
-            ValueError: not a mixture state, another version or stream parameters, a source
-                that the mixture lacks or whose dataset changed (named), or a field that the
-                stream cannot have at that position (named).
+            SamplerStateError: not a mixture state, another version or stream parameters, a
+                source that the mixture lacks, or a field that the stream cannot have at that
+                position (named).
+            ForeignDataset: a source whose dataset changed since the state was saved (named).
         """
         if not isinstance(state, Mapping) or state.get("format") != _STATE_FORMAT:
-            raise ValueError(f"not a MixtureSampler state: {str(state)[:200]}")
+            raise SamplerStateError(f"not a MixtureSampler state: {str(state)[:200]}")
         if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"MixtureSampler state version {state.get('version')!r} is not "
-                             f"{_STATE_VERSION}; resume with the release that saved it")
+            raise SamplerStateError(
+                f"MixtureSampler state version {state.get('version')!r} is not "
+                f"{_STATE_VERSION}; resume with the release that saved it")
         for key in (*self._identity(), "batches_seen", "rows", "targets_seen", "weights",
                     "since", "sources", "open_rows_windows"):
             if key not in state:
-                raise ValueError(f"the MixtureSampler state lacks the key {key!r}")
+                raise SamplerStateError(f"the MixtureSampler state lacks the key {key!r}")
         for key, value in self._identity().items():
             if state[key] != value:
-                raise ValueError(f"the state has {key} {state[key]!r}, but this sampler has "
-                                 f"{value!r}; the stream cannot continue under another {key}")
+                raise SamplerStateError(
+                    f"the state has {key} {state[key]!r}, but this sampler has "
+                    f"{value!r}; the stream cannot continue under another {key}")
         snap = _checked_state(self, state)
         self._pending.clear()
         self._reset_position(snap, targets_seen=check_int("targets_seen", state["targets_seen"], 0))
@@ -458,15 +462,17 @@ _SUM_CHUNK = 1 << 20  # windows whose sizes are read at once when a ledger's tar
 def _field(where: str, value: Any, low: int = 0) -> int:
     """An integer field of the state, at least ``low``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"the MixtureSampler state's `{where}` must be an integer of at least "
-                         f"{low}, but got {str(value)[:80]!r}; the state is damaged or was "
-                         "edited: resume from the checkpoint's own state")
+        raise SamplerStateError(
+            f"the MixtureSampler state's `{where}` must be an integer of at least "
+            f"{low}, but got {str(value)[:80]!r}; the state is damaged or was "
+            "edited: resume from the checkpoint's own state")
     return value
 
 
-def _bad(where: str, what: str) -> ValueError:
-    return ValueError(f"the MixtureSampler state's `{where}` {what}; the state is damaged or "
-                      "was edited: resume from the checkpoint's own state")
+def _bad(where: str, what: str) -> SamplerStateError:
+    return SamplerStateError(
+        f"the MixtureSampler state's `{where}` {what}; the state is damaged or "
+        "was edited: resume from the checkpoint's own state")
 
 
 def _mapping(where: str, value: Any) -> Mapping[str, Any]:
@@ -540,7 +546,7 @@ def _checked_state(sampler: MixtureSampler, state: Mapping[str, Any]) -> dict[st
     ledger: dict[str, list[int]] = {}
     for name, entry in _mapping("sources", state["sources"]).items():
         if name not in mixed.sources:
-            raise ValueError(
+            raise SamplerStateError(
                 f"the state names source {name!r}, which this mixture lacks (its sources: "
                 f"{', '.join(names)}); keep it in the MixedDataset with weight "
                 "0 to stop drawing from it")
@@ -550,15 +556,16 @@ def _checked_state(sampler: MixtureSampler, state: Mapping[str, Any]) -> dict[st
                 raise _bad(f"sources.{name}", f"lacks the key {key!r}")
         size = len(mixed.sources[name])
         if entry["fingerprint"] != fingerprints[name] or entry["size"] != size:
-            raise ValueError(
+            raise ForeignDataset(
                 f"source {name!r} has changed since the state was saved: fingerprint "
                 f"{fingerprints[name]} ({size} windows) here, {entry['fingerprint']} "
                 f"({entry['size']} windows) in the state; resume with the same dataset")
         epoch, cursor, windows, targets = (_field(f"sources.{name}.{k}", entry[k])
                                            for k in ("epoch", "cursor", "windows", "targets"))
         if cursor >= size:
-            raise ValueError(f"the state's cursor {cursor} of source {name!r} is beyond "
-                             f"its {size} windows")
+            raise SamplerStateError(
+                f"the state's cursor {cursor} of source {name!r} is beyond "
+                f"its {size} windows")
         if windows != epoch * size + cursor:
             raise _bad(f"sources.{name}.windows", f"is {windows}, but epoch {epoch} and cursor "
                        f"{cursor} of {size} windows make {epoch * size + cursor}")

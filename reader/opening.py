@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from reader import integrity
 from reader.regular import check_regular
+from transforms.errors import DamagedDataset, ForeignDataset, MissingShard, UnfinishedDataset
 from transforms.manifest import (
     LEGACY_MANIFEST_NAME,
     MANIFEST_NAME,
@@ -136,18 +137,21 @@ def _read(fs: pafs.FileSystem, path: str) -> bytes:
 
 def _missing_manifest(loc: Location) -> FileNotFoundError:
     if _is_file(loc.fs, f"{loc.root}/{LEGACY_MANIFEST_NAME}", loc.where(LEGACY_MANIFEST_NAME)):
-        return FileNotFoundError(
+        return UnfinishedDataset(
             f"{loc.shown} holds {LEGACY_MANIFEST_NAME}, the name token-windows 0.1.0 gave the "
             f"manifest; this version reads {MANIFEST_NAME} (so that Parquet readers skip it): "
             "rename it, and rejects/ to _rejects/; the shards need no change")
     splits = f"{loc.root}/{SPLITS_NAME}"
     if _is_file(loc.fs, splits, loc.where(SPLITS_NAME)):
         record = parse_splits_record(_read(loc.fs, splits), where=loc.where(SPLITS_NAME))
-        return FileNotFoundError(split_job_message(loc.shown, record))
-    return FileNotFoundError(
-        f"{loc.where(MANIFEST_NAME)} not found: a directory without a manifest is not a "
-        "finished dataset (the pipeline writes the manifest last, after every shard is "
-        "complete)")
+        return UnfinishedDataset(split_job_message(loc.shown, record))
+    message = (f"{loc.where(MANIFEST_NAME)} not found: a directory without a manifest is not a "
+               "finished dataset (the pipeline writes the manifest last, after every shard is "
+               "complete)")
+    if loc.fs.get_file_info(loc.root).type == pafs.FileType.NotFound:
+        # No directory at all: more likely a wrong path than a job still running.
+        return FileNotFoundError(message)
+    return UnfinishedDataset(message)
 
 
 def _check_split_record(loc: Location, manifest: Manifest, data: bytes) -> None:
@@ -158,7 +162,7 @@ def _check_split_record(loc: Location, manifest: Manifest, data: bytes) -> None:
     job = f"the job that wrote {shown_parent} (with --overwrite)"
     path = f"{parent}/{SPLITS_NAME}"
     if not parent or not _is_file(loc.fs, path, f"{shown_parent}/{SPLITS_NAME}"):
-        raise FileNotFoundError(
+        raise UnfinishedDataset(
             f"{loc.shown} is the split {name!r} of a --split job, but {shown_parent}/"
             f"{SPLITS_NAME}, which the job writes after every split, is missing: the job did "
             f"not finish; rerun {job}, or pass allow_unfinished=True to open it anyway")
@@ -166,7 +170,7 @@ def _check_split_record(loc: Location, manifest: Manifest, data: bytes) -> None:
     mine = [s for s in record["splits"] if s.get("name") == name]
     digest = hashlib.sha256(data).hexdigest()
     if not mine or mine[0].get("manifest_sha256") != digest:
-        raise ValueError(
+        raise ForeignDataset(
             f"{shown_parent}/{SPLITS_NAME} does not record {loc.where(MANIFEST_NAME)} (SHA-256 "
             f"{digest}) as its split {name!r}: the split comes from another run of the job; "
             f"rerun {job}, or pass allow_unfinished=True to open it anyway")
@@ -181,7 +185,7 @@ _HEAD = 1 << 20  # bytes of the manifest read to find it
 def _check_shard(loc: Location, name: str, info: pafs.FileInfo | None) -> None:
     """A shard the manifest lists must be in the listing, as a regular file."""
     if info is None:
-        raise FileNotFoundError(
+        raise MissingShard(
             f"shard {loc.where(name)}, listed in the manifest, does not exist")
     if info.type != pafs.FileType.File:
         check_regular(loc.fs, f"{loc.root}/{name}", shown=f"shard {loc.where(name)}",
@@ -208,7 +212,7 @@ def _check_listing(loc: Location, head: bytes, listed: dict[str, pafs.FileInfo])
         for i in range(n):  # the first one missing: at most ``present`` + 1 names
             name = shard_file_name(i, n)
             _check_shard(loc, name, listed.get(name))
-    raise FileNotFoundError(  # names of another width than shard_name's: count only
+    raise MissingShard(  # names of another width than shard_name's: count only
         f"{loc.where(MANIFEST_NAME)} lists {n} shards (part-…{of}), but only {present} are "
         f"in {loc.shown}: the dataset is incomplete; copy it again, or rerun the job")
 
@@ -224,9 +228,13 @@ def open_files(path: str | os.PathLike[str], *, filesystem: pafs.FileSystem | No
             another manifest (to look at what a killed job left; never to train on).
 
     Raises:
-        FileNotFoundError: no manifest (a dataset under the old name, or a split job's top
-            directory, is refused with the fix), an unfinished split, or a missing shard.
-        ValueError: the manifest is damaged or disagrees with itself.
+        UnfinishedDataset: no manifest (a dataset under the old name, or a split job's top
+            directory, is refused with the fix), or an unfinished split; a
+            ``FileNotFoundError``, plain when ``path`` names no directory at all.
+        MissingShard: a shard the manifest lists is missing (a ``FileNotFoundError``).
+        DamagedDataset: the manifest is damaged or disagrees with itself.
+        ForeignDataset: a split that its job's record does not name (another run).
+        DatasetError: a manifest of another format or version.
     """
     loc = locate(path, filesystem)
     manifest_path = f"{loc.root}/{MANIFEST_NAME}"
@@ -312,7 +320,7 @@ def _content(files: DatasetFiles, s: int, metadata: pq.FileMetaData) -> integrit
             values = np.asarray(tokens.values)
             sizes = np.diff(off)
             if (sizes < 1).any():
-                raise ValueError(f"shard {shard.where}, row group {g}: a window stores no id")
+                raise DamagedDataset(f"shard {shard.where}, row group {g}: a window stores no id")
             for n in names:
                 parts[n].append(table.column(n).to_numpy())
             parts["first"].append(values[off[:-1] - off[0]])
@@ -335,14 +343,15 @@ def verify_files(files: DatasetFiles, *, totals: bool = True,
     its rows are then not decoded again.
 
     Raises:
-        ValueError: naming the shard (or the manifest's count) that disagrees.
+        DamagedDataset: naming the shard (or the manifest's count) that disagrees.
+        ForeignDataset: naming a shard that another job wrote.
     """
     stats = []
     for s, shard in enumerate(files.shards):
         metadata = read_footer(files, s)
         digest = sha256_of(files.location.fs, shard.path)
         if digest != shard.sha256:
-            raise ValueError(
+            raise DamagedDataset(
                 f"shard {shard.where} has SHA-256 {digest}, but the manifest says "
                 f"{shard.sha256}; the file is damaged or was replaced")
         recorded = None if known is None else known(s)

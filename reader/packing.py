@@ -53,6 +53,7 @@ import numpy.typing as npt
 from reader.dealing import BatchDealer, check_fingerprint
 from reader.dealing import check_int as _check_int
 from reader.sampler import EpochSampler
+from transforms.errors import SamplerStateError
 from transforms.json_fields import JsonObject
 
 __all__ = ["PackedRows", "PackedSampler", "pack_rows"]
@@ -259,21 +260,23 @@ class PackedSampler(BatchDealer):
         seed, ``seq_len``, ``open_rows``, ``drop_last`` and the order must not.
 
         Raises:
-            ValueError: not a packed sampler state, another version, or another packing.
+            SamplerStateError: not a packed sampler state, another version, or another
+                packing.
         """
         if not isinstance(state, Mapping) or state.get("format") != _STATE_FORMAT:
-            raise ValueError(f"not a PackedSampler state: {state!r}")
+            raise SamplerStateError(f"not a PackedSampler state: {state!r}")
         if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"PackedSampler state version {state.get('version')!r} is not "
-                             f"{_STATE_VERSION}; resume with the release that saved it")
+            raise SamplerStateError(
+                f"PackedSampler state version {state.get('version')!r} is not "
+                f"{_STATE_VERSION}; resume with the release that saved it")
         mine = self._identity()
         for key in (*mine, "epoch", "cursor", "targets_seen", "batches_seen"):
             if key not in state:
-                raise ValueError(f"the PackedSampler state lacks the key {key!r}")
+                raise SamplerStateError(f"the PackedSampler state lacks the key {key!r}")
         check_fingerprint("PackedSampler", self.fingerprint, state=state)
         for key, value in mine.items():
             if state[key] != value:
-                raise ValueError(
+                raise SamplerStateError(
                     f"the state has {key} {state[key]!r}, but this sampler has {value!r}; it "
                     "belongs to another dataset, packing or run"
                 )

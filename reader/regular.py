@@ -27,6 +27,7 @@ from typing import BinaryIO
 
 import pyarrow.fs as pafs
 
+from transforms.errors import DamagedDataset
 from transforms.file_kinds import file_kind
 
 __all__ = ["NotRegularFileError", "check_regular", "file_kind", "masked", "open_regular",
@@ -37,8 +38,11 @@ _SECRET = re.compile(r"secret|token|key|passw|signature|credential|auth|session"
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 
 
-class NotRegularFileError(OSError):
-    """A path the reader would read is not a regular file (a FIFO, a device, a directory)."""
+class NotRegularFileError(DamagedDataset, OSError):
+    """A path the reader would read is not a regular file (a FIFO, a device, a directory).
+
+    A `DamagedDataset` (so ``except reader.DamagedDataset`` and ``except ValueError`` catch
+    it) and an ``OSError``, as it always was (so ``except OSError`` still does)."""
 
 
 def _refusal(shown: str, kind: str, fix: str) -> NotRegularFileError:

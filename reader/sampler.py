@@ -79,6 +79,7 @@ import torch
 from reader.dealing import BatchDealer, check_fingerprint
 from reader.dealing import check_int as _check_int
 from reader.permutation import FeistelPermutation, round_keys
+from transforms.errors import SamplerStateError
 from transforms.json_fields import JsonObject
 
 __all__ = ["ORDERS", "EpochSampler", "epoch_seed"]
@@ -305,15 +306,15 @@ class EpochSampler(BatchDealer):
         ``seed``, ``drop_last`` and the order (with its blocks and k) must not.
 
         Raises:
-            ValueError: the state is not a sampler state, is of another version (version 1,
+            SamplerStateError: the state is not a sampler state, is of another version (version 1,
                 the ``torch.randperm`` order, cannot be continued by this reader), or belongs
                 to another dataset (its fingerprint, or n), seed or order.
         """
         if not isinstance(state, Mapping) or state.get("format") != _STATE_FORMAT:
-            raise ValueError(f"not an EpochSampler state: {state!r}")
+            raise SamplerStateError(f"not an EpochSampler state: {state!r}")
         version = state.get("version")
         if version == 1:
-            raise ValueError(
+            raise SamplerStateError(
                 "EpochSampler state version 1 was saved by a reader whose order came from "
                 "torch.randperm; this reader's order (version 2) is a Feistel permutation, so "
                 "it cannot continue that epoch exactly. Either finish the run with the release "
@@ -322,19 +323,19 @@ class EpochSampler(BatchDealer):
                 "'order': 'global', 'blocks': None} (the rest of the saved epoch is skipped)"
             )
         if version != _STATE_VERSION:
-            raise ValueError(
+            raise SamplerStateError(
                 f"EpochSampler state version {version!r} is not {_STATE_VERSION}; it was saved "
                 "by another release of the reader: resume with that release"
             )
         for key in ("seed", "n", "drop_last", "epoch", "cursor", "targets_seen", "batches_seen",
                     "order", "blocks"):
             if key not in state:
-                raise ValueError(f"the EpochSampler state lacks the key {key!r}")
+                raise SamplerStateError(f"the EpochSampler state lacks the key {key!r}")
         check_fingerprint("EpochSampler", self.fingerprint, state=state)
         mine = self.state_dict()
         for key in ("n", "seed", "drop_last", "order", "blocks"):
             if state[key] != mine[key]:
-                raise ValueError(
+                raise SamplerStateError(
                     f"the state has {key} {state[key]!r}, but this sampler has "
                     f"{mine[key]!r}; it belongs to another dataset or run"
                 )

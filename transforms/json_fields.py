@@ -11,6 +11,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from transforms.errors import DamagedDataset
+
 __all__ = ["SHA256", "Fields", "JsonObject", "JsonValue"]
 
 # What json.loads returns and json.dumps takes: the type of a record's ``to_json``.
@@ -30,9 +32,9 @@ class Fields:
             raise ValueError(f"{where}: {name} must be an object, but got {value!r}")
         self.value, self.name, self.where = value, name, where
 
-    def fail(self, key: str, problem: str) -> ValueError:
+    def fail(self, key: str, problem: str) -> DamagedDataset:
         name = f"{self.name}.{key}" if self.name else key
-        return ValueError(f"{self.where}: {name} {problem}; the dataset is damaged")
+        return DamagedDataset(f"{self.where}: {name} {problem}; the dataset is damaged")
 
     def get(self, key: str) -> Any:
         if key not in self.value:

@@ -41,6 +41,7 @@ import functools
 import json
 from collections.abc import Mapping
 
+from transforms.errors import DamagedDataset, DatasetError
 from transforms.json_fields import Fields, JsonObject
 from transforms.schema import FORMAT, FORMAT_VERSION, SHARD_PATTERN, shard_file_name
 
@@ -245,7 +246,7 @@ class SplitInfo:
         f = Fields(value, "split", where)
         name = f.text("name")
         if not name or name in (".", "..") or "/" in name or "\\" in name:
-            raise ValueError(f"{where}: split.name must be a directory name, but got {name!r}")
+            raise DamagedDataset(f"{where}: split.name must be a directory name, but got {name!r}")
         listed = f.value.get("splits", [])
         if not isinstance(listed, list):
             raise f.fail("splits", f"must be a list, but got {listed!r}")
@@ -309,23 +310,24 @@ def read_manifest(data: bytes | str, *, where: str = MANIFEST_NAME) -> Manifest:
     """Parse and check a manifest; ``where`` names the file in error messages.
 
     Raises:
-        ValueError: the text is not JSON, is another format or version, lacks a key, a value
-            has the wrong type or range, or the shards disagree with each other or the counts.
+        DamagedDataset: the text is not JSON, lacks a key, a value has the wrong type or
+            range, or the shards disagree with each other or the counts.
+        DatasetError: another format or format version.
     """
     manifest = _load(data, where, "dataset")
     if manifest.get("format") != FORMAT:
-        raise ValueError(
+        raise DatasetError(
             f"{where} has format {manifest.get('format')!r}, but this reader reads {FORMAT!r}")
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise ValueError(
+        raise DatasetError(
             f"{where} has format_version {manifest.get('format_version')!r}, but this reader "
             f"reads version {FORMAT_VERSION}; install the version of the project that wrote it")
     for key in ("tokenizer", "windows", "inputs", "counts", "shards"):
         if key not in manifest:
-            raise ValueError(f"{where} lacks the key {key!r}; the dataset is damaged")
+            raise DamagedDataset(f"{where} lacks the key {key!r}; the dataset is damaged")
     for key in ("inputs", "shards"):
         if not isinstance(manifest[key], list):
-            raise ValueError(f"{where}: {key} must be a list, but got {manifest[key]!r}")
+            raise DamagedDataset(f"{where}: {key} must be a list, but got {manifest[key]!r}")
     f = Fields(manifest, "", where)
     for key, kind in (("reading", dict), ("versions", dict)):
         if not isinstance(manifest.get(key, {}), kind):
@@ -372,9 +374,9 @@ def _load(data: bytes | str, where: str, what: str) -> JsonObject:
     try:
         value = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise ValueError(f"{where} is not valid JSON ({e}); the {what} is damaged") from e
+        raise DamagedDataset(f"{where} is not valid JSON ({e}); the {what} is damaged") from e
     if not isinstance(value, dict):
-        raise ValueError(f"{where} must hold a JSON object, but holds {type(value).__name__}")
+        raise DamagedDataset(f"{where} must hold a JSON object, but holds {type(value).__name__}")
     return value
 
 
@@ -383,11 +385,12 @@ def _check_shard_list(m: Manifest, *, where: str) -> None:
     n = len(m.shards)
     said = n if m.num_shards is None else m.num_shards
     if said != n or isinstance(said, bool):
-        raise ValueError(f"{where}: num_shards is {said!r}, but it lists {n} shards; the "
-                         "dataset is damaged")
+        raise DamagedDataset(
+            f"{where}: num_shards is {said!r}, but it lists {n} shards; the "
+            "dataset is damaged")
     for i, s in enumerate(m.shards):
         if s.file != shard_file_name(i, n):
-            raise ValueError(
+            raise DamagedDataset(
                 f"{where}: shards[{i}] is {s.file!r}, but shard {i} of {n} is "
                 f"{shard_file_name(i, n)!r}: the shard list was edited or reordered; the "
                 "dataset is damaged")
@@ -397,7 +400,7 @@ def _check_shard_list(m: Manifest, *, where: str) -> None:
         if any(v is None for v in values):
             continue
         if sum(values) != getattr(m.counts, total):
-            raise ValueError(
+            raise DamagedDataset(
                 f"{where} says counts.{total} is {getattr(m.counts, total)}, but its shards' "
                 f"{key} add up to {sum(values)}; the dataset is damaged")
 
@@ -450,15 +453,16 @@ def parse_splits_record(data: bytes | str, *, where: str) -> JsonObject:
     """``_splits.json``'s JSON object, its format, split names and skipped counts checked."""
     record = _load(data, where, "output")
     if record.get("format") != SPLITS_FORMAT:
-        raise ValueError(f"{where} is not a token-windows split record")
+        raise DamagedDataset(f"{where} is not a token-windows split record")
     splits = record.get("splits")
     if not isinstance(splits, list) or not all(
             isinstance(s, dict) and isinstance(s.get("name"), str) for s in splits):
-        raise ValueError(f"{where}: splits must be a list of objects with a name; the output "
-                         "is damaged")
+        raise DamagedDataset(
+            f"{where}: splits must be a list of objects with a name; the output "
+            "is damaged")
     counts = record.get("counts")
     if not isinstance(counts, dict) or not isinstance(counts.get("skipped"), dict):
-        raise ValueError(f"{where} lacks counts.skipped; the output is damaged")
+        raise DamagedDataset(f"{where} lacks counts.skipped; the output is damaged")
     return record
 
 
