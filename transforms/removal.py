@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import queue
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future
 from typing import NamedTuple
@@ -40,7 +41,14 @@ from typing import NamedTuple
 import numpy as np
 
 from transforms.contamination import DEFAULT_NGRAM, EvalNgramIndex
-from transforms.dedup import MAX_NGRAM, DedupSpec, band_key_matrix, exact_key, signatures
+from transforms.dedup import (
+    MAX_NGRAM,
+    DedupSpec,
+    Scratch,
+    band_key_matrix,
+    exact_key,
+    signatures,
+)
 from transforms.documents import MAX_REJECT_RECORD_CHARS, Document, Reject
 from transforms.json_fields import JsonObject
 from transforms.params import check_positive_int
@@ -231,7 +239,8 @@ class ChunkIds(NamedTuple):
 def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
                index: EvalNgramIndex | None, batch: int = 512,
                pool: Executor | None = None,
-               ahead: int = 2
+               ahead: int = 2,
+               scratches: queue.SimpleQueue[Scratch] | None = None,
                ) -> tuple[list[Removal], list[tuple[int, KeyBlock]], ChunkIds | None]:
     """A chunk's documents → the contaminated ones, (band, `KeyBlock`) for every band
     (`EXACT` first, then 0 … bands − 1; none without ``--dedup``) over the others, and
@@ -242,8 +251,11 @@ def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
     (`transforms.dedup.signatures`), the signatures on ``pool``'s
     threads if given (NumPy releases the GIL in the MinHash products), at most ``ahead``
     batches at once, while this thread parses and takes exact keys; only their keys are
-    held, never their texts.
+    held, never their texts. Each batch is hashed with a `Scratch` taken from
+    ``scratches`` (a new one if none is free) and put back after: give the same queue to
+    every call of a worker to reuse its work arrays from chunk to chunk.
     """
+    free: queue.SimpleQueue[Scratch] = queue.SimpleQueue() if scratches is None else scratches
     removals: list[Removal] = []
     ids: list[str] = []
     positions: list[int] = []
@@ -267,7 +279,7 @@ def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
                 exact.append(exact_key(doc.text))
                 texts.append(doc.text)
         if near and texts:
-            sigs.append(_start(pool, texts, spec.dedup))
+            sigs.append(_start(pool, texts, spec.dedup, free))
             if pool is not None and len(sigs) > ahead:  # the oldest in flight, done
                 sigs[-ahead - 1] = _done(sigs[-ahead - 1])
 
@@ -294,9 +306,23 @@ def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
     return removals, blocks, ChunkIds(positions=positions, ids=ids)
 
 
-def _start(pool: Executor | None, texts: list[str],
-           spec: DedupSpec) -> np.ndarray | Future[np.ndarray]:
-    return signatures(texts, spec) if pool is None else pool.submit(signatures, texts, spec)
+def _start(pool: Executor | None, texts: list[str], spec: DedupSpec,
+           free: queue.SimpleQueue[Scratch]) -> np.ndarray | Future[np.ndarray]:
+    return (_signatures(texts, spec, free) if pool is None
+            else pool.submit(_signatures, texts, spec, free))
+
+
+def _signatures(texts: list[str], spec: DedupSpec,
+                free: queue.SimpleQueue[Scratch]) -> np.ndarray:
+    """`signatures` with a free `Scratch` (one batch at a time uses each)."""
+    try:
+        scratch = free.get_nowait()
+    except queue.Empty:
+        scratch = Scratch()
+    try:
+        return signatures(texts, spec, scratch=scratch)
+    finally:
+        free.put(scratch)
 
 
 def _done(sig: np.ndarray | Future[np.ndarray]) -> np.ndarray:
