@@ -248,20 +248,19 @@ def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
 
     ``index`` is the evaluation texts' n-gram index, None without ``--decontaminate``.
     Documents are looked up (`EvalNgramIndex.first_matches`) and hashed ``batch`` at a time
-    (`transforms.dedup.signatures`), the signatures on ``pool``'s
-    threads if given (NumPy releases the GIL in the MinHash products), at most ``ahead``
-    batches at once, while this thread parses and takes exact keys; only their keys are
-    held, never their texts. Each batch is hashed with a `Scratch` taken from
-    ``scratches`` (a new one if none is free) and put back after: give the same queue to
-    every call of a worker to reuse its work arrays from chunk to chunk.
+    (`transforms.dedup.exact_key`, `transforms.dedup.signatures`) on ``pool``'s threads if
+    given, at most ``ahead`` batches at once, while this thread parses; only their keys are
+    held, never their texts. (With the exact keys taken on this thread, two hashing threads
+    took the wall time of none: they release the GIL in every NumPy step and wait for it
+    again while this thread runs Python code.) Each batch is hashed with a
+    `Scratch` taken from ``scratches`` (a new one if none is free) and put back after: give
+    the same queue to every call of a worker to reuse its work arrays from chunk to chunk.
     """
     free: queue.SimpleQueue[Scratch] = queue.SimpleQueue() if scratches is None else scratches
     removals: list[Removal] = []
     ids: list[str] = []
     positions: list[int] = []
-    exact: list[bytes] = []
-    sigs: list[np.ndarray | Future[np.ndarray]] = []
-    near = spec.dedup.mode == "near"
+    keyed: list[_Keys | Future[_Keys]] = []
 
     def take(batch_docs: list[Document], first: int) -> None:
         """A batch of documents, the first at ``first`` among the chunk's."""
@@ -276,12 +275,11 @@ def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
             elif spec.dedup_active:
                 ids.append(doc.doc_id)
                 positions.append(position)
-                exact.append(exact_key(doc.text))
                 texts.append(doc.text)
-        if near and texts:
-            sigs.append(_start(pool, texts, spec.dedup, free))
-            if pool is not None and len(sigs) > ahead:  # the oldest in flight, done
-                sigs[-ahead - 1] = _done(sigs[-ahead - 1])
+        if texts:
+            keyed.append(_start(pool, texts, spec.dedup, free))
+            if pool is not None and len(keyed) > ahead:  # the oldest in flight, done
+                keyed[-ahead - 1] = _done(keyed[-ahead - 1])
 
     pending: list[Document] = []
     read = 0
@@ -295,38 +293,50 @@ def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
         take(pending, read)
     if not ids:
         return removals, [], None
+    done = [_done(k) for k in keyed]
+    exact = [key for batch_keys in done for key in batch_keys.exact]
     at = np.array(positions, np.int32).tobytes()
     blocks = [(EXACT, KeyBlock(chunk=chunk, positions=at, keys=b"".join(exact),
                                width=len(exact[0])))]
-    if near:
-        keys = band_key_matrix(np.concatenate([_done(s) for s in sigs]), spec.dedup)
+    if spec.dedup.mode == "near":
+        keys = band_key_matrix(np.concatenate([k.sigs for k in done]), spec.dedup)
         for band in range(spec.dedup.bands):
             blocks.append((band, KeyBlock(chunk=chunk, positions=at,
                                           keys=keys[:, band].tobytes(), width=16)))
     return removals, blocks, ChunkIds(positions=positions, ids=ids)
 
 
+class _Keys(NamedTuple):
+    """A batch's exact keys and, with ``near``, its signatures."""
+
+    exact: list[bytes]
+    sigs: np.ndarray | None
+
+
 def _start(pool: Executor | None, texts: list[str], spec: DedupSpec,
-           free: queue.SimpleQueue[Scratch]) -> np.ndarray | Future[np.ndarray]:
-    return (_signatures(texts, spec, free) if pool is None
-            else pool.submit(_signatures, texts, spec, free))
+           free: queue.SimpleQueue[Scratch]) -> _Keys | Future[_Keys]:
+    return (_keys(texts, spec, free) if pool is None
+            else pool.submit(_keys, texts, spec, free))
 
 
-def _signatures(texts: list[str], spec: DedupSpec,
-                free: queue.SimpleQueue[Scratch]) -> np.ndarray:
-    """`signatures` with a free `Scratch` (one batch at a time uses each)."""
+def _keys(texts: list[str], spec: DedupSpec, free: queue.SimpleQueue[Scratch]) -> _Keys:
+    """The exact keys and `signatures` of a batch, with a free `Scratch` (one batch at a
+    time uses each)."""
+    exact = [exact_key(text) for text in texts]
+    if spec.mode != "near":
+        return _Keys(exact, None)
     try:
         scratch = free.get_nowait()
     except queue.Empty:
         scratch = Scratch()
     try:
-        return signatures(texts, spec, scratch=scratch)
+        return _Keys(exact, signatures(texts, spec, scratch=scratch))
     finally:
         free.put(scratch)
 
 
-def _done(sig: np.ndarray | Future[np.ndarray]) -> np.ndarray:
-    return sig.result() if isinstance(sig, Future) else sig
+def _done(keys: _Keys | Future[_Keys]) -> _Keys:
+    return keys.result() if isinstance(keys, Future) else keys
 
 
 def bucket_edges(blocks: Iterable[KeyBlock]) -> Iterator[tuple[Ref, Ref]]:
