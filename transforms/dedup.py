@@ -291,8 +291,8 @@ def _signatures_into(texts: Sequence[str], spec: DedupSpec, out: NDArray[np.uint
     """One pass of `signatures`: ``out``'s rows (all ones) become the texts' signatures."""
     n = spec.ngram
     batch = word_batch(texts, scratch)
-    grams, at = batch.ngrams(n)
-    _min_hash(grams, batch.owners()[at], out, scratch)
+    grams, owners = batch.text_ngrams(n)
+    _min_hash(grams, owners, out, scratch)
     short = np.flatnonzero(batch.last - batch.first < n)
     if len(short):
         one = [

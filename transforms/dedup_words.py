@@ -341,10 +341,32 @@ class WordBatch(NamedTuple):
         Both in order, so the n-grams of text ``i`` are a contiguous run, in its order.
         """
         grams = _combine(self.hashes, n)
-        at = np.arange(len(grams))
-        # An n-gram starting at word w belongs to its text iff its n words all do.
-        valid = self.last[self.owners()[: len(grams)]] - at >= n
-        return grams[valid], at[valid]
+        valid = self._within(n, len(grams))
+        return grams[valid], np.flatnonzero(valid)
+
+    def text_ngrams(self, n: int) -> tuple[NDArray[np.uint64], NDArray[np.intp]]:
+        """Every word n-gram that lies within one text: its hash and its text (in order, as
+        `ngrams`)."""
+        grams = _combine(self.hashes, n)
+        per_text = np.maximum(self.last - self.first - (n - 1), 0)
+        return grams[self._within(n, len(grams))], np.repeat(np.arange(len(per_text)), per_text)
+
+    def _within(self, n: int, count: int) -> NDArray[np.bool_]:
+        """Which of the ``count`` runs of ``n`` consecutive words lie within one text.
+
+        The run starting at word w does iff w <= last - n of w's text: all but the runs
+        starting at the last n - 1 words of each text. Those are set in one pass over at most
+        (n - 1) × texts positions, not over every word (as a word → text array would be).
+        """
+        valid = np.ones(count, dtype=bool)
+        lo = np.maximum(self.first, self.last - (n - 1))
+        sizes = self.last - lo
+        total = int(sizes.sum())
+        if total:
+            # The positions lo[t], lo[t] + 1, …, last[t] - 1 of every text t, end to end.
+            at = np.arange(total) - np.repeat(np.cumsum(sizes) - sizes - lo, sizes)
+            valid[at[at < count]] = False
+        return valid
 
     def text(self, lo: int, hi: int) -> str:
         """Words ``lo`` … ``hi - 1``, joined by one space."""
