@@ -388,6 +388,16 @@ def test_a_reused_scratch_changes_no_signature(batches):
         assert got.tolist() == signatures(texts, spec).tolist()
 
 
+def test_a_scratch_keeps_no_array_longer_than_its_bound(monkeypatch):
+    monkeypatch.setattr(Scratch, "KEEP", 64)
+    texts = [(" ".join(f"w{i}" for i in range(n))) for n in (3, 40, 5)]
+    scratch = Scratch()
+    for text in texts:  # the middle one is past the bound, the others within it
+        got = signatures([text], NEAR, scratch=scratch)
+        assert got.tolist() == [signature(text, NEAR).tolist()]
+    assert scratch._arrays and all(len(a) <= 64 for a in scratch._arrays.values())
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 3), min_size=6, max_size=6), min_size=1, max_size=30))
 def test_band_keys_are_equal_exactly_when_the_band_values_are(rows):

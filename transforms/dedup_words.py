@@ -134,15 +134,23 @@ class Scratch:
     Each batch's per-code-point arrays are several MB; allocated afresh, every batch maps
     new pages from the system and the kernel zeroes them (a page fault each 4 KB: a third of
     the signatures' CPU time on a 20 MB corpus, measured). One `Scratch` per thread keeps
-    them, grown to the largest batch seen. It holds no result: every array `word_batch`
-    returns is its own. Not thread-safe: one thread uses it at a time.
+    them, grown to the largest batch seen, up to `Scratch.KEEP` elements each (a longer
+    one, for one huge text, is allocated for its batch only, so what a thread keeps stays
+    bounded: about 13 bytes per code point of its largest batch, at most 55 MB). It holds
+    no result: every array `word_batch` returns is its own. Not thread-safe: one thread
+    uses it at a time.
     """
+
+    # The largest array kept: a batch's code points in one NumPy pass of the signatures.
+    KEEP = 1 << 22
 
     def __init__(self) -> None:
         self._arrays: dict[str, NDArray] = {}
 
     def take(self, name: str, size: int, dtype: type) -> NDArray:
         """A work array named ``name`` of ``size`` elements (contents undefined)."""
+        if size > self.KEEP:
+            return np.empty(size, dtype=dtype)
         held = self._arrays.get(name)
         if held is None or len(held) < size:
             held = self._arrays[name] = np.empty(size, dtype=dtype)
