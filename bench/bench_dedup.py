@@ -28,6 +28,13 @@ and CPU time and peak RSS of each, and the ratios (goal: wall ≤ 1.3×).
 
     python bench/bench_dedup.py --job --corpus bench/work/corpus-v1-pkg-20mb --rounds 2
 
+``--pass``: the dedup pass's own work alone, as the job's KeyChunks step does it (read every
+chunk, exact keys, signatures on ``--threads`` hashing threads, band keys; no Beam, no
+encoding), once per round in a fresh process (its first batches pay what the job's do):
+median wall and CPU seconds and MB of JSONL per CPU-second, ``--mode near`` or ``exact``.
+
+    python bench/bench_dedup.py --pass --corpus bench/work/corpus-v1-pkg-20mb --rounds 4
+
 ``--job --datatrove``: the job's removed set (``--dedup near``) against datatrove's MinHash
 pipeline (its four stages on the local executor, 2 tasks, the same parameters) on ``--mb`` MB
 of ``--corpus`` with a planted near copy of every 20th document: both removed sets, their
@@ -243,6 +250,54 @@ def run_job_bench(corpus: Path, *, rounds: int, tokenizer: str, extra: list[str]
           f"{b['peak_rss_mb'] / a['peak_rss_mb']:13.2f}")
 
 
+def pass_once(corpus: Path, mode: str, threads: int) -> tuple[float, float]:
+    """The KeyChunks work on every chunk of ``corpus``'s ``*.jsonl``, in this process:
+    (wall s, CPU s)."""
+    import os
+    import queue
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipeline import fs
+    from transforms.chunks import plan_chunks, read_chunk
+    from transforms.documents import Document
+    from transforms.params import ReadSpec
+    from transforms.removal import RemovalSpec, chunk_keys
+
+    read = ReadSpec(id_field="id")
+    chunks = [chunk for path in sorted(corpus.glob("*.jsonl"))
+              for chunk in plan_chunks(str(path), rel=path.name, size=path.stat().st_size,
+                                       spec=read, open_file=fs.open_raw)]
+    spec = RemovalSpec(dedup=DedupSpec(mode=mode))
+    pool = ThreadPoolExecutor(threads) if threads else None
+    scratches: queue.SimpleQueue = queue.SimpleQueue()
+    wall, cpu = time.perf_counter(), os.times()
+    for chunk in chunks:
+        docs = (d for d in read_chunk(chunk, read, fs.open_raw) if isinstance(d, Document))
+        chunk_keys(docs, chunk=(chunk.path, chunk.start), spec=spec, index=None, pool=pool,
+                   ahead=max(1, threads), scratches=scratches)
+    end = os.times()
+    return time.perf_counter() - wall, end.user + end.system - cpu.user - cpu.system
+
+
+def run_pass_bench(corpus: Path, *, rounds: int, mode: str, threads: int) -> None:
+    """``--pass``: `pass_once` in a fresh process per round; medians."""
+    import subprocess
+
+    size = sum(p.stat().st_size for p in corpus.glob("*.jsonl")) / 1e6
+    runs = []
+    for rnd in range(rounds):
+        out = subprocess.run([sys.executable, __file__, "--pass-once", "--corpus", str(corpus),
+                              "--mode", mode, "--threads", str(threads)],
+                             check=True, capture_output=True, text=True).stdout.split()
+        wall, cpu = float(out[0]), float(out[1])
+        runs.append((wall, cpu))
+        print(f"round {rnd}: wall {wall:.3f} s  cpu {cpu:.3f} s", flush=True)
+    wall = statistics.median(r[0] for r in runs)
+    cpu = statistics.median(r[1] for r in runs)
+    print(f"{size:.0f} MB of JSONL, --dedup {mode}, {threads} hashing threads, {rounds} rounds: "
+          f"wall {wall:.3f} s, cpu {cpu:.3f} s ({size / cpu:.0f} MB per CPU-second)")
+
+
 def _write_planted(corpus: Path, out: Path, mb: float) -> tuple[Path, int]:
     """``mb`` MB of ``corpus``'s texts as ``{"id", "text"}`` JSONL, and for every 20th text
     of 100 words or more a near copy (1 word in 100 changed, a header and a footer added)
@@ -374,7 +429,20 @@ def main() -> None:
     parser.add_argument("--datatrove", action="store_true",
                         help="--job: our removed set against datatrove's MinHash pipeline "
                         "on --mb MB of --corpus with planted near copies")
+    parser.add_argument("--pass", dest="pass_", action="store_true",
+                        help="the dedup pass's own work alone, a fresh process per round")
+    parser.add_argument("--pass-once", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=["near", "exact"], default="near",
+                        help="--pass: the dedup mode")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="--pass: hashing threads (the job's --encode-threads)")
     args = parser.parse_args()
+    if args.pass_once:
+        print(*pass_once(args.corpus, args.mode, args.threads))
+        return
+    if args.pass_:
+        run_pass_bench(args.corpus, rounds=args.rounds, mode=args.mode, threads=args.threads)
+        return
     if args.job and args.datatrove:
         run_job_agreement(args.corpus, args.mb)
         return
@@ -383,7 +451,7 @@ def main() -> None:
                       extra=args.runner_args)
         return
     if not args.core:
-        parser.error("choose a mode: --core or --job")
+        parser.error("choose a mode: --core, --job or --pass")
     texts = load_texts(args.corpus, args.mb)
     run_core(texts, args.rounds, args.hash)
     run_agreement(texts, args.hash[0])

@@ -47,6 +47,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import queue
 import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -173,6 +174,9 @@ class _KeyChunkFn(StepFn):
     def setup(self) -> None:
         # Signatures of the next batches on helper threads while this one parses the chunk.
         self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="dedup")
+        # The hashing threads' work arrays, reused from batch to batch and chunk to chunk
+        # (at most one per thread; fresh arrays for every batch cost page faults).
+        self._scratches: queue.SimpleQueue = queue.SimpleQueue()
         # One index per worker process, shared by its threads and DoFn instances.
         if self._spec.eval_files:
             spec, read = self._spec, self._read
@@ -187,6 +191,7 @@ class _KeyChunkFn(StepFn):
         pool = getattr(self, "_pool", None)  # None when setup failed
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+            self._scratches = queue.SimpleQueue()
         self._abandon()
 
     def start_bundle(self) -> None:
@@ -214,7 +219,7 @@ class _KeyChunkFn(StepFn):
         docs = (d for d in read_chunk(chunk, self._read, fs.open_raw) if isinstance(d, Document))
         removals, blocks, ids = chunk_keys(docs, chunk=ref, spec=self._spec,
                                            index=self._index, pool=self._pool,
-                                           ahead=self._threads)
+                                           ahead=self._threads, scratches=self._scratches)
         for removal in removals:
             Metrics.counter("dedup", CONTAMINATED).inc()
             yield REMOVALS, (ref, removal)

@@ -15,6 +15,7 @@ from tests.test_dedup_words import TEXTS
 from transforms import dedup
 from transforms.dedup import (
     DedupSpec,
+    Scratch,
     band_key_matrix,
     band_keys,
     components,
@@ -373,6 +374,28 @@ def test_a_batch_equals_its_texts_one_by_one(texts):
         assert row.tolist() == signature(text, spec).tolist()
         if len(words(text)) >= 3:
             assert row.tolist() == minhash(ngram_hashes(text, 3), spec).tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(TEXTS, max_size=6), min_size=1, max_size=5))
+def test_a_reused_scratch_changes_no_signature(batches):
+    # One Scratch for batches of any sizes, larger and smaller than the last: its arrays
+    # hold the previous batch's values, which must not reach the next one's signatures.
+    spec = DedupSpec(mode="near", ngram=3, bands=4, rows=2)
+    scratch = Scratch()
+    for texts in batches:
+        got = signatures(texts, spec, scratch=scratch)
+        assert got.tolist() == signatures(texts, spec).tolist()
+
+
+def test_a_scratch_keeps_no_array_longer_than_its_bound(monkeypatch):
+    monkeypatch.setattr(Scratch, "KEEP", 64)
+    texts = [(" ".join(f"w{i}" for i in range(n))) for n in (3, 40, 5)]
+    scratch = Scratch()
+    for text in texts:  # the middle one is past the bound, the others within it
+        got = signatures([text], NEAR, scratch=scratch)
+        assert got.tolist() == [signature(text, NEAR).tolist()]
+    assert scratch._arrays and all(len(a) <= 64 for a in scratch._arrays.values())
 
 
 @settings(max_examples=60, deadline=None)

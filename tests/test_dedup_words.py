@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transforms.dedup_words import _word_hash_reference as word_hash_reference
-from transforms.dedup_words import ngram_hashes, word_hashes, words
+from transforms.dedup_words import ngram_hashes, word_batch, word_hashes, words
 
 # -- words ---------------------------------------------------------------------------------
 
@@ -89,3 +89,17 @@ def test_words_are_what_they_say(text):
     # Which separators, and case, do not matter.
     assert words(text.replace(",", " ").replace("\n", "  ")) == found
     assert words(text.upper()) == found
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(TEXTS, max_size=6), st.integers(1, 6))
+def test_a_batch_has_each_texts_ngrams_in_order(texts, n):
+    batch = word_batch(texts)
+    grams, at = batch.ngrams(n)
+    by_text, owners = batch.text_ngrams(n)
+    expected = [(i, int(h)) for i, text in enumerate(texts) for h in ngram_hashes(text, n)]
+    assert [int(h) for h in grams] == [h for _, h in expected]
+    assert [int(h) for h in by_text] == [h for _, h in expected]
+    assert owners.tolist() == [i for i, _ in expected]
+    # Each n-gram's first word is one of its text's words.
+    assert all(batch.first[i] <= a < batch.last[i] for i, a in zip(owners, at, strict=True))

@@ -60,6 +60,7 @@ from numpy.typing import NDArray
 # re-exported here, the module the job and the docs name.
 from transforms.dedup_words import (
     MAX_NGRAM,
+    Scratch,
     WordBatch,
     fixed_constants,
     ngram_hashes,
@@ -76,6 +77,7 @@ __all__ = [
     "PASS_CHARS",
     "SCHEME",
     "DedupSpec",
+    "Scratch",
     "WordBatch",
     "band_key_matrix",
     "band_keys",
@@ -213,7 +215,8 @@ _BLOCK = 4096
 
 
 def _min_hash(
-    shingles: NDArray[np.uint64], owners: NDArray[np.intp], out: NDArray[np.uint32]
+    shingles: NDArray[np.uint64], owners: NDArray[np.intp], out: NDArray[np.uint32],
+    scratch: Scratch | None = None,
 ) -> None:
     """``out[d, i] = min over d's shingles x of A[i]·(x >> 32) mod 2**32``, block by block.
 
@@ -222,7 +225,11 @@ def _min_hash(
     """
     a = _multipliers(out.shape[1])[:, None]
     top = (shingles >> _U64(32)).astype(_U32)
-    buf = np.empty((out.shape[1], min(_BLOCK, len(top))), dtype=_U32)
+    width = min(_BLOCK, len(top))
+    if scratch is None:
+        buf = np.empty((out.shape[1], width), dtype=_U32)
+    else:
+        buf = scratch.take("minhash", out.shape[1] * width, _U32).reshape(out.shape[1], width)
     for lo in range(0, len(top), _BLOCK):
         x = top[lo : lo + _BLOCK]
         own = owners[lo : lo + _BLOCK]
@@ -248,7 +255,8 @@ def minhash(hashes: NDArray[np.uint64], spec: DedupSpec) -> NDArray[np.uint64]:
     return out[0].astype(_U64)
 
 
-def signatures(texts: Sequence[str], spec: DedupSpec) -> NDArray[np.uint64]:
+def signatures(texts: Sequence[str], spec: DedupSpec, *,
+               scratch: Scratch | None = None) -> NDArray[np.uint64]:
     """The MinHash signatures of many texts at once (faster than one by one).
 
     The texts are cut into words, hashed and shingled in NumPy passes over up to `PASS_CHARS`
@@ -259,6 +267,8 @@ def signatures(texts: Sequence[str], spec: DedupSpec) -> NDArray[np.uint64]:
     Args:
         texts: Document texts.
         spec: The n-gram size and the number of values (``bands × rows``).
+        scratch: Work arrays to reuse (one per thread; the job keeps one per hashing
+            thread, so its batches do not each map fresh memory).
 
     Returns:
         A ``(len(texts), bands × rows)`` uint64 array (of 32-bit values); row ``i`` is
@@ -268,20 +278,21 @@ def signatures(texts: Sequence[str], spec: DedupSpec) -> NDArray[np.uint64]:
     lo = size = 0
     for hi, text in enumerate(texts):
         if size and size + len(text) > PASS_CHARS:
-            _signatures_into(texts[lo:hi], spec, out[lo:hi])
+            _signatures_into(texts[lo:hi], spec, out[lo:hi], scratch)
             lo, size = hi, 0
         size += len(text) + 1
     if lo < len(texts):
-        _signatures_into(texts[lo:], spec, out[lo:])
+        _signatures_into(texts[lo:], spec, out[lo:], scratch)
     return out.astype(_U64)
 
 
-def _signatures_into(texts: Sequence[str], spec: DedupSpec, out: NDArray[np.uint32]) -> None:
+def _signatures_into(texts: Sequence[str], spec: DedupSpec, out: NDArray[np.uint32],
+                     scratch: Scratch | None = None) -> None:
     """One pass of `signatures`: ``out``'s rows (all ones) become the texts' signatures."""
     n = spec.ngram
-    batch = word_batch(texts)
-    grams, at = batch.ngrams(n)
-    _min_hash(grams, batch.owners()[at], out)
+    batch = word_batch(texts, scratch)
+    grams, owners = batch.text_ngrams(n)
+    _min_hash(grams, owners, out, scratch)
     short = np.flatnonzero(batch.last - batch.first < n)
     if len(short):
         one = [

@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 
 __all__ = [
     "MAX_NGRAM",
+    "Scratch",
     "WordBatch",
     "fixed_constants",
     "mix64",
@@ -117,8 +118,47 @@ def mix64(z: NDArray[np.uint64]) -> NDArray[np.uint64]:
 
 
 def _near_form(text: str) -> str:
-    """The text words are cut from: casefolded, then NFC (casefolding can decompose)."""
+    """The text words are cut from: casefolded, then NFC (casefolding can decompose).
+
+    An ASCII text skips both: its casefold is its ``lower()`` (only A-Z change) and NFC
+    leaves ASCII as it is, so the form is the same string, made in one pass instead of three.
+    """
+    if text.isascii():
+        return text.lower()
     return unicodedata.normalize("NFC", text.casefold())
+
+
+class Scratch:
+    """Work arrays reused from one batch to the next by `word_batch` and the MinHash step.
+
+    Each batch's per-code-point arrays are several MB; allocated afresh, every batch maps
+    new pages from the system and the kernel zeroes them (a page fault each 4 KB: a third of
+    the signatures' CPU time on a 20 MB corpus, measured). One `Scratch` per thread keeps
+    them, grown to the largest batch seen, up to `Scratch.KEEP` elements each (a longer
+    one, for one huge text, is allocated for its batch only, so what a thread keeps stays
+    bounded: about 13 bytes per code point of its largest batch, at most 55 MB). It holds
+    no result: every array `word_batch` returns is its own. Not thread-safe: one thread
+    uses it at a time.
+    """
+
+    # The largest array kept: a batch's code points in one NumPy pass of the signatures.
+    KEEP = 1 << 22
+
+    def __init__(self) -> None:
+        self._arrays: dict[str, NDArray] = {}
+
+    def take(self, name: str, size: int, dtype: type) -> NDArray:
+        """A work array named ``name`` of ``size`` elements (contents undefined)."""
+        if size > self.KEEP:
+            return np.empty(size, dtype=dtype)
+        held = self._arrays.get(name)
+        if held is None or len(held) < size:
+            held = self._arrays[name] = np.empty(size, dtype=dtype)
+        return held[:size]
+
+
+def _take(scratch: Scratch | None, name: str, size: int, dtype: type) -> NDArray:
+    return np.empty(size, dtype=dtype) if scratch is None else scratch.take(name, size, dtype)
 
 
 def _code_points(text: str) -> NDArray[np.uint32]:
@@ -126,23 +166,31 @@ def _code_points(text: str) -> NDArray[np.uint32]:
 
 
 def _spans(
-    cps: NDArray[np.uint32],
+    cps: NDArray[np.uint32], scratch: Scratch | None = None,
 ) -> tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.bool_]]:
     """The start and end (exclusive) of every word in the code points ``cps``, and which code
-    points are in a word."""
-    cls = _classes()[cps]
-    run = cls == _RUN
-    single = cls == _SINGLE
-    prev_run = np.empty_like(run)
-    next_run = np.empty_like(run)
-    if len(run):
-        prev_run[0] = False
-        prev_run[1:] = run[:-1]
-        next_run[-1] = False
-        next_run[:-1] = run[1:]
-    starts = np.flatnonzero(single | (run & ~prev_run))
-    ends = np.flatnonzero(single | (run & ~next_run)) + 1
-    return starts, ends, cls != _SEP
+    points are in a word (in ``scratch``'s arrays if given)."""
+    count = len(cps)
+    cls = np.take(_classes(), cps, out=_take(scratch, "cls", count, np.uint8))
+    run = np.equal(cls, _RUN, out=_take(scratch, "run", count, np.bool_))
+    single = np.equal(cls, _SINGLE, out=_take(scratch, "single", count, np.bool_))
+    edge = _take(scratch, "edge", count, np.bool_)
+    if count:
+        # A word starts at a single, or at a run not preceded by a run.
+        edge[0] = run[0]
+        np.logical_not(run[:-1], out=edge[1:])
+        np.logical_and(edge[1:], run[1:], out=edge[1:])
+        np.logical_or(edge, single, out=edge)
+    starts = np.flatnonzero(edge)
+    if count:
+        # A word ends after a single, or after a run not followed by a run.
+        edge[-1] = run[-1]
+        np.logical_not(run[1:], out=edge[:-1])
+        np.logical_and(edge[:-1], run[:-1], out=edge[:-1])
+        np.logical_or(edge, single, out=edge)
+    ends = np.flatnonzero(edge) + 1
+    inword = np.not_equal(cls, _SEP, out=_take(scratch, "inword", count, np.bool_))
+    return starts, ends, inword
 
 
 def _powers(base: int, count: int) -> NDArray[np.uint64]:
@@ -166,7 +214,8 @@ def _low_powers() -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
 
 
 def _hash_spans(
-    cps: NDArray[np.uint32], inword: NDArray[np.bool_], starts: NDArray[np.intp]
+    cps: NDArray[np.uint32], inword: NDArray[np.bool_], starts: NDArray[np.intp],
+    scratch: Scratch | None = None,
 ) -> NDArray[np.uint64]:
     """Each word's hash, ``mix64(Σ cp[i]·P**i)``, from one segmented sum over the code points.
 
@@ -180,7 +229,7 @@ def _hash_spans(
     count = len(cps)
     blocks = (count + _LOW - 1) >> _LOW_BITS
     high = _powers(int(low[-1]) * _P & _MASK, blocks)
-    x = np.empty(count, dtype=_U64)
+    x = _take(scratch, "x", count, _U64)
     np.multiply(cps, inword, out=x, casting="unsafe")
     full = count >> _LOW_BITS
     grid = x[: full << _LOW_BITS].reshape(full, _LOW)
@@ -300,10 +349,32 @@ class WordBatch(NamedTuple):
         Both in order, so the n-grams of text ``i`` are a contiguous run, in its order.
         """
         grams = _combine(self.hashes, n)
-        at = np.arange(len(grams))
-        # An n-gram starting at word w belongs to its text iff its n words all do.
-        valid = self.last[self.owners()[: len(grams)]] - at >= n
-        return grams[valid], at[valid]
+        valid = self._within(n, len(grams))
+        return grams[valid], np.flatnonzero(valid)
+
+    def text_ngrams(self, n: int) -> tuple[NDArray[np.uint64], NDArray[np.intp]]:
+        """Every word n-gram that lies within one text: its hash and its text (in order, as
+        `ngrams`)."""
+        grams = _combine(self.hashes, n)
+        per_text = np.maximum(self.last - self.first - (n - 1), 0)
+        return grams[self._within(n, len(grams))], np.repeat(np.arange(len(per_text)), per_text)
+
+    def _within(self, n: int, count: int) -> NDArray[np.bool_]:
+        """Which of the ``count`` runs of ``n`` consecutive words lie within one text.
+
+        The run starting at word w does iff w <= last - n of w's text: all but the runs
+        starting at the last n - 1 words of each text. Those are set in one pass over at most
+        (n - 1) × texts positions, not over every word (as a word → text array would be).
+        """
+        valid = np.ones(count, dtype=bool)
+        lo = np.maximum(self.first, self.last - (n - 1))
+        sizes = self.last - lo
+        total = int(sizes.sum())
+        if total:
+            # The positions lo[t], lo[t] + 1, …, last[t] - 1 of every text t, end to end.
+            at = np.arange(total) - np.repeat(np.cumsum(sizes) - sizes - lo, sizes)
+            valid[at[at < count]] = False
+        return valid
 
     def text(self, lo: int, hi: int) -> str:
         """Words ``lo`` … ``hi - 1``, joined by one space."""
@@ -311,16 +382,17 @@ class WordBatch(NamedTuple):
         return " ".join(self.joined[a:b] for a, b in spans)
 
 
-def word_batch(texts: Sequence[str]) -> WordBatch:
-    """The `words` of many texts and their hashes, in one pass (a NUL keeps texts apart)."""
+def word_batch(texts: Sequence[str], scratch: Scratch | None = None) -> WordBatch:
+    """The `words` of many texts and their hashes, in one pass (a NUL keeps texts apart),
+    with ``scratch``'s work arrays if given."""
     forms = [_near_form(t) for t in texts]
     joined = "\0".join(forms)
     cps = _code_points(joined)
-    starts, ends, inword = _spans(cps)
-    hashes = _hash_spans(cps, inword, starts)
-    text_starts = np.cumsum([0] + [len(f) + 1 for f in forms[:-1]])
-    owner = np.searchsorted(text_starts, starts, side="right") - 1
-    ids = np.arange(len(texts))
-    first = np.searchsorted(owner, ids, side="left")
-    last = np.searchsorted(owner, ids, side="right")
-    return WordBatch(joined, starts, ends, hashes, first, last)
+    starts, ends, inword = _spans(cps, scratch)
+    hashes = _hash_spans(cps, inword, starts, scratch)
+    # Text i spans [bounds[i], bounds[i + 1] - 1) of ``joined`` (a NUL after each but the
+    # last), and no word crosses a NUL: its words are those starting in that span, found by
+    # one search per text rather than one per word.
+    bounds = np.cumsum([0] + [len(f) + 1 for f in forms])
+    at = np.searchsorted(starts, bounds, side="left")
+    return WordBatch(joined, starts, ends, hashes, at[:-1], at[1:])

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import queue
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future
 from typing import NamedTuple
@@ -40,7 +41,14 @@ from typing import NamedTuple
 import numpy as np
 
 from transforms.contamination import DEFAULT_NGRAM, EvalNgramIndex
-from transforms.dedup import MAX_NGRAM, DedupSpec, band_key_matrix, exact_key, signatures
+from transforms.dedup import (
+    MAX_NGRAM,
+    DedupSpec,
+    Scratch,
+    band_key_matrix,
+    exact_key,
+    signatures,
+)
 from transforms.documents import MAX_REJECT_RECORD_CHARS, Document, Reject
 from transforms.json_fields import JsonObject
 from transforms.params import check_positive_int
@@ -231,7 +239,8 @@ class ChunkIds(NamedTuple):
 def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
                index: EvalNgramIndex | None, batch: int = 512,
                pool: Executor | None = None,
-               ahead: int = 2
+               ahead: int = 2,
+               scratches: queue.SimpleQueue[Scratch] | None = None,
                ) -> tuple[list[Removal], list[tuple[int, KeyBlock]], ChunkIds | None]:
     """A chunk's documents → the contaminated ones, (band, `KeyBlock`) for every band
     (`EXACT` first, then 0 … bands − 1; none without ``--dedup``) over the others, and
@@ -239,17 +248,19 @@ def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
 
     ``index`` is the evaluation texts' n-gram index, None without ``--decontaminate``.
     Documents are looked up (`EvalNgramIndex.first_matches`) and hashed ``batch`` at a time
-    (`transforms.dedup.signatures`), the signatures on ``pool``'s
-    threads if given (NumPy releases the GIL in the MinHash products), at most ``ahead``
-    batches at once, while this thread parses and takes exact keys; only their keys are
-    held, never their texts.
+    (`transforms.dedup.exact_key`, `transforms.dedup.signatures`) on ``pool``'s threads if
+    given, at most ``ahead`` batches at once, while this thread parses; only their keys are
+    held, never their texts. (With the exact keys taken on this thread, two hashing threads
+    took the wall time of none: they release the GIL in every NumPy step and wait for it
+    again while this thread runs Python code.) Each batch is hashed with a
+    `Scratch` taken from ``scratches`` (a new one if none is free) and put back after: give
+    the same queue to every call of a worker to reuse its work arrays from chunk to chunk.
     """
+    free: queue.SimpleQueue[Scratch] = queue.SimpleQueue() if scratches is None else scratches
     removals: list[Removal] = []
     ids: list[str] = []
     positions: list[int] = []
-    exact: list[bytes] = []
-    sigs: list[np.ndarray | Future[np.ndarray]] = []
-    near = spec.dedup.mode == "near"
+    keyed: list[_Keys | Future[_Keys]] = []
 
     def take(batch_docs: list[Document], first: int) -> None:
         """A batch of documents, the first at ``first`` among the chunk's."""
@@ -264,12 +275,11 @@ def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
             elif spec.dedup_active:
                 ids.append(doc.doc_id)
                 positions.append(position)
-                exact.append(exact_key(doc.text))
                 texts.append(doc.text)
-        if near and texts:
-            sigs.append(_start(pool, texts, spec.dedup))
-            if pool is not None and len(sigs) > ahead:  # the oldest in flight, done
-                sigs[-ahead - 1] = _done(sigs[-ahead - 1])
+        if texts:
+            keyed.append(_start(pool, texts, spec.dedup, free))
+            if pool is not None and len(keyed) > ahead:  # the oldest in flight, done
+                keyed[-ahead - 1] = _done(keyed[-ahead - 1])
 
     pending: list[Document] = []
     read = 0
@@ -283,24 +293,50 @@ def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
         take(pending, read)
     if not ids:
         return removals, [], None
+    done = [_done(k) for k in keyed]
+    exact = [key for batch_keys in done for key in batch_keys.exact]
     at = np.array(positions, np.int32).tobytes()
     blocks = [(EXACT, KeyBlock(chunk=chunk, positions=at, keys=b"".join(exact),
                                width=len(exact[0])))]
-    if near:
-        keys = band_key_matrix(np.concatenate([_done(s) for s in sigs]), spec.dedup)
+    if spec.dedup.mode == "near":
+        keys = band_key_matrix(np.concatenate([k.sigs for k in done]), spec.dedup)
         for band in range(spec.dedup.bands):
             blocks.append((band, KeyBlock(chunk=chunk, positions=at,
                                           keys=keys[:, band].tobytes(), width=16)))
     return removals, blocks, ChunkIds(positions=positions, ids=ids)
 
 
-def _start(pool: Executor | None, texts: list[str],
-           spec: DedupSpec) -> np.ndarray | Future[np.ndarray]:
-    return signatures(texts, spec) if pool is None else pool.submit(signatures, texts, spec)
+class _Keys(NamedTuple):
+    """A batch's exact keys and, with ``near``, its signatures."""
+
+    exact: list[bytes]
+    sigs: np.ndarray | None
 
 
-def _done(sig: np.ndarray | Future[np.ndarray]) -> np.ndarray:
-    return sig.result() if isinstance(sig, Future) else sig
+def _start(pool: Executor | None, texts: list[str], spec: DedupSpec,
+           free: queue.SimpleQueue[Scratch]) -> _Keys | Future[_Keys]:
+    return (_keys(texts, spec, free) if pool is None
+            else pool.submit(_keys, texts, spec, free))
+
+
+def _keys(texts: list[str], spec: DedupSpec, free: queue.SimpleQueue[Scratch]) -> _Keys:
+    """The exact keys and `signatures` of a batch, with a free `Scratch` (one batch at a
+    time uses each)."""
+    exact = [exact_key(text) for text in texts]
+    if spec.mode != "near":
+        return _Keys(exact, None)
+    try:
+        scratch = free.get_nowait()
+    except queue.Empty:
+        scratch = Scratch()
+    try:
+        return _Keys(exact, signatures(texts, spec, scratch=scratch))
+    finally:
+        free.put(scratch)
+
+
+def _done(keys: _Keys | Future[_Keys]) -> _Keys:
+    return keys.result() if isinstance(keys, Future) else keys
 
 
 def bucket_edges(blocks: Iterable[KeyBlock]) -> Iterator[tuple[Ref, Ref]]:
