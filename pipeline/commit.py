@@ -93,10 +93,8 @@ def journal_of(tmp_dir: str) -> dict[str, list[str]] | None:
     """The swap journal of the job whose temporary directory is ``tmp_dir``; None if it has
     none (its swap never began) or it is unreadable."""
     path = fs.join(tmp_dir, JOURNAL)
-    if not fs.is_regular(path):
-        return None
-    try:
-        found = json.loads(fs.read_bytes(path))
+    try:  # absent, or not a regular file (never opened then): no journal
+        found = json.loads(fs.read_regular(path))
     except (OSError, ValueError):
         return None
     if not isinstance(found, dict) or not all(

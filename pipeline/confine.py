@@ -62,9 +62,10 @@ class OutsideOutputError(OutputRefused):
     """A path the job would write or delete leads out of OUTPUT (a link, or a key's ``..``)."""
 
 
-class NotRegularFileError(ValueError):
-    """A path the job would open is a FIFO, a socket, a device, a directory or a link: opening
-    it could block for ever (a FIFO with no writer) or never end (``/dev/zero``)."""
+class NotRegularFileError(OutputRefused):
+    """A path the job would open below OUTPUT is a FIFO, a socket, a device, a directory or a
+    link: opening it could block for ever (a FIFO with no writer) or never end
+    (``/dev/zero``)."""
 
 
 def kind_of(mode: int) -> str:

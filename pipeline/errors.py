@@ -11,7 +11,8 @@ these refusals always were, with the same messages and exit codes; a wrong flag 
         │                       files (pass --overwrite), files no manifest accounts for, a
         │                       split of another job, a file; it lies in the input
         ├── OutputInUse         another job claims it: wait for it, or --overwrite if killed
-        └── OutsideOutputError  (pipeline.confine) a link or ``..`` leads out of OUTPUT
+        ├── OutsideOutputError  (pipeline.confine) a link or ``..`` leads out of OUTPUT
+        └── NotRegularFileError (pipeline.confine) a FIFO, device or socket below OUTPUT
 """
 
 from __future__ import annotations

@@ -83,19 +83,21 @@ class _Prepared(NamedTuple):
 
 def _release(context: JobContext) -> None:
     if context.attempt is not None:
-        release(context.config, attempt=context.attempt, fingerprint=context.fingerprint,
-                tmp_dir=context.tmp_dir)
+        release(context.config, attempt=context.attempt, tmp_dir=context.tmp_dir)
 
 
-def _prepare(argv: Sequence[str] | None, tuning: Tuning | None) -> _Prepared:
-    """Every check before any work; raises ValueError (the job is refused)."""
+def _prepare(argv: Sequence[str] | None, tuning: Tuning | None,
+             claiming: Callable[[JobContext], object] | None = None) -> _Prepared:
+    """Every check before any work; raises ValueError (the job is refused). ``claiming`` is
+    given the job's context just before the output is claimed."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser().parse_known_args(argv)  # --help, and argparse's own type/choice errors
     options = JobOptions(argv)
     check_flags(argv, options)
     config = JobConfig.from_options(options)
     dry_run = settle_dry_run(options)
-    return _Prepared(options, dry_run, preflight(config, options, tuning=tuning))
+    return _Prepared(options, dry_run,
+                     preflight(config, options, tuning=tuning, claiming=claiming))
 
 
 def _start(job: _Prepared) -> Submitted:
@@ -297,16 +299,16 @@ def main(argv: Sequence[str] | None = None, *, tuning: Tuning | None = None) -> 
     _LOG.setLevel(logging.INFO)
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = "--traceback" in args or os.environ.get("TOKEN_WINDOWS_TRACEBACK") == "1"
-    prepared: list[_Prepared] = []
+    claimed: list[JobContext] = []  # the job's, from just before it claims the output
     with _signals_stop_the_job():
         try:
-            _main(args, tuning, verbose, prepared.append)
+            _main(args, tuning, verbose, claimed.append)
         except Interrupted as e:
-            for job in prepared:  # released already, unless the signal came in between
-                _release(job.launch.context)
+            for context in claimed:  # released already, unless the signal came in between
+                _release(context)
             if verbose:
                 traceback.print_exc()
-            if prepared and _complete(prepared[0].launch.context):
+            if claimed and _complete(claimed[0]):
                 print(f"error: stopped by {e.signal} after the last step had swapped the new "
                       "dataset in: --output holds it, complete", file=sys.stderr)
             else:
@@ -328,15 +330,14 @@ def _complete(context: JobContext) -> bool:
 
 
 def _main(args: list[str], tuning: Tuning | None, verbose: bool,
-          prepared: Callable[[_Prepared], object]) -> None:
+          claiming: Callable[[JobContext], object]) -> None:
     try:
-        job = _prepare(args, tuning)
+        job = _prepare(args, tuning, claiming)
     except (ValueError, OSError) as e:
         if verbose:
             traceback.print_exc()
         print(f"error: {one_line(e)}", file=sys.stderr)
         raise SystemExit(2) from None
-    prepared(job)
     if not verbose:
         # Beam logs a failed bundle with its traceback; the one line below says it.
         for name in ("apache_beam.runners.common", "apache_beam.runners.worker",

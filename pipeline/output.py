@@ -28,7 +28,6 @@ import logging
 import os
 import re
 import socket
-import stat
 import time
 from typing import Any
 
@@ -86,17 +85,12 @@ def read_claim(output: str) -> dict[str, Any] | None:
             which is never opened (a FIFO would block the launch for ever).
     """
     path = fs.join(output, CLAIM_NAME)
-    if confine.is_local(path):
-        try:
-            mode = os.lstat(path.removeprefix("file://")).st_mode
-        except FileNotFoundError:
-            return None
-        if not stat.S_ISREG(mode):
-            raise fs.not_regular(path, mode)
-    elif not fs.exists(path):
+    if not confine.is_local(path) and not fs.exists(path):
         return None
     try:
         found = json.loads(fs.read_regular(path))
+    except FileNotFoundError:  # locally: no claim
+        return None
     except fs.NotRegularFileError:
         raise
     except Exception:  # unreadable: still a claim, of an unknown job
@@ -404,7 +398,7 @@ def check_outside_inputs(config: JobConfig) -> None:
             )
 
 
-def release(config: JobConfig, *, attempt: str | None, fingerprint: str, tmp_dir: str) -> None:
+def release(config: JobConfig, *, attempt: str | None, tmp_dir: str) -> None:
     """After a failure or an interruption: leave OUTPUT as the job found it.
 
     The job wrote nothing outside its temporary directory unless its last step had begun the
@@ -412,10 +406,8 @@ def release(config: JobConfig, *, attempt: str | None, fingerprint: str, tmp_dir
     file. Then the temporary directory (the staging, the spill files) and the claim go, and
     an OUTPUT the job made itself (and the parents it made), if empty. All of it under the
     claim's lock, so a swap cannot run meanwhile. A job that is killed cannot, and leaves a
-    stale claim that --overwrite takes over (undoing what it left). ``fingerprint`` is
-    unused: kept for callers.
+    stale claim that --overwrite takes over (undoing what it left).
     """
-    del fingerprint
     if attempt is None:
         return
     output = config.output

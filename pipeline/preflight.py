@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -61,11 +62,14 @@ class Launch(NamedTuple):
 
 
 def preflight(config: JobConfig, options: PipelineOptions, *,
-              tuning: Tuning | None = None) -> Launch:
+              tuning: Tuning | None = None,
+              claiming: Callable[[JobContext], object] | None = None) -> Launch:
     """The checks that need no pipeline; raises ValueError naming the option and the fix.
 
     On success the output is claimed for this job (the context's ``attempt``) and empty,
     and the job's context is built: its shard plan, its tokenizer's record, its fingerprint.
+    ``claiming`` is given the context just before the claim is taken, so that a signal from
+    then on releases it (`pipeline.job.main`).
     """
     tuning = tuning or Tuning()
     # Before the first path is touched: FileSystems builds its S3 (and GCS) clients from
@@ -111,6 +115,8 @@ def preflight(config: JobConfig, options: PipelineOptions, *,
     context = job_context(config, files, fingerprint=fingerprint, tokenizer=info,
                           tmp_dir=fs.join(config.output, TMP_DIR, attempt), attempt=attempt,
                           tuning=tuning, tokenizer_handle=handle, removal=removal)
+    if claiming is not None:  # told first: a signal from here on releases what it names
+        claiming(context)
     claim_output(config, attempt, fingerprint)
     return Launch(context, files, matched, chunks, tokenizer)
 

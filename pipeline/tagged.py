@@ -4,8 +4,10 @@ Beam's ``with_outputs`` is not portable to every runner: in Beam 2.77's DaskRunn
 of any output of a multi-output ParDo receives every output, tags mixed, and anything a DoFn
 emits from ``finish_bundle`` is dropped (README "Running at scale" shows both with a
 four-line pipeline). So a step with several outputs here emits ``(tag, value)`` pairs from
-``process`` only, and `SplitTags` hands each tag's values on through one single-output
-``FlatMap`` per tag (``beam.Partition`` would not do: it is itself a multi-output ParDo).
+``process`` (EncodeChunks also from ``finish_bundle``, for the tokenizer rejects of a
+bundle's last batches, but never on Dask: `pipeline.encode`), and `SplitTags` hands each
+tag's values on through one single-output ``FlatMap`` per tag (``beam.Partition`` would not
+do: it is itself a multi-output ParDo).
 On the FnApiRunner, Dataflow and Flink the FlatMaps fuse into the producing stage, so an
 element costs one tuple and one function call more; the elements here are big and few
 (parcels, receipts, shards), so that is nothing next to the work.

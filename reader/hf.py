@@ -76,6 +76,7 @@ from reader.loss import evaluate as evaluate_loader
 from reader.loss import token_nll
 from reader.mixture import MixtureSampler
 from reader.packing import PackedSampler
+from reader.regular import open_regular
 from reader.sampler import EpochSampler
 from transforms.errors import SamplerStateError
 
@@ -110,8 +111,8 @@ def _read_json(path: str, what: str) -> dict[str, Any]:
     Raises:
         ValueError: it is missing, unreadable, truncated or not an object (naming it).
     """
-    try:
-        with open(path, "rb") as f:
+    try:  # a FIFO or device there is refused, never waited on
+        with open_regular(path, fix="resume from another checkpoint") as f:
             value = json.loads(f.read())
     except FileNotFoundError as e:
         raise SamplerStateError(

@@ -26,8 +26,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import pyarrow.fs as pafs
-
+from reader.regular import check_regular
 from transforms.json_fields import JsonObject
 from transforms.manifest import MANIFEST_NAME
 from transforms.schema import REJECTS_DIR
@@ -47,7 +46,8 @@ def _kept_aside(ds: InspectedDataset, reason: str) -> list[dict] | None:
     root = ds.files.location.root.rstrip("/")
     job_root = root.rsplit("/", 1)[0] if ds.manifest.get("split") else root
     path = f"{job_root}/{REJECTS_DIR}/{reason}.jsonl"
-    if ds.fs.get_file_info(path).type != pafs.FileType.File:
+    if not check_regular(ds.fs, path, shown=path,
+                         fix="the job writes only regular files there; rerun it"):
         return None
     with ds.fs.open_input_stream(path) as f:
         return [json.loads(line) for line in f.read().decode("utf-8").splitlines() if line]

@@ -133,8 +133,11 @@ def test_a_misspelled_flag_is_refused_before_any_work(corpus, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_beams_own_flags_still_pass(corpus, tmp_path):
-    run_job(tmp_path / "o", "--input", str(corpus), "--tokenizer", "bytes",
-            "--direct_running_mode=in_memory", "--direct_num_workers", "1")
+    plain = run_job(tmp_path / "a", "--input", str(corpus), "--tokenizer", "bytes")
+    with_flags = run_job(tmp_path / "o", "--input", str(corpus), "--tokenizer", "bytes",
+                         "--direct_running_mode=in_memory", "--direct_num_workers", "1")
+    assert with_flags["counts"]["documents"] == plain["counts"]["documents"] > 0
+    assert [s["sha256"] for s in with_flags["shards"]] == [s["sha256"] for s in plain["shards"]]
 
 
 def test_non_utf8_file_name_is_refused_with_the_name_escaped(tmp_path, capsys):

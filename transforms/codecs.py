@@ -18,7 +18,7 @@ import io
 from typing import BinaryIO
 
 __all__ = ["BOM", "COMPRESSED_TEXT_RATIO", "COMPRESSIONS", "CountingReader", "compression_of",
-           "decompress", "decompressed", "stream_reader"]
+           "decompressed", "stream_reader"]
 
 # A compressed input is taken to hold this many times its size in text where that must be
 # guessed before it is read: the weight of its chunks at launch, the shard plan's parts.
@@ -62,8 +62,8 @@ class CountingReader(io.RawIOBase):
 def decompressed(f: BinaryIO, compression: str | None) -> BinaryIO:
     """A stream of the decompressed bytes of ``f`` (``f`` itself when not compressed).
 
-    gzip and bzip2 streams that end early raise EOFError; a zstd stream reader does not, so
-    a whole-file read goes through `decompress`, which checks every zstd frame's end.
+    gzip and bzip2 streams that end early raise EOFError; a zstd stream reader does not:
+    `stream_reader` checks every zstd frame's end, and is what reading records uses.
     """
     if compression is None:
         return f
@@ -77,26 +77,10 @@ def decompressed(f: BinaryIO, compression: str | None) -> BinaryIO:
     return io.BufferedReader(reader)  # type: ignore[arg-type]
 
 
-def decompress(f: BinaryIO, compression: str | None) -> bytes:
-    """The whole decompressed content; a stream that ends early raises EOFError."""
-    if compression != "zstd":
-        return decompressed(f, compression).read()
-    import zstandard
-
-    data, out = f.read(), []
-    while data:
-        frame = zstandard.ZstdDecompressor().decompressobj()
-        out.append(frame.decompress(data))
-        if not frame.eof:
-            raise EOFError("zstd stream ended before the end of its frame")
-        data = frame.unused_data
-    return b"".join(out)
-
-
 def stream_reader(f: BinaryIO, compression: str | None) -> BinaryIO:
     """The decompressed bytes of ``f`` as a stream whose ``read(n)`` returns at most ``n``
     bytes (``f`` itself when not compressed): a stream that ends early raises EOFError at
-    its end, as `decompress` does, for every codec.
+    its end, for every codec.
 
     zstandard's stream reader stops quietly at a truncated frame, so the compressed bytes
     it takes are walked frame by frame and block by block on their way (`_ZstdFrames`,
@@ -123,7 +107,8 @@ class _CheckedEnd(io.RawIOBase):
 
     def read(self, size: int = -1) -> bytes:
         data = self._reader.read(size)
-        if not data and size != 0 and not self._frames.complete():
+        # At the end: an empty read, or a read of everything (``size`` below 0).
+        if (size < 0 or not data) and size != 0 and not self._frames.complete():
             raise EOFError("zstd stream ended before the end of its frame")
         return data
 

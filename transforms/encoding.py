@@ -86,7 +86,7 @@ def batch_documents(
 def encode_or_reject(
     tokenizer: Tokenizer, docs: Sequence[Document],
 ) -> tuple[list[Document], list[npt.NDArray[np.int32]], list[Reject]]:
-    """The documents the tokenizer encodes, their z, and a ``tokenizer_error`` reject for
+    """The documents the tokenizer encodes, their token ids, and a ``tokenizer_error`` reject for
     each it fails on (`tokenizer_failed`), in input order.
 
     The batch is encoded at once; only if that fails is each document encoded alone, to

@@ -32,7 +32,6 @@ Example: documents ``a`` = "x y z", ``b`` = "x  y z" (one more space), ``c`` = "
 from __future__ import annotations
 
 import dataclasses
-import json
 import queue
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future
@@ -179,9 +178,8 @@ class Removed(NamedTuple):
         return out
 
     def to_line(self) -> bytes:
-        """Its line of ``_rejects/<reason>.jsonl`` (as `Reject.to_line`)."""
-        return (json.dumps(self.to_json(), ensure_ascii=False, sort_keys=True) + "\n").encode(
-            "utf-8", "backslashreplace")
+        """Its line of ``_rejects/<reason>.jsonl``: `Reject.to_line` of this `to_json`."""
+        return Reject.to_line(self)  # type: ignore[arg-type]
 
 
 class Removal(NamedTuple):
@@ -445,7 +443,7 @@ def drop_removed(docs: Sequence[Document], first: int, removals: Mapping[int, Re
         RuntimeError: a removal names another document than the one at its position (the
             chunk was read differently in the two passes).
     """
-    if not removals or not any(first <= p < first + len(docs) for p in removals):
+    if not removals or not any(p in removals for p in range(first, first + len(docs))):
         return list(docs), []
     kept: list[Document] = []
     gone: list[Removed] = []
