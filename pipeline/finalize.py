@@ -40,7 +40,7 @@ from transforms.manifest import (
 from transforms.manifest_build import WrittenShard, build_manifest, build_splits_record
 from transforms.parquet import row_group_rows
 from transforms.receipts import Receipt, account_inputs
-from transforms.removal import REMOVAL_REASONS
+from transforms.removal import REMOVAL_REASONS, check_removals_kept_aside
 from transforms.rows import ShardRows
 from transforms.schema import CLAIM_NAME, FINGERPRINT_KEY, TMP_DIR
 from transforms.skipped import check_skipped_share
@@ -115,6 +115,8 @@ class _FinalizeFn(StepFn):
             raise RuntimeError(
                 f"--sample {self._splits.sample if self._splits else '?'} left out every one of "
                 f"the {sampled_out} documents; raise --sample; no manifest was written")
+        if summary is not None:
+            check_removals_kept_aside(summary.by_reason, skipped)
         # Records are skipped before the sample is drawn: the share is of every record read.
         # Copies and contaminated documents removed on request are no sign of a wrong flag:
         # they count only when every record was skipped (a job that keeps nothing fails).

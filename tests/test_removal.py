@@ -90,3 +90,16 @@ def test_chunk_keys_one_block_per_band_keys_of_the_kept_documents():
     assert all(b.size == 5 and len(b.keys) == 16 * 5 for _, b in blocks)
     edges = sorted(bucket_edges([blocks[0][1]]))
     assert [(a[1], b[1]) for a, b in edges] == [(2, 0), (3, 1), (4, 0)]
+
+
+def test_every_removal_must_be_kept_aside_by_reason():
+    from transforms.removal import check_removals_kept_aside
+
+    check_removals_kept_aside({"exact_duplicate": 2, "contaminated": 1},
+                              {"exact_duplicate": 2, "contaminated": 1, "empty": 4})
+    with pytest.raises(RuntimeError, match=r"the dedup pass removed \{'contaminated': 0, "
+                       r"'exact_duplicate': 2, 'near_duplicate': 1\}, but the encoding step "
+                       r"kept aside \{'contaminated': 0, 'exact_duplicate': 2, "
+                       r"'near_duplicate': 0\}"):
+        check_removals_kept_aside({"exact_duplicate": 2, "near_duplicate": 1},
+                                  {"exact_duplicate": 2})

@@ -61,6 +61,7 @@ __all__ = [
     "NEAR_DUPLICATE",
     "REMOVAL_REASONS",
     "ChunkIds",
+    "check_removals_kept_aside",
     "ChunkRef",
     "KeyBlock",
     "Member",
@@ -458,3 +459,20 @@ def drop_removed(docs: Sequence[Document], first: int, removals: Mapping[int, Re
                 f"reads {doc.doc_id!r}: the input changed while the job ran; rerun it")
         gone.append(removal.removed(doc))
     return kept, gone
+
+
+def check_removals_kept_aside(removed: Mapping[str, int], kept_aside: Mapping[str, int]) -> None:
+    """Every document the dedup pass removed was kept aside by the encoding step, by reason:
+    ``removed`` the pass's counts, ``kept_aside`` the job's skipped counts.
+
+    Raises:
+        RuntimeError: the two differ (a removal the encoding step never reached: the input
+            changed while the job ran, or a runner lost or repeated work).
+    """
+    decided = {r: removed.get(r, 0) for r in REMOVAL_REASONS}
+    done = {r: kept_aside.get(r, 0) for r in REMOVAL_REASONS}
+    if decided != done:
+        raise RuntimeError(
+            f"the dedup pass removed {decided}, but the encoding step kept aside {done}: the "
+            "input changed while the job ran, or the runner lost work; no manifest was "
+            "written: rerun the job")
