@@ -51,6 +51,7 @@ import statistics
 import subprocess
 import sys
 import time
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from transforms.manifest import TokenizerInfo  # noqa: E402
 from transforms.params import WindowSpec  # noqa: E402
 from transforms.testing import write_dataset  # noqa: E402
 
@@ -200,8 +202,9 @@ class _Standin:
 
     def __init__(self, n: int, salt: int) -> None:
         self.n, self.window, self.salt = n, WINDOW, salt
-        self.manifest = {"tokenizer": {"kind": "bytes", "vocab_size": 258, "bos_id": 256,
-                                       "eos_id": 257, "sha256": None}}
+        # What a mixture reads of a manifest: its tokenizer record.
+        self.manifest = types.SimpleNamespace(tokenizer=TokenizerInfo(
+            kind="bytes", vocab_size=258, bos_id=256, eos_id=257, sha256=None))
         self.fingerprint = f"standin-{n}-{salt}"
 
     def __len__(self) -> int:

@@ -419,8 +419,8 @@ def _run(root: Path, scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
     reopen = time.perf_counter() - began
     manifest = ds.manifest
     parquet_bytes = sum(os.path.getsize(os.path.join(ds._root, f)) for f in ds.shard_files)
-    decoded = 4 * manifest["counts"]["tokens"]
-    prep = {"windows": len(ds), "tokens": manifest["counts"]["tokens"],
+    decoded = 4 * manifest.counts.tokens
+    prep = {"windows": len(ds), "tokens": manifest.counts.tokens,
             "shards": len(ds.shard_files), "parquet_bytes": parquet_bytes,
             "decoded_int32_bytes": decoded, "x_old_cache": decoded / OLD_CACHE_BYTES,
             "open_s": opened, "prepare_s": report["seconds"], "layout_bytes": report["bytes"],

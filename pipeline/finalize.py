@@ -12,7 +12,8 @@ and its claim on the output.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+import functools
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +29,9 @@ from transforms.input_names import shown_name
 from transforms.keys import ShardPlan
 from transforms.manifest import (
     MANIFEST_NAME,
+    DedupInfo,
     Manifest,
     SampleInfo,
-    SplitFraction,
     SplitInfo,
     SplitJob,
     SplitsRecord,
@@ -44,7 +45,7 @@ from transforms.removal import REMOVAL_REASONS, check_removals_kept_aside
 from transforms.rows import ShardRows
 from transforms.schema import CLAIM_NAME, FINGERPRINT_KEY, TMP_DIR
 from transforms.skipped import check_skipped_share
-from transforms.splits import SPLITS_NAME, split_fingerprint
+from transforms.splits import SPLITS_NAME, SplitSpec, split_fingerprint
 
 if TYPE_CHECKING:
     from pipeline.context import JobContext
@@ -160,27 +161,23 @@ class _FinalizeFn(StepFn):
 
         with ThreadPoolExecutor(self._footer_threads, thread_name_prefix="footer") as pool:
             list(pool.map(check, shards))
-        common = {
-            "tokenizer": self._tokenizer_record(),
-            "windows": self._windows,
-            "inputs": self._inputs,
-            "reading": self._reading,
-            "row_group_rows": row_group_rows(window),
-            "versions": _versions(),
-            **self._dedup(summary),
-        }
-        definition = {} if self._splits is None else self._splits.to_json()
-        sample = (SampleInfo(**definition["sample"])  # type: ignore[arg-type]
-                  if "sample" in definition else None)
+        dedup = self._dedup(summary)
+        # What every manifest of the job holds alike.
+        build = functools.partial(
+            build_manifest, tokenizer=self._tokenizer_record(), windows=self._windows,
+            inputs=self._inputs, reading=self._reading, row_group_rows=row_group_rows(window),
+            versions=_versions(), dedup=dedup)
+        sample = None if self._splits is None else self._splits.sample_info()
         if not plan.splits:
-            manifest = build_manifest(**common, shards=shards, skipped=skipped, records=records,
-                                      fingerprint=self._fingerprint, sample=sample,
-                                      sampled_out=sampled_out)
+            manifest = build(shards=shards, skipped=skipped, records=records,
+                             fingerprint=self._fingerprint, sample=sample,
+                             sampled_out=sampled_out)
             fs.write_atomically(fs.join(stage, MANIFEST_NAME),
                                 lambda f: f.write(dumps_manifest(manifest)), self._tmp_dir,
                                 root=self._output)
         else:
-            manifest = self._write_splits(plan, shards, common, definition, sample,
+            assert self._splits is not None  # a plan with splits comes from --split
+            manifest = self._write_splits(plan, shards, build, dedup, self._splits, sample,
                                           skipped=skipped, records=records,
                                           sampled_out=sampled_out)
         self._swap()
@@ -207,10 +204,12 @@ class _FinalizeFn(StepFn):
             remove_job_files(output, tmp_dir, self._attempt)
             remove_emptied_dirs(output, [fs.join(output, r) for r in sorted(old)])
 
-    def _write_splits(self, plan: ShardPlan, shards: list[WrittenShard], common: dict[str, Any],
-                      definition: dict[str, Any], sample: SampleInfo | None, *,
-                      skipped: dict[str, int], records: int, sampled_out: int) -> SplitsRecord:
-        """Each split's manifest in OUTPUT/NAME/, then the job's ``_splits.json``, last."""
+    def _write_splits(self, plan: ShardPlan, shards: list[WrittenShard],
+                      build: Callable[..., Manifest], dedup: DedupInfo | None, spec: SplitSpec,
+                      sample: SampleInfo | None, *, skipped: dict[str, int], records: int,
+                      sampled_out: int) -> SplitsRecord:
+        """Each split's manifest in OUTPUT/NAME/ (``build``: `build_manifest` with what every
+        manifest of the job holds), then the job's ``_splits.json``, last."""
         names = [name for name, _ in plan.splits]
         mine = {name: [s for s in shards if plan.locate(s.index)[0] == name] for name in names}
         documents = {name: sum(s.counts.documents for s in mine[name]) for name in names}
@@ -223,19 +222,17 @@ class _FinalizeFn(StepFn):
         job = SplitJob(records=records, documents=documents,
                        skipped={k: v for k, v in sorted(skipped.items()) if v},
                        sampled_out=sampled_out, fingerprint=self._fingerprint)
-        fractions = {s["name"]: s["fraction"] for s in definition["splits"]}
-        listed = tuple(SplitFraction(name=n, fraction=f) for n, f in fractions.items())
+        listed = spec.split_fractions()
+        fractions = {f.name: f.fraction for f in listed}
         manifests = {
-            name: build_manifest(
-                **common, shards=mine[name], skipped={}, records=documents[name],
+            name: build(
+                shards=mine[name], skipped={}, records=documents[name],
                 fingerprint=fingerprints[name], sample=sample,
-                split=SplitInfo(name=name, splits=listed, split_seed=definition["split_seed"],
-                                job=job))
+                split=SplitInfo(name=name, splits=listed, split_seed=spec.seed, job=job))
             for name in names
         }
-        record = build_splits_record(manifests=manifests, fractions=fractions,
-                                     dedup=common.get("dedup"),
-                                     split_seed=definition["split_seed"], skipped=skipped,
+        record = build_splits_record(manifests=manifests, fractions=fractions, dedup=dedup,
+                                     split_seed=spec.seed, skipped=skipped,
                                      records=records, sampled_out=sampled_out,
                                      fingerprint=self._fingerprint)
         stage = staging_dir(self._tmp_dir)
@@ -249,14 +246,16 @@ class _FinalizeFn(StepFn):
         return record
 
 
-    def _dedup(self, summary: RemovalSummary | None) -> dict[str, Any]:
-        """The manifest's ``dedup`` (as a keyword), only for a job with a dedup pass: every
-        other job's manifest keeps its bytes."""
+    def _dedup(self, summary: RemovalSummary | None) -> DedupInfo | None:
+        """The manifest's ``dedup``, only for a job with a dedup pass (None: every other job's
+        manifest keeps its bytes)."""
         if self._removal is None:
-            return {}
+            return None
         if summary is None:
             raise RuntimeError("the dedup pass reported nothing; no manifest was written")
-        return {"dedup": self._removal.to_json(summary.by_eval_file)}
+        # The parameters' one JSON form (the fingerprint's too), read as the manifest's record.
+        return DedupInfo.from_json(self._removal.to_json(summary.by_eval_file),
+                                   where="the manifest being written")
 
     def _tokenizer_record(self) -> TokenizerInfo:
         """The manifest's ``tokenizer``: the launcher's record of the model it loaded."""

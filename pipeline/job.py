@@ -51,8 +51,13 @@ from pipeline.runners import (
 )
 from pipeline.summary import print_summary
 from pipeline.views import JobOptions
-from transforms.json_fields import JsonObject
-from transforms.manifest import MANIFEST_NAME, parse_splits_record, read_manifest
+from transforms.manifest import (
+    MANIFEST_NAME,
+    Manifest,
+    SplitsRecord,
+    parse_splits_record,
+    read_manifest,
+)
 from transforms.splits import SPLITS_NAME
 
 __all__ = ["Interrupted", "Submitted", "cli", "finish", "main", "one_line", "run", "submit"]
@@ -168,8 +173,9 @@ def submit(argv: Sequence[str] | None = None, *, tuning: Tuning | None = None) -
 
 
 def run(argv: Sequence[str] | None = None, *,
-        tuning: Tuning | None = None) -> JsonObject | None:
-    """Run the job to its end; returns its manifest (None for a dry run).
+        tuning: Tuning | None = None) -> Manifest | SplitsRecord | None:
+    """Run the job to its end; returns its manifest (a split job: its ``_splits.json``), as
+    `transforms.manifest` parses it (None for a dry run).
 
     Raises:
         ValueError: a flag, an input pattern, the tokenizer or the output directory is
@@ -179,9 +185,10 @@ def run(argv: Sequence[str] | None = None, *,
     return finish(submit(argv, tuning=tuning))
 
 
-def finish(job: Submitted) -> JsonObject | None:
+def finish(job: Submitted) -> Manifest | SplitsRecord | None:
     """Wait for a `submit`ted job, print its summary and return its manifest (a split job:
-    its ``_splits.json``); None for a dry run. A job that fails releases its claim."""
+    its ``_splits.json``) as parsed, a `Manifest` or a `SplitsRecord`; None for a dry run. A
+    job that fails releases its claim."""
     if job.result is None or job.dry_run:
         done = "translated for Dataflow (nothing submitted)" if job.result else "nothing ran"
         print(f"dry run: the job was built and {done}")
@@ -205,7 +212,7 @@ def finish(job: Submitted) -> JsonObject | None:
         return record
     manifest = read_manifest(fs.read_bytes(fs.join(output, MANIFEST_NAME)), where=output)
     print_summary(manifest, output, time.monotonic() - job.started)
-    return manifest.json
+    return manifest
 
 
 def cli() -> None:

@@ -195,9 +195,9 @@ def _old_splits(out: str, entries: list[str]) -> set[str]:
     try:
         record = parse_splits_record(fs.read_regular(path), where=path)
         found = {path}
-        found.update(fs.join(out, REJECTS_DIR, f"{r}.jsonl") for r in record["counts"]["skipped"])
-        for split in record["splits"]:
-            directory = fs.join(out, str(split.get("dir", split["name"])))
+        found.update(fs.join(out, REJECTS_DIR, f"{r}.jsonl") for r in record.counts.skipped)
+        for split in record.splits:
+            directory = fs.join(out, split.dir)
             manifest = fs.join(directory, MANIFEST_NAME)
             if manifest in entries:
                 old = read_manifest(fs.read_regular(manifest), where=manifest)
@@ -258,7 +258,7 @@ def _refuse_a_split_of_another_job(output: str) -> None:
         record = parse_splits_record(fs.read_regular(record_path), where=record_path)
     except ValueError:  # not a record of ours: nothing to protect
         return
-    names = [s["name"] for s in record["splits"]]
+    names = [s.name for s in record.splits]
     if name in names:
         raise OutputRefused(
             f"--output {output} is the split {name} of the job in {parent} ({SPLITS_NAME}): "

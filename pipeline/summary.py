@@ -12,18 +12,17 @@ import sys
 from typing import TextIO
 
 from pipeline import fs
-from transforms.json_fields import JsonObject
-from transforms.manifest import Manifest
+from transforms.manifest import Manifest, SplitsRecord
 from transforms.schema import REJECTS_DIR
 
 __all__ = ["print_summary"]
 
 
-def print_summary(record: Manifest | JsonObject, output: str, seconds: float, *,
+def print_summary(record: Manifest | SplitsRecord, output: str, seconds: float, *,
                   stream: TextIO | None = None) -> None:
-    """Print the end of a job whose manifest is ``record`` (a split job: the JSON object of
-    its ``_splits.json``, `transforms.manifest.parse_splits_record`), written to ``output``
-    in ``seconds``."""
+    """Print the end of a job whose manifest is ``record`` (a split job: its
+    ``_splits.json``, `transforms.manifest.parse_splits_record`), written to ``output`` in
+    ``seconds``."""
     stream = stream or sys.stdout
     if isinstance(record, Manifest):
         lines = [_dataset_line(record, output, seconds)]
@@ -67,19 +66,19 @@ def _dataset_line(manifest: Manifest, output: str, seconds: float) -> str:
     )
 
 
-def _split_lines(record: JsonObject, output: str, seconds: float) -> list[str]:
-    c = record["counts"]
+def _split_lines(record: SplitsRecord, output: str, seconds: float) -> list[str]:
+    c = record.counts
     lines = []
-    for s in record["splits"]:
-        n = s["num_shards"]
-        lines.append(f"wrote {output.rstrip('/')}/{s['dir']}: split {s['name']} "
-                     f"({100 * s['fraction']:g} %), {s['documents']:,} documents, "
-                     f"{s['windows']:,} windows, {s['tokens']:,} tokens, "
-                     f"{s['scored_targets']:,} scored targets; {n} shard{'s' * (n != 1)}")
-    sample = record.get("sample")
-    skipped, sampled, rejects = _skipped(c["skipped"], c.get("sampled_out"),
-                                         sample["fraction"] if sample else None, output)
-    lines.append(f"wrote {output}: {c['records']:,} records -> {c['documents']:,} documents in "
-                 f"{len(record['splits'])} splits ({skipped:,} skipped{sampled}) in "
+    for s in record.splits:
+        n = s.num_shards
+        lines.append(f"wrote {output.rstrip('/')}/{s.dir}: split {s.name} "
+                     f"({100 * s.fraction:g} %), {s.documents:,} documents, "
+                     f"{s.windows:,} windows, {s.tokens:,} tokens, "
+                     f"{s.scored_targets:,} scored targets; {n} shard{'s' * (n != 1)}")
+    sample = record.sample
+    skipped, sampled, rejects = _skipped(c.skipped, c.sampled_out,
+                                         sample.fraction if sample else None, output)
+    lines.append(f"wrote {output}: {c.records or 0:,} records -> {c.documents:,} documents in "
+                 f"{len(record.splits)} splits ({skipped:,} skipped{sampled}) in "
                  f"{seconds:.1f} s; {rejects}")
     return lines

@@ -130,7 +130,7 @@ def check(ds: InspectedDataset) -> JsonObject:
     Returns ``{"ok": bool, "failures": [{"check", "message"}], "checked": {...}}``.
     """
     spec = ds.windows
-    tok = ds.manifest["tokenizer"]
+    tok = ds.manifest.tokenizer
     failures: list[dict[str, str]] = []
 
     def fail(kind: str, message: str) -> None:
@@ -138,8 +138,8 @@ def check(ds: InspectedDataset) -> JsonObject:
 
     totals = dict(windows=0, tokens=0, scored_targets=0, documents=0, pairs=0, uncovered=0)
     seen: set[str] = set()
-    for i, entry in enumerate(ds.manifest["shards"]):
-        name = entry["file"]
+    for i, entry in enumerate(ds.manifest.shards):
+        name = entry.file
         col = _shard_columns(ds, i)
         n = len(col["doc_id"])
         tokens = int(sum(col["length"])) + n
@@ -155,31 +155,32 @@ def check(ds: InspectedDataset) -> JsonObject:
         seen.update(docs)
         for doc, rows in docs.items():
             totals["uncovered"] += _check_document(doc, rows, col, spec, name, fail,
-                                                   tok["bos_id"], tok["eos_id"])
+                                                   tok.bos_id, tok.eos_id)
             totals["pairs"] += col["doc_tokens"][rows[0]] - 1
         for key, got in (("rows", n), ("tokens", tokens), ("scored_targets", scored)):
-            if key in entry and entry[key] != got:
-                fail("counts", f"{name}: the manifest says {key} {entry[key]}, the rows give {got}")
+            said = getattr(entry, key)
+            if said is not None and said != got:
+                fail("counts", f"{name}: the manifest says {key} {said}, the rows give {got}")
         totals["windows"] += n
         totals["tokens"] += tokens
         totals["scored_targets"] += scored
         totals["documents"] += len(docs)
     _check_split(ds, seen, fail)
     kept_aside = check_removed(ds, seen, fail)  # --dedup, --decontaminate: {} without
-    c = ds.manifest["counts"]
+    c = ds.manifest.counts
     for key in ("windows", "tokens", "scored_targets"):
-        if c[key] != totals[key]:
-            fail("counts", f"{MANIFEST_NAME}: counts.{key} is {c[key]}, the rows give "
+        if getattr(c, key) != totals[key]:
+            fail("counts", f"{MANIFEST_NAME}: counts.{key} is {getattr(c, key)}, the rows give "
                  f"{totals[key]}")
-    without = c.get("documents_without_windows", 0)
-    if c["documents"] - without != totals["documents"]:
-        fail("counts", f"{MANIFEST_NAME}: counts.documents {c['documents']} minus "
+    without = c.documents_without_windows
+    if c.documents - without != totals["documents"]:
+        fail("counts", f"{MANIFEST_NAME}: counts.documents {c.documents} minus "
              f"{without} without windows is not the {totals['documents']} documents in the rows")
     # Documents without a window hold pairs the rows cannot see, none of them covered.
-    if c["pairs"] - totals["pairs"] != c["uncovered_pairs"] - totals["uncovered"] or (
-            without == 0 and c["pairs"] != totals["pairs"]):
-        fail("counts", f"{MANIFEST_NAME}: counts.pairs {c['pairs']} and uncovered_pairs "
-             f"{c['uncovered_pairs']}, but the rows give {totals['pairs']} pairs of which "
+    if c.pairs - totals["pairs"] != c.uncovered_pairs - totals["uncovered"] or (
+            without == 0 and c.pairs != totals["pairs"]):
+        fail("counts", f"{MANIFEST_NAME}: counts.pairs {c.pairs} and uncovered_pairs "
+             f"{c.uncovered_pairs}, but the rows give {totals['pairs']} pairs of which "
              f"{totals['uncovered']} uncovered")
     if kept_aside:
         totals["kept_aside"] = sum(kept_aside.values())
@@ -189,11 +190,11 @@ def check(ds: InspectedDataset) -> JsonObject:
 
 def _check_split(ds: InspectedDataset, doc_ids: set[str], fail: Any) -> None:
     """Every document is in the sample and belongs to this split, as its doc_id says."""
-    split, sample = ds.manifest.get("split"), ds.manifest.get("sample")
+    split, sample = ds.manifest.split, ds.manifest.sample
     if not split and not sample:
         return
     try:
-        spec = SplitSpec.from_json(split, sample)
+        spec = SplitSpec.from_manifest(split, sample)
     except (ValueError, KeyError, TypeError) as e:
         fail("split", f"{MANIFEST_NAME}: the split or sample it records is not valid ({e})")
         return
@@ -201,7 +202,8 @@ def _check_split(ds: InspectedDataset, doc_ids: set[str], fail: Any) -> None:
     names = spec.names
     for doc, kept, where in zip(ids, spec.kept(ids), spec.split_of(ids), strict=True):
         if not kept:
-            fail("split", f"doc_id {doc!r} is not in the sample {sample}")
-        elif split and names[where] != split["name"]:
+            shown = None if sample is None else sample.to_json()  # as the manifest holds it
+            fail("split", f"doc_id {doc!r} is not in the sample {shown}")
+        elif split and names[where] != split.name:
             fail("split", f"doc_id {doc!r} belongs to split {names[where]!r}, not to "
-                 f"{split['name']!r}")
+                 f"{split.name!r}")

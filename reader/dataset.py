@@ -61,7 +61,7 @@ from reader.opening import open_files, read_column, row_groups, verify_files
 from reader.windowbatch import Window, WindowBatch, WindowRows, window_item
 from transforms.errors import DamagedDataset
 from transforms.json_fields import JsonObject
-from transforms.manifest import MANIFEST_NAME
+from transforms.manifest import MANIFEST_NAME, Manifest
 
 __all__ = ["BLOCK_UNITS", "WindowBatch", "WindowDataset", "WindowRows"]
 
@@ -94,6 +94,11 @@ class WindowDataset:
 
         allow_unfinished: open a split whose job's ``_splits.json`` is missing (to look at
             what a killed job left; never to train on).
+
+    Attributes:
+        manifest: the dataset's ``_manifest.json`` as read and checked, a frozen
+            `transforms.manifest.Manifest` (``ds.manifest.counts.windows``,
+            ``ds.manifest.tokenizer.sha256`` …; ``to_json()`` gives its JSON object).
 
     Raises:
         UnfinishedDataset: no manifest, or a split of an unfinished job (also a
@@ -129,7 +134,7 @@ class WindowDataset:
         directory = files.location.outside(cache_dir if cache_dir is not None
                                            else default_cache_dir())
         self._layouts = LayoutCache(directory, limit_bytes=cache_limit, verify=verify)
-        self.manifest: JsonObject = files.manifest.json
+        self.manifest: Manifest = files.manifest
         tokenizer = files.manifest.tokenizer
         self.vocab_size: int = tokenizer.vocab_size
         self.bos_id: int = tokenizer.bos_id
@@ -438,7 +443,7 @@ class WindowDataset:
     @property
     def scored_targets(self) -> int:
         """The manifest's ``counts.scored_targets``: Σ (length − loss_start) over windows."""
-        return int(self.manifest["counts"]["scored_targets"])
+        return self.manifest.counts.scored_targets
 
     def __repr__(self) -> str:
         return (

@@ -54,7 +54,7 @@ from reader.plot import plot
 from reader.regular import check_regular, masked, open_regular, shown_url
 from reader.removed_check import removal_lines
 from transforms.json_fields import JsonObject
-from transforms.manifest import MANIFEST_NAME
+from transforms.manifest import MANIFEST_NAME, Manifest
 from transforms.params import WindowSpec
 from transforms.tokenizers import BYTES, Tokenizer, tokenizer_from_bytes
 
@@ -79,8 +79,8 @@ class InspectedDataset:
         return self.files.location.shown
 
     @property
-    def manifest(self) -> JsonObject:
-        return self.files.manifest.json
+    def manifest(self) -> Manifest:
+        return self.files.manifest
 
     @property
     def fs(self) -> pafs.FileSystem:
@@ -88,7 +88,7 @@ class InspectedDataset:
 
     @property
     def windows(self) -> WindowSpec:
-        return WindowSpec(**self.manifest["windows"])
+        return WindowSpec(**dataclasses.asdict(self.manifest.windows))
 
     def shard_path(self, i: int) -> str:
         return self.files.shards[i].path
@@ -157,29 +157,32 @@ def padding_share(lengths: np.ndarray, batch_size: int, seed: int = 0) -> float:
 
 def summarize(ds: InspectedDataset, *, batch_size: int = DEFAULT_BATCH) -> JsonObject:
     """The summary table, the distributions and the padding share (a JSON-able dict)."""
-    c = ds.manifest["counts"]
+    m = ds.manifest
+    c = m.counts
     lengths = ds.column("length").astype(np.int64)
     first = ds.column("window_index") == 0
     doc_tokens = ds.column("doc_tokens")[first]
-    covered = c["pairs"] - c["uncovered_pairs"]
+    covered = c.pairs - c.uncovered_pairs
+    recorded = {"split": m.split, "sample": m.sample, "dedup": m.dedup}
     return {
         "dataset": ds.root,
-        "tokenizer": {k: ds.manifest["tokenizer"].get(k) for k in ("kind", "file", "vocab_size")},
-        "windows": ds.manifest["windows"],
+        "tokenizer": {"kind": m.tokenizer.kind, "file": m.tokenizer.file,
+                      "vocab_size": m.tokenizer.vocab_size},
+        "windows": m.windows.to_json(),
         "summary": {
-            "documents": c["documents"],
-            "documents_without_windows": c.get("documents_without_windows", 0),
-            "windows": c["windows"],
-            "corpus_pairs": c["pairs"],
-            "window_tokens": c["tokens"],
+            "documents": c.documents,
+            "documents_without_windows": c.documents_without_windows,
+            "windows": c.windows,
+            "corpus_pairs": c.pairs,
+            "window_tokens": c.tokens,
             "window_pairs": int(lengths.sum()),
             "overlap_factor": round(float(lengths.sum()) / covered, 4) if covered else 0.0,
-            "scored_targets": c["scored_targets"],
-            "context_targets": int(lengths.sum()) - c["scored_targets"],
-            "uncovered_pairs": c["uncovered_pairs"],
-            "skipped": c["skipped"],
-            "shards": len(ds.manifest["shards"]),
-            "bytes": sum(s.get("bytes", 0) for s in ds.manifest["shards"]),
+            "scored_targets": c.scored_targets,
+            "context_targets": int(lengths.sum()) - c.scored_targets,
+            "uncovered_pairs": c.uncovered_pairs,
+            "skipped": c.skipped,
+            "shards": len(m.shards),
+            "bytes": sum(s.bytes or 0 for s in m.shards),
         },
         "distributions": {
             "document_tokens": _quantiles(doc_tokens),
@@ -187,12 +190,14 @@ def summarize(ds: InspectedDataset, *, batch_size: int = DEFAULT_BATCH) -> JsonO
         },
         "padding": {"batch_size": batch_size,
                     "share": round(padding_share(lengths, batch_size), 4)},
-        **{k: ds.manifest[k] for k in ("split", "sample", "dedup") if k in ds.manifest},
-        **({"sampled_out": c["sampled_out"]} if "sampled_out" in c else {}),
+        **{k: r.to_json() for k, r in recorded.items() if r is not None},
+        **({"sampled_out": c.sampled_out} if c.sampled_out is not None else {}),
     }
 
 
-def _table(summary: JsonObject) -> str:
+def _table(summary: JsonObject, manifest: Manifest) -> str:
+    """The report as text: ``summary`` (`summarize`) and what the ``manifest`` records of the
+    split, the sample and the dedup pass."""
     s = summary["summary"]
     w = summary["windows"]
     tok = summary["tokenizer"]
@@ -202,7 +207,7 @@ def _table(summary: JsonObject) -> str:
         f"(vocabulary {tok['vocab_size']:,})",
         f"windows      W {w['window']}, S {w['stride']}, tail {w['tail']} (min {w['min_tail']}), "
         f"score {w['score']}, offset {w['offset']}, seed {w['seed']}",
-        *_split_lines(summary),
+        *_split_lines(manifest),
         "",
     ]
     rows = [
@@ -234,24 +239,24 @@ def _table(summary: JsonObject) -> str:
     return "\n".join(lines)
 
 
-def _split_lines(summary: JsonObject) -> list[str]:
+def _split_lines(manifest: Manifest) -> list[str]:
     """The split and sample a dataset was made with, if any."""
     lines = []
-    split, sample = summary.get("split"), summary.get("sample")
+    split, sample = manifest.split, manifest.sample
     if split:
-        job = split.get("job", {})
-        parts = ", ".join(f"{s['name']} {s['fraction']:g}" for s in split.get("splits", []))
-        docs = ", ".join(f"{k} {v:,}" for k, v in job.get("documents", {}).items())
-        lines.append(f"split        {split['name']} of {parts} (split seed "
-                     f"{split.get('split_seed', 0)})")
-        lines.append(f"job          {job.get('records', 0):,} records: documents {docs}; "
-                     f"{sum(job.get('skipped', {}).values()):,} skipped, "
-                     f"{job.get('sampled_out', 0):,} left out by the sample")
-    lines += removal_lines(summary)
+        job = split.job
+        parts = ", ".join(f"{s.name} {s.fraction:g}" for s in split.splits)
+        docs = ", ".join(f"{k} {v:,}" for k, v in (job.documents if job else {}).items())
+        lines.append(f"split        {split.name} of {parts} (split seed "
+                     f"{split.split_seed or 0})")
+        lines.append(f"job          {job.records if job else 0:,} records: documents {docs}; "
+                     f"{sum(job.skipped.values()) if job else 0:,} skipped, "
+                     f"{job.sampled_out if job else 0:,} left out by the sample")
+    lines += removal_lines(manifest)
     if sample:
-        out = summary.get("sampled_out")
-        lines.append(f"sample       {sample['fraction']:g} of the documents (sample seed "
-                     f"{sample['seed']})" + (f", {out:,} left out" if out is not None else ""))
+        out = manifest.counts.sampled_out
+        lines.append(f"sample       {sample.fraction:g} of the documents (sample seed "
+                     f"{sample.seed})" + (f", {out:,} left out" if out is not None else ""))
     return lines
 
 
@@ -269,13 +274,13 @@ def manifest_tokenizer(ds: InspectedDataset, path: str | None = None) -> Tokeniz
         ValueError: no file found, or a file with another SHA-256.
         OSError: the file is not a regular file (a FIFO, a device), named.
     """
-    info = ds.manifest["tokenizer"]
-    if info["kind"] == BYTES and path is None:
+    info = ds.manifest.tokenizer
+    if info.kind == BYTES and path is None:
         return tokenizer_from_bytes(None, where=BYTES)
-    file = info.get("file")
-    beside = isinstance(file, str) and file and "/" not in file and "\\" not in file and (
+    file = info.file
+    beside = file and "/" not in file and "\\" not in file and (
         file not in (".", ".."))  # a plain name beside the dataset, never a path out of it
-    recorded = info.get("path") if isinstance(info.get("path"), str) else None
+    recorded = info.path
     skipped = []  # URLs the manifest records: never opened
     candidates: list[tuple[str, pafs.FileSystem, str]] = []  # (shown, filesystem, path)
     if path:
@@ -302,18 +307,17 @@ def manifest_tokenizer(ds: InspectedDataset, path: str | None = None) -> Tokeniz
                 digest.update(chunk)
                 parts.append(chunk)
         sha = digest.hexdigest()
-        if sha != info["sha256"]:
+        if sha != info.sha256:
             raise ValueError(
                 f"{shown} has SHA-256 {sha}, but {MANIFEST_NAME} says the dataset was "
-                f"tokenized by {info['sha256']}; pass the right file with --tokenizer"
+                f"tokenized by {info.sha256}; pass the right file with --tokenizer"
             )
         return tokenizer_from_bytes(b"".join(parts), where=shown,
-                                    bos_token=info.get("bos_token"),
-                                    eos_token=info.get("eos_token"))
+                                    bos_token=info.bos_token, eos_token=info.eos_token)
     tried = ", ".join(shown_url(c) for c, _, _ in candidates) or "none recorded"
     refused = "".join(f"; the recorded {shown_url(u)} is a URL, never opened because the "
                       "manifest names it" for u in skipped)
-    raise ValueError(f"the {info['kind']} tokenizer file was not found (tried {tried}"
+    raise ValueError(f"the {info.kind} tokenizer file was not found (tried {tried}"
                      f"{refused}); pass it with --tokenizer")
 
 
@@ -425,7 +429,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report, indent=2, ensure_ascii=False, default=int))
     else:
-        print(_table(report))
+        print(_table(report, ds.manifest))
         for w in report.get("decoded", []):
             print(f"\n[{w['doc_id']} #{w['window_index']}] start {w['start']}, length "
                   f"{w['length']}, scored from target {w['loss_start']} (▌)\n"

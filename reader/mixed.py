@@ -33,15 +33,17 @@ import numpy.typing as npt
 from reader.dataset import RAW, WindowBatch, WindowRows
 from reader.layout import RECORD
 from reader.mixreport import check_compatible
+from transforms.manifest import TokenizerInfo
 
 __all__ = ["GroupedIndices", "MixedBatch", "MixedDataset"]
 
-def _described(name: str, ds: Any) -> dict[str, Any]:
-    manifest = getattr(ds, "manifest", None)
-    if not isinstance(manifest, Mapping) or not isinstance(manifest.get("tokenizer"), Mapping):
+def _described(name: str, ds: Any) -> tuple[TokenizerInfo, int]:
+    """A source's tokenizer (its manifest's record) and window, what sources must share."""
+    tokenizer = getattr(getattr(ds, "manifest", None), "tokenizer", None)
+    if not isinstance(tokenizer, TokenizerInfo):
         raise ValueError(f"source {name!r} must be a WindowDataset (with a manifest), but got "
                          f"{type(ds).__name__}")
-    return {"tokenizer": manifest["tokenizer"], "windows": {"window": int(ds.window)}}
+    return tokenizer, int(ds.window)
 
 
 class MixedDataset:
@@ -79,11 +81,11 @@ class MixedDataset:
         self._starts = [offsets[name] for name in self.names]
         self._bounds = np.array([*self._starts, total], dtype=np.int64)
         self._len = total
-        tokenizer = first.manifest["tokenizer"]
+        tokenizer: TokenizerInfo = first.manifest.tokenizer
         self.window: int = int(first.window)
-        self.vocab_size: int = int(tokenizer["vocab_size"])
-        self.bos_id: int = int(tokenizer["bos_id"])
-        self.eos_id: int = int(tokenizer["eos_id"])
+        self.vocab_size: int = tokenizer.vocab_size
+        self.bos_id: int = tokenizer.bos_id
+        self.eos_id: int = tokenizer.eos_id
         self._lengths: npt.NDArray[np.int32] | None = None
         self._datasets: tuple[Any, ...] = tuple(self.sources[name] for name in self.names)
         # What a GroupedIndices is checked against: the sources, in order, and their sizes.

@@ -15,46 +15,76 @@ draws 10 (1.0 epoch, 10 targets).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
 
 from reader.blend import normalise_weights
 from reader.opening import open_files
 from reader.regular import masked
+from transforms.json_fields import JsonObject
+from transforms.manifest import Manifest, TokenizerInfo
 
-__all__ = ["TOKENIZER_KEYS", "check_compatible", "mixture_report", "parse_mix", "run_mix"]
+__all__ = ["TOKENIZER_KEYS", "MixtureReport", "SourceDraw", "check_compatible",
+           "mixture_report", "parse_mix", "run_mix"]
 
 TOKENIZER_KEYS = ("kind", "vocab_size", "bos_id", "eos_id", "sha256")
 
 
-def check_compatible(manifests: Mapping[str, Mapping[str, Any]]) -> None:
-    """Refuse sources whose tokenizer (kind, vocabulary, BOS, EOS, model SHA-256) or window
-    differ, naming both sources and both values (``manifests``: name → manifest)."""
-    names = list(manifests)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SourceDraw:
+    """One source of a `MixtureReport`: its weight (normalised), one epoch of it (windows,
+    scored targets), and what the mixture draws of it (``epochs``: windows drawn over its
+    windows)."""
 
-    def described(name: str) -> dict[str, Any]:
-        m = manifests[name]
-        return {**{k: m["tokenizer"].get(k) for k in TOKENIZER_KEYS},
-                "window": int(m["windows"]["window"])}
+    weight: float
+    windows: int
+    targets: int
+    windows_drawn: float
+    targets_drawn: float
+    epochs: float
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MixtureReport:
+    """What a mixture would draw (`mixture_report`): by ``unit`` (``"windows"`` or
+    ``"targets"``), ``tokens`` scored targets in all, per source in the sources' order."""
+
+    unit: str
+    tokens: int
+    sources: dict[str, SourceDraw]
+
+    def to_json(self) -> JsonObject:
+        """The report as ``inspect --mix --json`` prints it."""
+        return dataclasses.asdict(self)
+
+
+def check_compatible(sources: Mapping[str, tuple[TokenizerInfo, int]]) -> None:
+    """Refuse sources whose tokenizer (kind, vocabulary, BOS, EOS, model SHA-256) or window
+    differ, naming both sources and both values (``sources``: name → (its manifest's
+    tokenizer, its window))."""
+    names = list(sources)
+
+    def described(name: str) -> list[tuple[str, object]]:
+        tokenizer, window = sources[name]
+        return [*((f"tokenizer {k}", getattr(tokenizer, k)) for k in TOKENIZER_KEYS),
+                ("window", int(window))]
 
     reference = described(names[0])
     for name in names[1:]:
-        mine = described(name)
-        for key, value in reference.items():
-            if mine[key] != value:
-                what = "window" if key == "window" else f"tokenizer {key}"
+        for (what, value), (_, mine) in zip(reference, described(name), strict=True):
+            if mine != value:
                 raise ValueError(
                     f"sources {names[0]!r} and {name!r} differ in their {what}: {value!r} vs "
-                    f"{mine[key]!r}; a mixture needs one tokenizer and one window (prepare "
+                    f"{mine!r}; a mixture needs one tokenizer and one window (prepare "
                     "every source with the same --tokenizer and --window)")
 
 
-def mixture_report(counts: Mapping[str, tuple[int, int]], weights: Mapping[str, Any], *,
-                   tokens: int | None = None, unit: str = "windows") -> dict[str, Any]:
+def mixture_report(counts: Mapping[str, tuple[int, int]], weights: Mapping[str, float], *,
+                   tokens: int | None = None, unit: str = "windows") -> MixtureReport:
     """Per source: its weight, windows and targets per epoch, and what N targets draw.
 
     Args:
@@ -76,11 +106,11 @@ def mixture_report(counts: Mapping[str, tuple[int, int]], weights: Mapping[str, 
     sources = {}
     for n in names:
         windows, targets = counts[n]
-        sources[n] = {"weight": float(w[n]), "windows": windows, "targets": targets,
-                      "windows_drawn": round(drawn[n], 1),
-                      "targets_drawn": round(drawn[n] * targets / windows, 1),
-                      "epochs": round(drawn[n] / windows, 4)}
-    return {"unit": unit, "tokens": budget, "sources": sources}
+        sources[n] = SourceDraw(weight=float(w[n]), windows=windows, targets=targets,
+                                windows_drawn=round(drawn[n], 1),
+                                targets_drawn=round(drawn[n] * targets / windows, 1),
+                                epochs=round(drawn[n] / windows, 4))
+    return MixtureReport(unit=unit, tokens=budget, sources=sources)
 
 
 def parse_mix(text: str) -> dict[str, float]:
@@ -102,9 +132,9 @@ def parse_mix(text: str) -> dict[str, float]:
     return out
 
 
-def _read_manifest(root: str) -> dict[str, Any]:
+def _read_manifest(root: str) -> Manifest:
     # The readers' one open path: the same checks and messages as WindowDataset's.
-    return open_files(root).manifest.json
+    return open_files(root).manifest
 
 
 def run_mix(outputs: list[str], mix: str | None, *, tokens: float | None, unit: str,
@@ -126,9 +156,8 @@ def run_mix(outputs: list[str], mix: str | None, *, tokens: float | None, unit: 
         if mix is None:
             raise ValueError("several datasets need --mix NAME=WEIGHT,… (what to mix)")
         manifests = {name: _read_manifest(path) for name, path in named.items()}
-        check_compatible(manifests)
-        counts = {n: (int(m["counts"]["windows"]), int(m["counts"]["scored_targets"]))
-                  for n, m in manifests.items()}
+        check_compatible({n: (m.tokenizer, m.windows.window) for n, m in manifests.items()})
+        counts = {n: (m.counts.windows, m.counts.scored_targets) for n, m in manifests.items()}
         empty = [n for n, (w, _) in counts.items() if w == 0]
         if empty:
             raise ValueError(f"source {empty[0]!r} holds no window")
@@ -138,14 +167,14 @@ def run_mix(outputs: list[str], mix: str | None, *, tokens: float | None, unit: 
         print(f"error: {masked(str(e))}", file=sys.stderr)
         return 2
     if as_json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(report.to_json(), indent=2))
         return 0
-    print(f"mixture by {report['unit']} over {report['tokens']:,} scored targets\n")
+    print(f"mixture by {report.unit} over {report.tokens:,} scored targets\n")
     print(f"{'source':<12}{'weight':>8}{'windows':>14}{'targets':>16}{'windows drawn':>16}"
           f"{'targets drawn':>16}{'epochs':>9}")
-    for name, s in report["sources"].items():
-        print(f"{name:<12}{s['weight']:>8.3f}{s['windows']:>14,}{s['targets']:>16,}"
-              f"{s['windows_drawn']:>16,.0f}{s['targets_drawn']:>16,.0f}{s['epochs']:>9.2f}")
+    for name, s in report.sources.items():
+        print(f"{name:<12}{s.weight:>8.3f}{s.windows:>14,}{s.targets:>16,}"
+              f"{s.windows_drawn:>16,.0f}{s.targets_drawn:>16,.0f}{s.epochs:>9.2f}")
     print("\nepochs: how many times each window of the source is drawn (its windows drawn / "
           "its windows)")
     return 0

@@ -144,7 +144,7 @@ def _missing_manifest(loc: Location) -> FileNotFoundError:
     splits = f"{loc.root}/{SPLITS_NAME}"
     if _is_file(loc.fs, splits, loc.where(SPLITS_NAME)):
         record = parse_splits_record(_read(loc.fs, splits), where=loc.where(SPLITS_NAME))
-        return UnfinishedDataset(split_job_message(loc.shown, record))
+        return UnfinishedDataset(split_job_message(loc.shown, [s.name for s in record.splits]))
     message = (f"{loc.where(MANIFEST_NAME)} not found: a directory without a manifest is not a "
                "finished dataset (the pipeline writes the manifest last, after every shard is "
                "complete)")
@@ -167,9 +167,9 @@ def _check_split_record(loc: Location, manifest: Manifest, data: bytes) -> None:
             f"{SPLITS_NAME}, which the job writes after every split, is missing: the job did "
             f"not finish; rerun {job}, or pass allow_unfinished=True to open it anyway")
     record = parse_splits_record(_read(loc.fs, path), where=f"{shown_parent}/{SPLITS_NAME}")
-    mine = [s for s in record["splits"] if s.get("name") == name]
+    mine = [s for s in record.splits if s.name == name]
     digest = hashlib.sha256(data).hexdigest()
-    if not mine or mine[0].get("manifest_sha256") != digest:
+    if not mine or mine[0].manifest_sha256 != digest:
         raise ForeignDataset(
             f"{shown_parent}/{SPLITS_NAME} does not record {loc.where(MANIFEST_NAME)} (SHA-256 "
             f"{digest}) as its split {name!r}: the split comes from another run of the job; "

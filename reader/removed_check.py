@@ -27,8 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from reader.regular import check_regular
-from transforms.json_fields import JsonObject
-from transforms.manifest import MANIFEST_NAME
+from transforms.manifest import MANIFEST_NAME, Manifest
 from transforms.schema import REJECTS_DIR
 from transforms.splits import SplitSpec
 
@@ -44,7 +43,7 @@ REMOVED = ("contaminated", *COPIES)
 def _kept_aside(ds: InspectedDataset, reason: str) -> list[dict] | None:
     """The records of ``_rejects/<reason>.jsonl`` of the job, None if the file is absent."""
     root = ds.files.location.root.rstrip("/")
-    job_root = root.rsplit("/", 1)[0] if ds.manifest.get("split") else root
+    job_root = root.rsplit("/", 1)[0] if ds.manifest.split is not None else root
     path = f"{job_root}/{REJECTS_DIR}/{reason}.jsonl"
     if not check_regular(ds.fs, path, shown=path,
                          fix="the job writes only regular files there; rerun it"):
@@ -57,19 +56,18 @@ def check_removed(ds: InspectedDataset, doc_ids: set[str],
                   fail: Callable[[str, str], None]) -> dict[str, int]:
     """The checks above (nothing without the manifest's ``dedup``); returns the number of
     kept-aside records checked per reason."""
-    dedup = ds.manifest.get("dedup")
-    if not dedup:
+    dedup = ds.manifest.dedup
+    if dedup is None:
         return {}
-    split, sample = ds.manifest.get("split"), ds.manifest.get("sample")
-    skipped = (split or {}).get("job", {}).get("skipped") if split else None
-    if skipped is None:
-        skipped = ds.manifest["counts"]["skipped"]
+    split, sample = ds.manifest.split, ds.manifest.sample
+    job = None if split is None else split.job
+    skipped = ds.manifest.counts.skipped if job is None else job.skipped
     records = {reason: _kept_aside(ds, reason) or [] for reason in REMOVED}
     for reason, found in records.items():
         if len(found) != skipped.get(reason, 0):
             fail("dedup", f"{REJECTS_DIR}/{reason}.jsonl holds {len(found)} records, but "
                  f"{MANIFEST_NAME} counts {skipped.get(reason, 0)} skipped as {reason}")
-    files = dedup.get("decontaminate", {}).get("files", {})
+    files = {} if dedup.decontaminate is None else dedup.decontaminate.files
     by_file: dict[str, int] = {}
     for r in records["contaminated"]:
         by_file[r.get("eval_file")] = by_file.get(r.get("eval_file"), 0) + 1
@@ -93,14 +91,14 @@ def check_removed(ds: InspectedDataset, doc_ids: set[str],
     here = kept
     if split or sample:
         try:
-            spec = SplitSpec.from_json(split, sample)
+            spec = SplitSpec.from_manifest(split, sample)
         except (ValueError, KeyError, TypeError):
             return {reason: len(found) for reason, found in records.items()}  # check_split's
         names = spec.names
         here = [doc for doc, k, s in zip(kept, spec.kept(kept), spec.split_of(kept),
                                          strict=True)
-                if k and (not split or names[s] == split["name"])]
-    if ds.manifest["counts"].get("documents_without_windows", 0):
+                if k and (not split or names[s] == split.name)]
+    if ds.manifest.counts.documents_without_windows:
         here = []  # a document without a window is in no row: absence proves nothing
     for doc in here:
         if doc not in doc_ids:
@@ -109,23 +107,30 @@ def check_removed(ds: InspectedDataset, doc_ids: set[str],
     return {reason: len(found) for reason, found in records.items()}
 
 
-def removal_lines(summary: JsonObject) -> list[str]:
+def _job_skipped(manifest: Manifest) -> dict[str, int]:
+    """The job's skipped records by reason: a split's are its job's (``split.job``)."""
+    split = manifest.split
+    if split is not None:
+        return {} if split.job is None else split.job.skipped
+    return manifest.counts.skipped
+
+
+def removal_lines(manifest: Manifest) -> list[str]:
     """What --dedup and --decontaminate removed (the job's counts), if the job had them."""
-    dedup = summary.get("dedup")
-    if not dedup:
+    dedup = manifest.dedup
+    if dedup is None:
         return []
-    split = summary.get("split")
-    skipped = split.get("job", {}).get("skipped", {}) if split else summary["summary"]["skipped"]
+    skipped = _job_skipped(manifest)
     lines = []
-    if dedup["mode"] != "off":
-        how = (f"MinHash of word {dedup['ngram']}-grams, {dedup['bands']} bands × "
-               f"{dedup['rows']} rows" if dedup["mode"] == "near" else "equal normalized text")
-        lines.append(f"dedup        {dedup['mode']} ({how}): removed "
+    if dedup.mode != "off":
+        how = (f"MinHash of word {dedup.ngram}-grams, {dedup.bands} bands × "
+               f"{dedup.rows} rows" if dedup.mode == "near" else "equal normalized text")
+        lines.append(f"dedup        {dedup.mode} ({how}): removed "
                      f"{skipped.get('exact_duplicate', 0):,} exact and "
                      f"{skipped.get('near_duplicate', 0):,} near copies")
-    decontaminate = dedup.get("decontaminate")
+    decontaminate = dedup.decontaminate
     if decontaminate:
-        files = ", ".join(f"{k} {v:,}" for k, v in decontaminate["files"].items())
+        files = ", ".join(f"{k} {v:,}" for k, v in decontaminate.files.items())
         lines.append(f"decontam.    removed {skipped.get('contaminated', 0):,} documents sharing "
-                     f"a word {decontaminate['ngram']}-gram with an evaluation text ({files})")
+                     f"a word {decontaminate.ngram}-gram with an evaluation text ({files})")
     return lines

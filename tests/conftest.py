@@ -89,13 +89,20 @@ def stop_processes(procs: list[subprocess.Popen], timeout: float = 20) -> None:
 
 
 def run_job(output: pathlib.Path, *args: str, tuning: Any = None) -> dict[str, Any]:
-    """Run the job in this process (FnApiRunner) and return its manifest; ``tuning``: its
-    knobs (`pipeline.context.Tuning`)."""
+    """Run the job in this process (FnApiRunner) and return its manifest's JSON object (a
+    split job's: its ``_splits.json``'s), what the file holds; ``tuning``: its knobs
+    (`pipeline.context.Tuning`)."""
     from pipeline.job import run
 
     manifest = run(["--output", str(output), *args], tuning=tuning)
     assert manifest is not None
-    return manifest
+    return manifest.to_json()
+
+
+def manifest_bytes(value: dict[str, Any]) -> bytes:
+    """A manifest's JSON object, edited by a test (perhaps damaged), as the file's bytes:
+    serialised as `transforms.manifest.dumps_manifest` serialises a record."""
+    return (json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
 
 
 def exit_code(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:

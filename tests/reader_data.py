@@ -16,7 +16,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from transforms.manifest import MANIFEST_NAME, dumps_manifest
+from tests.conftest import manifest_bytes
+from transforms.manifest import MANIFEST_NAME
 from transforms.params import WindowSpec
 from transforms.testing import write_dataset
 
@@ -57,7 +58,7 @@ def rewrite_shard(root: Path, index: int, edit: Any, *, rows_per_group: int = 4)
     pq.write_table(type(table).from_pylist(rows, schema=table.schema), path,
                    row_group_size=rows_per_group)
     entry["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
-    (root / MANIFEST_NAME).write_bytes(dumps_manifest(manifest))
+    (root / MANIFEST_NAME).write_bytes(manifest_bytes(manifest))
 
 
 def random_docs(n: int, seed: int = 0, max_len: int = 40) -> list[tuple[str, bytes]]:
@@ -69,7 +70,7 @@ def random_docs(n: int, seed: int = 0, max_len: int = 40) -> list[tuple[str, byt
 def edit_manifest(root: Path, edit: Any) -> None:
     manifest = json.loads((root / MANIFEST_NAME).read_text())
     edit(manifest)
-    (root / MANIFEST_NAME).write_bytes(dumps_manifest(manifest))
+    (root / MANIFEST_NAME).write_bytes(manifest_bytes(manifest))
 
 
 @pytest.fixture

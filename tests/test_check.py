@@ -15,7 +15,7 @@ import pytest
 from reader.check import check
 from reader.inspect import open_dataset
 from tests.inspect_data import FAMILIES, TEXTS, bytes_dataset, rewrite_first_shard, spec_of
-from transforms.manifest import MANIFEST_NAME
+from transforms.manifest import MANIFEST_NAME, SampleInfo
 from transforms.splits import SplitSpec
 from transforms.tokenizers import ByteTokenizer
 
@@ -127,7 +127,7 @@ def test_every_document_outside_the_recorded_sample_is_named(tmp_path):
     path.write_text(json.dumps(manifest))
     ids = sorted(r for r in open_dataset(str(tmp_path)).column("doc_id"))
     ids = sorted(set(ids))
-    kept = SplitSpec.from_json(None, manifest["sample"]).kept(ids)
+    kept = SplitSpec.from_manifest(None, SampleInfo(fraction=0.5, seed=0)).kept(ids)
     left_out = [d for d, k in zip(ids, kept, strict=True) if not k]
     assert 0 < len(left_out) < len(ids)
     assert failures(tmp_path) == [

@@ -19,8 +19,9 @@ from pipeline.context import JobContext, Tuning, job_context
 from pipeline.graph import build_pipeline
 from tests.conftest import dir_bytes, run_job, write_jsonl
 from tests.job_data import config_of, context_of
+from transforms.json_fields import JsonObject
 from transforms.keys import ShardPlan
-from transforms.manifest import MANIFEST_NAME, parse_manifest
+from transforms.manifest import MANIFEST_NAME, read_manifest
 
 
 def _files(n: int) -> dict[str, tuple[int, float]]:
@@ -62,11 +63,11 @@ def test_the_plan_is_computed_once_from_the_launcher_s_files():
     assert context.splits is None and context.progress_dir is None
 
 
-def _run_graph(context: JobContext, files: dict) -> dict:
+def _run_graph(context: JobContext, files: dict) -> JsonObject:
     with beam.Pipeline(runner=fn_runner.FnApiRunner()) as p:
         build_pipeline(p, context, expected_files=files)
     with open(f"{context.output}/{MANIFEST_NAME}", "rb") as f:
-        return parse_manifest(f.read())
+        return read_manifest(f.read()).to_json()
 
 
 @pytest.fixture

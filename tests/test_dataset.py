@@ -33,7 +33,7 @@ __all__ = ["isolated_cache", "small"]  # fixtures
 def test_dataset_reads_every_row_in_shard_then_file_order(small: tuple[Path, list]) -> None:
     root, rows = small
     ds = WindowDataset(root, verify=True)
-    assert len(ds) == len(rows) == ds.manifest["counts"]["windows"]
+    assert len(ds) == len(rows) == ds.manifest.counts.windows
     assert (ds.bos_id, ds.eos_id, ds.vocab_size, ds.window) == (BOS, EOS, VOCAB, 6)
     assert ds.shard_files == tuple(shard_file_name(i, 3) for i in range(3))
     for i, row in enumerate(rows):

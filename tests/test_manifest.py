@@ -1,8 +1,9 @@
 """`transforms.manifest`: serialising and checking the manifest (docs/format.md#the-manifest;
 how the writer builds it: tests/test_manifest_build.py).
 
-`dumps_manifest` is deterministic; `parse_manifest` refuses every damaged manifest with a
-message naming the file, the key and the value.
+`dumps_manifest` is deterministic; `read_manifest` refuses every damaged manifest with a
+message naming the file, the key and the value, and reads every other one back as the record
+it was built from.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import manifest_bytes
 from tests.test_manifest_build import ARGS, SPEC, built, shard
 from tests.test_rows import doc
 from transforms.manifest import (
@@ -23,7 +25,6 @@ from transforms.manifest import (
     SplitInfo,
     SplitJob,
     dumps_manifest,
-    parse_manifest,
     read_manifest,
 )
 from transforms.manifest_build import build_manifest
@@ -31,11 +32,12 @@ from transforms.manifest_build import build_manifest
 
 def test_dumps_is_deterministic_and_parses_back():
     manifest = built(skipped={}, records=1, shards=[shard(0, 1, [doc("a", "é", SPEC)])], **ARGS)
-    data = dumps_manifest(manifest)
-    assert data == dumps_manifest(json.loads(data))
+    data = manifest_bytes(manifest)
+    assert data == manifest_bytes(json.loads(data))
     assert data.endswith(b"}\n") and data.startswith(b'{\n  "counts": {')
     assert list(json.loads(data)) == sorted(manifest)
-    assert parse_manifest(data, where="out/manifest.json") == manifest
+    parsed = read_manifest(data, where="out/manifest.json")
+    assert parsed.to_json() == manifest and dumps_manifest(parsed) == data
     assert MANIFEST_NAME == "_manifest.json"  # Parquet readers skip names starting with _
 
 
@@ -54,9 +56,9 @@ def valid():
         ('{"format": "token-windows", "format_version": 1}', "lacks the key 'tokenizer'"),
     ],
 )
-def test_parse_manifest_errors(text, message):
+def test_read_manifest_errors(text, message):
     with pytest.raises(ValueError, match=message):
-        parse_manifest(text, where="out/manifest.json")
+        read_manifest(text, where="out/manifest.json")
 
 
 def _set(manifest, path, value):
@@ -107,13 +109,13 @@ _DELETE = object()
         (("counts",), _DELETE, "lacks the key 'counts'"),
     ],
 )
-def test_parse_manifest_checks_value_types(path, value, message):
+def test_read_manifest_checks_value_types(path, value, message):
     manifest = valid()
-    assert parse_manifest(json.dumps(manifest)) == manifest
+    assert read_manifest(json.dumps(manifest)).to_json() == manifest
     damaged = copy.deepcopy(manifest)
     _set(damaged, path, value)
     with pytest.raises(ValueError, match=message) as caught:
-        parse_manifest(json.dumps(damaged), where="out/manifest.json")
+        read_manifest(json.dumps(damaged), where="out/manifest.json")
     assert str(caught.value).startswith("out/manifest.json")
 
 
@@ -125,30 +127,31 @@ def test_what_the_reader_may_meet_is_accepted():
     manifest["counts"].update(windows=0, tokens=0, scored_targets=0, documents=0)
     manifest["num_shards"] = 0
     manifest["extra"] = {"more": "is welcome"}
-    assert parse_manifest(dumps_manifest(manifest)) == manifest
+    parsed = read_manifest(manifest_bytes(manifest))
+    assert parsed.to_json() == manifest and parsed.extra == {"extra": {"more": "is welcome"}}
 
 
 def test_the_shard_list_holds_together():
     manifest = valid()
     manifest["num_shards"] = 2
     with pytest.raises(ValueError, match="num_shards is 2, but it lists 1 shards"):
-        parse_manifest(dumps_manifest(manifest), where="out/_manifest.json")
+        read_manifest(manifest_bytes(manifest), where="out/_manifest.json")
     manifest = valid()
     manifest["shards"][0]["file"] = "part-00000-of-00002.parquet"
     with pytest.raises(ValueError, match=r"shards\[0\] is 'part-00000-of-00002.parquet', but "
                                          r"shard 0 of 1 is 'part-00000-of-00001.parquet'"):
-        parse_manifest(dumps_manifest(manifest), where="out/_manifest.json")
+        read_manifest(manifest_bytes(manifest), where="out/_manifest.json")
     manifest = valid()
     manifest["counts"]["tokens"] += 1
     with pytest.raises(ValueError, match=r"counts\.tokens is \d+, but its shards' tokens add up"):
-        parse_manifest(dumps_manifest(manifest), where="out/_manifest.json")
+        read_manifest(manifest_bytes(manifest), where="out/_manifest.json")
     manifest = valid()
     manifest["tokenizer"]["eos_id"] = manifest["tokenizer"]["vocab_size"]
     with pytest.raises(ValueError, match=r"tokenizer\.eos_id must be below vocab_size 258"):
-        parse_manifest(dumps_manifest(manifest), where="out/_manifest.json")
+        read_manifest(manifest_bytes(manifest), where="out/_manifest.json")
     manifest = valid()
     manifest["tokenizer"]["engine"] = "tiktoken"
-    parsed = read_manifest(dumps_manifest(manifest))
+    parsed = read_manifest(manifest_bytes(manifest))
     assert parsed.tokenizer.engine == "tiktoken"
     assert parsed.tokenizer.to_json() == manifest["tokenizer"]
     assert parsed.counts.to_json() == manifest["counts"]
@@ -192,7 +195,7 @@ def test_the_split_and_sample_records_are_checked(path, value, message):
                          split_seed=0, job=job), **ARGS)
     _set(manifest, path, value)
     with pytest.raises(ValueError, match=message):
-        read_manifest(dumps_manifest(manifest), where="out/_manifest.json")
+        read_manifest(manifest_bytes(manifest), where="out/_manifest.json")
 
 
 @settings(max_examples=60, deadline=None)
@@ -209,8 +212,8 @@ def test_every_built_manifest_reads_back_byte_for_byte(texts, skipped, num_shard
     data = dumps_manifest(manifest)
     parsed = read_manifest(data)
     assert parsed == manifest
-    assert dumps_manifest(parsed) == data == dumps_manifest(parse_manifest(data))
+    assert dumps_manifest(parsed) == data == manifest_bytes(json.loads(data))
     assert parsed.counts.documents == len(texts)
     # A key a later version adds is kept as it was.
-    widened = dumps_manifest({**json.loads(data), **extra})
+    widened = manifest_bytes({**json.loads(data), **extra})
     assert dumps_manifest(read_manifest(widened)) == widened

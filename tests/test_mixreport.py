@@ -3,30 +3,35 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from reader import MixedDataset
-from reader.mixreport import check_compatible, mixture_report, parse_mix, run_mix
+from reader.mixreport import SourceDraw, check_compatible, mixture_report, parse_mix, run_mix
 from tests.reader_data import edit_manifest, isolated_cache, random_docs, three, write_docs
+from transforms.manifest import TokenizerInfo
 
 __all__ = ["isolated_cache", "three"]  # fixtures
 
-TOKENIZER = {"kind": "bytes", "vocab_size": 258, "bos_id": 256, "eos_id": 257, "sha256": None}
+TOKENIZER = TokenizerInfo(kind="bytes", vocab_size=258, bos_id=256, eos_id=257, sha256=None)
 
 
 def test_mixture_report_worked_example() -> None:
     report = mixture_report({"a": (10, 40), "b": (10, 10)}, {"a": 1, "b": 1}, tokens=50)
-    assert report["sources"]["a"] == {"weight": 0.5, "windows": 10, "targets": 40,
-                                      "windows_drawn": 10.0, "targets_drawn": 40.0,
-                                      "epochs": 1.0}
-    assert report["sources"]["b"]["epochs"] == 1.0
+    assert report.sources["a"] == SourceDraw(weight=0.5, windows=10, targets=40,
+                                             windows_drawn=10.0, targets_drawn=40.0, epochs=1.0)
+    assert report.sources["b"].epochs == 1.0
+    assert report.to_json() == {"unit": "windows", "tokens": 50, "sources": {
+        name: dataclasses.asdict(s) for name, s in report.sources.items()}}
+    assert list(report.to_json()["sources"]["a"]) == [
+        "weight", "windows", "targets", "windows_drawn", "targets_drawn", "epochs"]
     by_targets = mixture_report({"a": (10, 40), "b": (10, 10)}, {"a": 1, "b": 1}, tokens=50,
                                 unit="targets")
-    assert by_targets["sources"]["a"]["epochs"] == 0.625  # 25 of its 40 targets
-    assert by_targets["sources"]["b"]["epochs"] == 2.5
+    assert by_targets.sources["a"].epochs == 0.625  # 25 of its 40 targets
+    assert by_targets.sources["b"].epochs == 2.5
 
 
 def test_inspect_mix_prints_each_sources_epochs(three: MixedDataset, tmp_path: Path,
@@ -59,28 +64,27 @@ def test_inspect_mix_prints_each_sources_epochs(three: MixedDataset, tmp_path: P
 
 
 def test_sources_of_another_tokenizer_or_window_are_refused_naming_both() -> None:
-    same = {"tokenizer": TOKENIZER, "windows": {"window": 8}}
-    check_compatible({"a": same, "b": dict(same), "c": dict(same)})
+    same = (TOKENIZER, 8)
+    check_compatible({"a": same, "b": same, "c": same})
     with pytest.raises(ValueError) as info:
         check_compatible({"a": same, "b": same,
-                          "c": {"tokenizer": {**TOKENIZER, "sha256": "ab" * 32},
-                                "windows": {"window": 8}}})
+                          "c": (dataclasses.replace(TOKENIZER, sha256="ab" * 32), 8)})
     assert str(info.value) == (
         f"sources 'a' and 'c' differ in their tokenizer sha256: None vs {'ab' * 32!r}; a "
         "mixture needs one tokenizer and one window (prepare every source with the same "
         "--tokenizer and --window)")
     with pytest.raises(ValueError, match="'a' and 'b' differ in their window: 8 vs 16;"):
-        check_compatible({"a": same, "b": {"tokenizer": TOKENIZER, "windows": {"window": 16}}})
+        check_compatible({"a": same, "b": (TOKENIZER, 16)})
 
 
 def test_the_budget_defaults_to_one_pass_over_the_union() -> None:
     report = mixture_report({"a": (10, 40), "b": (20, 20)}, {"a": 3, "b": 1})
     # N = 60 targets; by windows V·(¾·4 + ¼·1) = 60 → V = 18.46…: a draws ¾ of it.
-    assert report["unit"] == "windows" and report["tokens"] == 60
-    assert report["sources"]["a"] == {"weight": 0.75, "windows": 10, "targets": 40,
-                                      "windows_drawn": 13.8, "targets_drawn": 55.4,
-                                      "epochs": 1.3846}
-    assert report["sources"]["b"]["windows_drawn"] == 4.6
+    assert report.unit == "windows" and report.tokens == 60
+    assert report.sources["a"] == SourceDraw(weight=0.75, windows=10, targets=40,
+                                             windows_drawn=13.8, targets_drawn=55.4,
+                                             epochs=1.3846)
+    assert report.sources["b"].windows_drawn == 4.6
     with pytest.raises(ValueError, match="`unit` must be 'windows' or 'targets', but got 'docs'"):
         mixture_report({"a": (1, 1)}, {"a": 1}, unit="docs")
 

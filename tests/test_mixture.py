@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import tracemalloc
+import types
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from reader.blend import Blend, normalise_weights
 from reader.mixture import source_seed
 from tests.reader_data import isolated_cache, three
 from tests.test_blend import exact_bound, weights_st
+from transforms.manifest import TokenizerInfo
 
 __all__ = ["isolated_cache", "three"]  # fixtures
 
@@ -41,8 +43,9 @@ class FakeSource:
 
     def __init__(self, n: int, *, window: int = W, salt: int = 0, vocab: int = 258) -> None:
         self.n, self.window, self.salt = n, window, salt
-        self.manifest = {"tokenizer": {"kind": "bytes", "vocab_size": vocab, "bos_id": 256,
-                                       "eos_id": 257, "sha256": None}}
+        # What a mixture reads of a manifest: its tokenizer record.
+        self.manifest = types.SimpleNamespace(tokenizer=TokenizerInfo(
+            kind="bytes", vocab_size=vocab, bos_id=256, eos_id=257, sha256=None))
         self.fingerprint = f"fake-{n}-{window}-{salt}"
 
     def __len__(self) -> int:

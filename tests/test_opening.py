@@ -17,9 +17,9 @@ import pytest
 from reader import WindowDataset, inspect
 from reader.prepare import main as prepare_main
 from tests.conftest import ROOT as REPO
-from tests.conftest import reader_s3_uri, run_job, write_jsonl
+from tests.conftest import manifest_bytes, reader_s3_uri, run_job, write_jsonl
 from tests.reader_data import isolated_cache, random_docs, small, write_docs
-from transforms.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME, dumps_manifest
+from transforms.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME
 
 __all__ = ["isolated_cache", "small"]  # fixtures
 
@@ -75,7 +75,7 @@ def test_one_path_for_every_reader(small: tuple[Path, list]) -> None:
     assert [s.file for s in local.shards] == [s.file for s in uri.shards]
     assert [s.stamp for s in local.shards] == [s.stamp for s in uri.shards]
     ds = WindowDataset(root)
-    assert ds.fingerprint == local.fingerprint and ds.manifest == local.manifest.json
+    assert ds.fingerprint == local.fingerprint and ds.manifest == local.manifest
     assert inspect.open_dataset(str(root)).manifest == ds.manifest
     assert locate("s3://KEY:SECRET@bucket/a/b?region=x").shown == "s3://bucket/a/b"
 
@@ -276,7 +276,7 @@ def test_a_manifest_of_many_shards_is_checked_against_the_listing_before_it_is_p
     manifest["shards"] = [{**entries[i % 3], "file": f"part-{i:05d}-of-{n:05d}.parquet"}
                           for i in range(n)]
     manifest["num_shards"] = n
-    (root / MANIFEST_NAME).write_bytes(dumps_manifest(manifest))
+    (root / MANIFEST_NAME).write_bytes(manifest_bytes(manifest))
 
     def parsed(*args: Any, **kw: Any) -> None:
         raise AssertionError("the manifest was parsed before the listing was checked")

@@ -478,21 +478,23 @@ def test_split_job_writes_a_finished_dataset_per_split(tmp_path):
         ds = WindowDataset(out / name, verify=True)
         manifests[name] = ds.manifest
         assert {ds[i]["doc_id"] for i in range(len(ds))} == docs[name]
-        assert ds.manifest["split"]["name"] == name
-        assert ds.manifest["counts"]["documents"] == len(docs[name])
-        assert ds.manifest["counts"]["records"] == len(docs[name])
-        assert ds.manifest["counts"]["skipped"] == {}
-        job = ds.manifest["split"]["job"]
-        assert job["records"] == 3000 and job["skipped"] == {"empty": 1, "malformed_json": 1}
+        split = ds.manifest.split
+        assert split is not None and split.name == name
+        assert ds.manifest.counts.documents == len(docs[name])
+        assert ds.manifest.counts.records == len(docs[name])
+        assert ds.manifest.counts.skipped == {}
+        job = split.job
+        assert job is not None and job.records == 3000
+        assert job.skipped == {"empty": 1, "malformed_json": 1}
     # The counts add up across splits: records = Σ documents + skipped.
     c = record["counts"]
-    assert c["records"] == 3000 == sum(m["counts"]["documents"] for m in manifests.values()) + 2
+    assert c["records"] == 3000 == sum(m.counts.documents for m in manifests.values()) + 2
     assert c["skipped"] == {"empty": 1, "malformed_json": 1} and c["sampled_out"] == 0
     for key in ("windows", "tokens", "scored_targets", "pairs"):
-        assert c[key] == sum(m["counts"][key] for m in manifests.values())
+        assert c[key] == sum(getattr(m.counts, key) for m in manifests.values())
     assert sorted(p.name for p in (out / "_rejects").iterdir()) == ["empty.jsonl",
                                                                     "malformed_json.jsonl"]
-    fingerprints = {m["fingerprint"] for m in manifests.values()}
+    fingerprints = {m.fingerprint for m in manifests.values()}
     assert len(fingerprints) == 3 and record["fingerprint"] not in fingerprints
     with pytest.raises(FileNotFoundError,
                        match=r"holds the splits val, test, train of one job .*: open .*/val$"):

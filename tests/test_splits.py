@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from transforms.keys import ShardPlan, doc_key, part_of, plan_shards
+from transforms.manifest import SplitInfo
 from transforms.splits import (
     SplitSpec,
     apportion_shards,
@@ -189,6 +190,9 @@ def test_split_fingerprints_and_round_trip():
     assert j == {"splits": [{"name": "val", "fraction": 0.01}, {"name": "test", "fraction": 0.02},
                             {"name": "train", "fraction": 0.97}],
                  "split_seed": 5, "sample": {"fraction": 0.3, "seed": 2}}
-    back = SplitSpec.from_json(j, j["sample"])
+    split = SplitInfo(name="val", splits=spec.split_fractions(), split_seed=spec.seed)
+    back = SplitSpec.from_manifest(split, spec.sample_info())
+    assert back == spec and back.to_json() == j
     assert back.split_of(IDS) == spec.split_of(IDS) and back.kept(IDS) == spec.kept(IDS)
-    assert "open OUT/val" in split_job_message("OUT", {"splits": [{"name": "val"}]})
+    assert SplitSpec.from_manifest(None, None) == SplitSpec()
+    assert "open OUT/val" in split_job_message("OUT", ["val"])

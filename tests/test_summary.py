@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 
 import pytest
 
 from pipeline.summary import print_summary
 from tests.conftest import run_job
-from transforms.json_fields import JsonObject
 from transforms.manifest import (
-    SPLITS_FORMAT,
     Counts,
     Manifest,
     SampleInfo,
     ShardEntry,
+    SplitEntry,
+    SplitsRecord,
     TokenizerInfo,
     WindowsInfo,
 )
@@ -27,18 +28,19 @@ COUNTS = Counts(records=1234, documents=1200, documents_without_windows=0,
                 scored_targets=99_500)
 
 
+TOKENIZER = TokenizerInfo(kind="bytes", vocab_size=258, bos_id=256, eos_id=257, sha256=None)
+WINDOWS = WindowsInfo(window=8, stride=4, tail="keep", min_tail=1, score="all", offset="zero",
+                      seed=0)
+
+
 def manifest(counts: Counts = COUNTS, shards: int = 2, **fields: object) -> Manifest:
     entries = tuple(ShardEntry(file=f"part-{i:05d}-of-{shards:05d}.parquet", rows=0,
                                scored_targets=0, sha256="0" * 64) for i in range(shards))
-    return Manifest(
-        tokenizer=TokenizerInfo(kind="bytes", vocab_size=258, bos_id=256, eos_id=257,
-                                sha256=None),
-        windows=WindowsInfo(window=8, stride=4, tail="keep", min_tail=1, score="all",
-                            offset="zero", seed=0),
-        inputs=("in.jsonl",), counts=counts, shards=entries, num_shards=shards, **fields)
+    return Manifest(tokenizer=TOKENIZER, windows=WINDOWS, inputs=("in.jsonl",), counts=counts,
+                    shards=entries, num_shards=shards, **fields)
 
 
-def printed(record: Manifest | JsonObject, seconds: float = 2.0) -> list[str]:
+def printed(record: Manifest | SplitsRecord, seconds: float = 2.0) -> list[str]:
     stream = io.StringIO()
     print_summary(record, "/out", seconds, stream=stream)
     assert stream.getvalue().endswith("\n")
@@ -73,14 +75,18 @@ def test_a_dataset_without_covered_pairs_has_overlap_factor_0() -> None:
 
 
 def test_a_split_job_is_a_line_per_split_and_one_for_the_job() -> None:
-    record = {"format": SPLITS_FORMAT, "sample": {"fraction": 0.25, "seed": 0},
-              "counts": {"records": 40, "documents": 8, "skipped": {"empty": 2},
-                         "sampled_out": 30},
-              "splits": [
-                  {"name": "train", "dir": "train", "fraction": 0.9, "num_shards": 2,
-                   "documents": 7, "windows": 70, "tokens": 7000, "scored_targets": 630},
-                  {"name": "val", "dir": "val", "fraction": 0.1, "num_shards": 1,
-                   "documents": 1, "windows": 10, "tokens": 100, "scored_targets": 90}]}
+    counts = Counts(records=40, documents=8, documents_without_windows=0, windows=80,
+                    tokens=7100, pairs=0, scored_targets=720, uncovered_pairs=0,
+                    skipped={"empty": 2}, sampled_out=30)
+    entry = functools.partial(SplitEntry, fingerprint="a" * 64, manifest_sha256="b" * 64)
+    record = SplitsRecord(
+        tokenizer=TOKENIZER, windows=WINDOWS, inputs=("in.jsonl",), reading=None,
+        split_seed=0, sample=SampleInfo(fraction=0.25, seed=0), counts=counts, versions=None,
+        fingerprint="c" * 64, splits=(
+            entry(name="train", dir="train", fraction=0.9, num_shards=2, documents=7,
+                  windows=70, tokens=7000, scored_targets=630),
+            entry(name="val", dir="val", fraction=0.1, num_shards=1, documents=1, windows=10,
+                  tokens=100, scored_targets=90)))
     assert printed(record, seconds=3.0) == [
         "wrote /out/train: split train (90 %), 7 documents, 70 windows, 7,000 tokens, 630 "
         "scored targets; 2 shards",

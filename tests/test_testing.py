@@ -2,7 +2,7 @@
 
 It must write what the job writes for the same documents (the very shard bytes, and a
 manifest whose counts and shard entries are the job's), and a manifest that
-`transforms.manifest.parse_manifest` accepts.
+`transforms.manifest.read_manifest` accepts.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from transforms.manifest import (
     MANIFEST_NAME,
     TokenizerInfo,
     dumps_manifest,
-    parse_manifest,
     read_manifest,
 )
 from transforms.params import WindowSpec
@@ -79,7 +78,7 @@ def test_shards_row_groups_and_tokenizer_are_as_asked(tmp_path):
     manifest = write_dataset(tmp_path / "ds", documents, windows=windows,
                              tokenizer=TokenizerInfo(**tokenizer), num_shards=4,
                              rows_per_group=5).to_json()
-    assert parse_manifest(json.dumps(manifest)) == manifest
+    assert read_manifest(json.dumps(manifest)).to_json() == manifest
     assert manifest["tokenizer"] == tokenizer
     assert manifest["row_group_rows"] == 5
     assert manifest["num_shards"] == 4

@@ -18,16 +18,19 @@ without it is not a dataset. Each object of it is a frozen record, built by the 
     fingerprint                       `job_fingerprint`, also in every shard's footer
     sample      SampleInfo            with --sample: {fraction, seed}
     split       SplitInfo             in a split's manifest: {name, splits, split_seed, job}
-    dedup       (object)              with --dedup or --decontaminate: {mode, ngram, bands,
-                                      rows, decontaminate: {ngram, files: {name: removed}}}
+    dedup       DedupInfo             with --dedup or --decontaminate: {mode, ngram, bands,
+                                      rows, scheme, decontaminate: Decontamination {ngram,
+                                      files: {name: removed}}}
 
 A split job also writes ``OUTPUT/_splits.json`` (docs/format.md#the-splits-record), a
-`SplitsRecord`. `read_manifest` checks every value that becomes a path, an index or a count
-before anything uses it: a SHA-256 is 64 lowercase hex digits; shard i of N is named
-``part-i-of-N`` (no directory, so the list is in the files' order); counts are non-negative
-integers (never a bool); BOS and EOS are below the vocabulary size; the shards' rows, tokens,
-documents and scored targets add up to ``counts``. `dumps_manifest` is deterministic (sorted
-keys, fixed indentation, final newline): ``dumps_manifest(read_manifest(data)) == data``.
+`SplitsRecord` (`parse_splits_record`). `read_manifest` checks every value that becomes a
+path, an index or a count before anything uses it: a SHA-256 is 64 lowercase hex digits;
+shard i of N is named ``part-i-of-N`` (no directory, so the list is in the files' order);
+counts are non-negative integers (never a bool); BOS and EOS are below the vocabulary size;
+the shards' rows, tokens, documents and scored targets add up to ``counts``. Both parse into
+the frozen records above, which readers use as such; `dumps_manifest` is deterministic
+(sorted keys, fixed indentation, final newline): ``dumps_manifest(read_manifest(data)) ==
+data``.
 
 Example: ``read_manifest(text).shards[0].file == "part-00000-of-00002.parquet"``; a manifest
 whose ``shards[0].sha256`` is ``"/home/me" + "/" * 56`` raises ``ValueError: …:
@@ -37,7 +40,6 @@ shards[0].sha256 must be 64 lowercase hex digits (a SHA-256), but got '/home/me/
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 from collections.abc import Mapping
 
@@ -46,9 +48,9 @@ from transforms.json_fields import Fields, JsonObject
 from transforms.schema import FORMAT, FORMAT_VERSION, SHARD_PATTERN, shard_file_name
 
 __all__ = ["DEDUP_MODES", "LEGACY_MANIFEST_NAME", "MANIFEST_NAME", "OFFSETS", "SCORES",
-           "SPLITS_FORMAT", "TAILS", "Counts", "Manifest", "SampleInfo", "ShardEntry",
-           "SplitEntry", "SplitFraction", "SplitInfo", "SplitJob", "SplitsRecord",
-           "TokenizerInfo", "WindowsInfo", "check_dedup", "dumps_manifest", "parse_manifest",
+           "SPLITS_FORMAT", "TAILS", "Counts", "Decontamination", "DedupInfo", "Manifest",
+           "SampleInfo", "ShardEntry", "SplitEntry", "SplitFraction", "SplitInfo", "SplitJob",
+           "SplitsRecord", "TokenizerInfo", "WindowsInfo", "dumps_manifest",
            "parse_splits_record", "read_manifest"]
 
 MANIFEST_NAME = "_manifest.json"
@@ -57,6 +59,7 @@ LEGACY_MANIFEST_NAME = "manifest.json"
 SPLITS_FORMAT = "token-windows-splits"
 
 TAILS, SCORES, OFFSETS = ("keep", "drop", "trace_back"), ("all", "new"), ("zero", "random")
+DEDUP_MODES = ("off", "exact", "near")
 
 
 def _set(record: object) -> JsonObject:
@@ -90,6 +93,30 @@ class TokenizerInfo:
                 raise f.fail(key, f"must be below vocab_size {info.vocab_size}, but got "
                                   f"{getattr(info, key)}")
         return info
+
+    def _text(self, key: str) -> str | None:
+        value = self.extra.get(key)
+        return value if isinstance(value, str) else None
+
+    @property
+    def file(self) -> str | None:
+        """The model file's name (``extra["file"]``; None for bytes or when not a string)."""
+        return self._text("file")
+
+    @property
+    def path(self) -> str | None:
+        """The model file's path as the job was given it (``extra["path"]``)."""
+        return self._text("path")
+
+    @property
+    def bos_token(self) -> str | None:
+        """A ``tokenizer.json``'s BOS token string (``extra["bos_token"]``)."""
+        return self._text("bos_token")
+
+    @property
+    def eos_token(self) -> str | None:
+        """A ``tokenizer.json``'s EOS token string (``extra["eos_token"]``)."""
+        return self._text("eos_token")
 
     def to_json(self) -> JsonObject:
         """The manifest's ``tokenizer`` object (``engine`` only when set)."""
@@ -234,7 +261,7 @@ class SplitJob:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SplitInfo:
     """A split's manifest's ``split``: its name (a directory name), the job's split definition
-    (`transforms.splits.SplitSpec.to_json`) and the job's record (None when absent)."""
+    (`transforms.splits.SplitSpec.split_fractions`) and the job's record (None when absent)."""
 
     name: str
     splits: tuple[SplitFraction, ...] = ()
@@ -263,6 +290,67 @@ class SplitInfo:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class Decontamination:
+    """The manifest's ``dedup.decontaminate`` (``--decontaminate``): the n of the word n-grams
+    shared with an evaluation text, and the documents each evaluation file removed (every file
+    by its name relative to its pattern, zeros too); ``extra``, keys of a later version."""
+
+    ngram: int
+    files: dict[str, int]
+    extra: Mapping[str, object] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, value: object, *, where: str) -> Decontamination:
+        f = Fields(value, "dedup.decontaminate", where)
+        return cls(ngram=f.count("ngram", 1), files=f.counts("files"),
+                   extra={k: v for k, v in f.value.items() if k not in ("ngram", "files")})
+
+    def to_json(self) -> JsonObject:
+        """The manifest's ``dedup.decontaminate`` object (keys sorted, as the file holds it)."""
+        return dict(sorted({**self.extra, "ngram": self.ngram, "files": dict(self.files)}.items()))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DedupInfo:
+    """The manifest's ``dedup`` (``--dedup``, ``--decontaminate``; `transforms.removal.
+    RemovalSpec.to_json`): the mode, the MinHash parameters and scheme (``near`` only, else
+    None), the decontamination (None without it); ``extra``, keys of a later version."""
+
+    mode: str
+    ngram: int | None = None
+    bands: int | None = None
+    rows: int | None = None
+    scheme: str | None = None
+    decontaminate: Decontamination | None = None
+    extra: Mapping[str, object] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, value: object, *, where: str) -> DedupInfo:
+        """The manifest's ``dedup`` object, checked: a mode, positive parameters, and for each
+        evaluation file a count of the documents it removed."""
+        f = Fields(value, "dedup", where)
+        return cls(mode=f.text("mode", choices=DEDUP_MODES), ngram=f.count("ngram", 1, None),
+                   bands=f.count("bands", 1, None), rows=f.count("rows", 1, None),
+                   scheme=f.text("scheme") if "scheme" in f.value else None,
+                   decontaminate=Decontamination.from_json(f.value["decontaminate"], where=where)
+                   if "decontaminate" in f.value else None,
+                   extra={k: v for k, v in f.value.items() if k not in _DEDUP_KEYS})
+
+    def to_json(self) -> JsonObject:
+        """The manifest's ``dedup`` object (what is unset left out; keys sorted, as the file
+        holds it)."""
+        optional = {"ngram": self.ngram, "bands": self.bands, "rows": self.rows,
+                    "scheme": self.scheme, "decontaminate": None if self.decontaminate is None
+                    else self.decontaminate.to_json()}
+        out = {**self.extra, "mode": self.mode,
+               **{k: v for k, v in optional.items() if v is not None}}
+        return dict(sorted(out.items()))
+
+
+_DEDUP_KEYS = ("mode", "ngram", "bands", "rows", "scheme", "decontaminate")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Manifest:
     """A manifest (`read_manifest`, `dumps_manifest`): None for what is absent; ``extra``
     keeps unknown keys, so that a manifest reads back as it was written."""
@@ -273,18 +361,21 @@ class Manifest:
     counts: Counts
     shards: tuple[ShardEntry, ...]
     num_shards: int | None = None  # None: absent (then the length of ``shards``)
-    reading: JsonObject | None = None  # `transforms.params.ReadSpec.to_json`, a JSON object
+    # `transforms.params.ReadSpec.to_json`, kept as JSON: only carried (into the fingerprint
+    # and _splits.json), never read back, and another version's keys must read back as written.
+    reading: JsonObject | None = None
     row_group_rows: int | None = None
     versions: dict[str, str] | None = None
     fingerprint: str | None = None
     sample: SampleInfo | None = None
     split: SplitInfo | None = None
-    dedup: JsonObject | None = None  # `check_dedup`'d; absent from a job without the flags
+    dedup: DedupInfo | None = None  # absent from a job without --dedup or --decontaminate
     extra: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> JsonObject:
         """The manifest as the JSON object ``_manifest.json`` holds."""
-        optional = {"num_shards": self.num_shards, "reading": self.reading, "dedup": self.dedup,
+        optional = {"num_shards": self.num_shards, "reading": self.reading,
+                    "dedup": None if self.dedup is None else self.dedup.to_json(),
                     "row_group_rows": self.row_group_rows, "versions": self.versions,
                     "fingerprint": self.fingerprint,
                     "sample": None if self.sample is None else self.sample.to_json(),
@@ -294,11 +385,6 @@ class Manifest:
                 "inputs": list(self.inputs), "counts": self.counts.to_json(),
                 "shards": [s.to_json() for s in self.shards],
                 **{k: v for k, v in optional.items() if v is not None}}
-
-    @functools.cached_property
-    def json(self) -> JsonObject:
-        """`to_json`, made once (the reader's ``WindowDataset.manifest``)."""
-        return self.to_json()
 
 
 _MANIFEST_KEYS = ("format", "format_version", "tokenizer", "windows", "inputs", "counts",
@@ -346,28 +432,11 @@ def read_manifest(data: bytes | str, *, where: str = MANIFEST_NAME) -> Manifest:
         if "sample" in manifest else None,
         split=SplitInfo.from_json(manifest["split"], where=where)
         if "split" in manifest else None,
-        dedup=check_dedup(manifest["dedup"], where=where) if "dedup" in manifest else None,
+        dedup=DedupInfo.from_json(manifest["dedup"], where=where)
+        if "dedup" in manifest else None,
         extra={k: v for k, v in manifest.items() if k not in _MANIFEST_KEYS})
     _check_shard_list(parsed, where=where)
     return parsed
-
-
-DEDUP_MODES = ("off", "exact", "near")
-
-
-def check_dedup(value: object, *, where: str) -> JsonObject:
-    """The manifest's ``dedup`` object, checked: a mode, positive parameters, and for each
-    evaluation file a count of the documents it removed."""
-    f = Fields(value, "dedup", where)
-    f.text("mode", choices=DEDUP_MODES)
-    for key in ("ngram", "bands", "rows"):
-        if key in f.value:
-            f.count(key, 1)
-    if "decontaminate" in f.value:
-        g = Fields(f.value["decontaminate"], "dedup.decontaminate", where)
-        g.count("ngram", 1)
-        g.counts("files")
-    return f.value
 
 
 def _load(data: bytes | str, where: str, what: str) -> JsonObject:
@@ -420,22 +489,40 @@ class SplitEntry:
     tokens: int
     scored_targets: int
 
+    @classmethod
+    def from_json(cls, value: object, *, index: int, where: str) -> SplitEntry:
+        f = Fields(value, f"splits[{index}]", where)
+        name, directory = f.text("name"), f.text("dir")
+        for key, text in (("name", name), ("dir", directory)):
+            if not text or text in (".", "..") or "/" in text or "\\" in text:
+                raise f.fail(key, f"must be a directory name, but got {text!r}")
+        return cls(name=name, dir=directory, fraction=f.fraction("fraction"),
+                   num_shards=f.count("num_shards"), fingerprint=f.text("fingerprint"),
+                   manifest_sha256=f.sha256("manifest_sha256"), documents=f.count("documents"),
+                   windows=f.count("windows"), tokens=f.count("tokens"),
+                   scored_targets=f.count("scored_targets"))
+
+    def to_json(self) -> JsonObject:
+        """``_splits.json``'s entry for this split."""
+        return dataclasses.asdict(self)
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SplitsRecord:
-    """``OUTPUT/_splits.json``, written after every split's manifest (`build_splits_record`)."""
+    """``OUTPUT/_splits.json``, written after every split's manifest (`build_splits_record`)
+    and read back by `parse_splits_record`."""
 
     tokenizer: TokenizerInfo
     windows: WindowsInfo
     inputs: tuple[str, ...]
-    reading: JsonObject | None
+    reading: JsonObject | None  # as in the manifests: carried, never read
     split_seed: int
     sample: SampleInfo | None
     counts: Counts  # the whole job's: records = Σ documents + skipped + sampled_out
     splits: tuple[SplitEntry, ...]
     versions: dict[str, str] | None
     fingerprint: str
-    dedup: JsonObject | None = None  # the job's, as in each split's manifest
+    dedup: DedupInfo | None = None  # the job's, as in each split's manifest
 
     def to_json(self) -> JsonObject:
         """The JSON object ``_splits.json`` holds."""
@@ -444,13 +531,48 @@ class SplitsRecord:
                 "inputs": list(self.inputs), "reading": self.reading, "split_seed": self.split_seed,
                 **({} if self.sample is None else {"sample": self.sample.to_json()}),
                 "counts": self.counts.to_json(),
-                "splits": [dataclasses.asdict(s) for s in self.splits],
+                "splits": [s.to_json() for s in self.splits],
                 "versions": self.versions, "fingerprint": self.fingerprint,
-                **({} if self.dedup is None else {"dedup": self.dedup})}
+                **({} if self.dedup is None else {"dedup": self.dedup.to_json()})}
+
+    @classmethod
+    def from_json(cls, value: object, *, where: str) -> SplitsRecord:
+        f = Fields(value, "", where)
+        for key in _SPLITS_KEYS:
+            if key not in f.value:
+                raise DamagedDataset(f"{where} lacks the key {key!r}; the output is damaged")
+        for key in ("inputs", "splits"):
+            if not isinstance(f.get(key), list):
+                raise f.fail(key, f"must be a list, but got {f.value[key]!r}")
+        for key in ("reading", "versions"):
+            if not isinstance(f.get(key), dict | None):
+                raise f.fail(key, f"must be an object or null, but got {f.value[key]!r}")
+        return cls(
+            tokenizer=TokenizerInfo.from_json(f.get("tokenizer"), where=where),
+            windows=WindowsInfo.from_json(f.get("windows"), where=where),
+            inputs=tuple(f.value["inputs"]), reading=f.value["reading"],
+            split_seed=f.count("split_seed"),
+            sample=SampleInfo.from_json(f.value["sample"], where=where)
+            if "sample" in f.value else None,
+            counts=Counts.from_json(f.get("counts"), where=where),
+            splits=tuple(SplitEntry.from_json(s, index=i, where=where)
+                         for i, s in enumerate(f.value["splits"])),
+            versions=f.value["versions"], fingerprint=f.text("fingerprint"),
+            dedup=DedupInfo.from_json(f.value["dedup"], where=where)
+            if "dedup" in f.value else None)
 
 
-def parse_splits_record(data: bytes | str, *, where: str) -> JsonObject:
-    """``_splits.json``'s JSON object, its format, split names and skipped counts checked."""
+_SPLITS_KEYS = ("tokenizer", "windows", "inputs", "reading", "split_seed", "counts", "splits",
+                "versions", "fingerprint")
+
+
+def parse_splits_record(data: bytes | str, *, where: str) -> SplitsRecord:
+    """Parse and check ``_splits.json``; ``where`` names the file in error messages.
+
+    Raises:
+        DamagedDataset: the text is not JSON, not a split record, lacks a key, or a value has
+            the wrong type or range.
+    """
     record = _load(data, where, "output")
     if record.get("format") != SPLITS_FORMAT:
         raise DamagedDataset(f"{where} is not a token-windows split record")
@@ -463,15 +585,11 @@ def parse_splits_record(data: bytes | str, *, where: str) -> JsonObject:
     counts = record.get("counts")
     if not isinstance(counts, dict) or not isinstance(counts.get("skipped"), dict):
         raise DamagedDataset(f"{where} lacks counts.skipped; the output is damaged")
-    return record
+    return SplitsRecord.from_json(record, where=where)
 
 
-def dumps_manifest(manifest: Manifest | SplitsRecord | Mapping[str, object]) -> bytes:
-    """A manifest or splits record (or its JSON object) as bytes, deterministically."""
-    value = manifest if isinstance(manifest, Mapping) else manifest.to_json()
-    return (json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
-
-
-def parse_manifest(data: bytes | str, *, where: str = MANIFEST_NAME) -> JsonObject:
-    """`read_manifest`'s checks, returning the JSON object (for code that forwards it)."""
-    return read_manifest(data, where=where).json
+def dumps_manifest(manifest: Manifest | SplitsRecord) -> bytes:
+    """A manifest or splits record as bytes, deterministically (sorted keys, an indent of 2,
+    a final newline): ``_manifest.json`` and ``_splits.json`` as written."""
+    text = json.dumps(manifest.to_json(), sort_keys=True, indent=2, ensure_ascii=False)
+    return (text + "\n").encode()

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from transforms.json_fields import JsonObject
 from transforms.manifest import (
     Counts,
+    DedupInfo,
     Manifest,
     SampleInfo,
     ShardEntry,
@@ -128,14 +129,14 @@ def build_manifest(
     sample: SampleInfo | None = None,
     sampled_out: int = 0,
     split: SplitInfo | None = None,
-    dedup: JsonObject | None = None,
+    dedup: DedupInfo | None = None,
 ) -> Manifest:
     """The manifest, with counts summed from the shards' own counts.
 
     ``reading`` is `transforms.params.ReadSpec.to_json`; ``sample`` and ``sampled_out``
     describe ``--sample``; ``split`` is a split's own record (its name, the split definition
-    and the job's counts); ``dedup`` the manifest's ``dedup`` object
-    (`transforms.removal.RemovalSpec.to_json`), None for a job without --dedup or
+    and the job's counts); ``dedup`` the manifest's ``dedup`` record
+    (`transforms.removal.RemovalSpec.to_json`, parsed), None for a job without --dedup or
     --decontaminate.
 
     Raises:
@@ -179,7 +180,7 @@ def build_splits_record(
     records: int,
     sampled_out: int,
     fingerprint: str,
-    dedup: JsonObject | None = None,
+    dedup: DedupInfo | None = None,
 ) -> SplitsRecord:
     """``OUTPUT/_splits.json``: the job's record of its splits, written after their manifests.
 

@@ -35,6 +35,7 @@ from fractions import Fraction
 from typing import Any
 
 from transforms.json_fields import JsonObject
+from transforms.manifest import SampleInfo, SplitFraction, SplitInfo
 
 __all__ = [
     "SPLITS_NAME",
@@ -197,29 +198,42 @@ class SplitSpec:
         return [bisect.bisect_right(bounds, u) for u in _points(self.seed, b"tw-split", doc_ids)]
 
     @classmethod
-    def from_json(cls, split: JsonObject | None, sample: JsonObject | None) -> SplitSpec:
-        """The spec a manifest's ``split`` and ``sample`` objects record (`to_json`).
+    def from_manifest(cls, split: SplitInfo | None, sample: SampleInfo | None) -> SplitSpec:
+        """The spec a manifest's ``split`` and ``sample`` records (`split_fractions`,
+        `sample_info`).
 
         Raises:
             ValueError: they do not describe a valid spec.
         """
-        split = split or {}
-        pairs = [(str(s["name"]), float(s["fraction"])) for s in split.get("splits", [])]
+        pairs = [] if split is None else [(s.name, float(s.fraction)) for s in split.splits]
         if pairs and pairs[-1][0] == TRAIN:
             pairs.pop()  # the rest, whether it was named or not: the same interval
-        return cls(splits=tuple(pairs), seed=int(split.get("split_seed", 0)),
-                   sample=float(sample["fraction"]) if sample else 1.0,
-                   sample_seed=int(sample["seed"]) if sample else 0)
+        return cls(splits=tuple(pairs),
+                   seed=0 if split is None or split.split_seed is None else split.split_seed,
+                   sample=1.0 if sample is None else float(sample.fraction),
+                   sample_seed=0 if sample is None else sample.seed)
+
+    def split_fractions(self) -> tuple[SplitFraction, ...]:
+        """Each split of `names` and its share, as the manifests record them (train's is the
+        rest); () for a job without splits."""
+        return tuple(SplitFraction(name=n, fraction=float(f))
+                     for n, f in zip(self.names, self.fractions(), strict=True))
+
+    def sample_info(self) -> SampleInfo | None:
+        """The manifests' ``sample`` record; None for a job that keeps every document."""
+        if self.sample >= 1:
+            return None
+        return SampleInfo(fraction=float(self.sample), seed=self.sample_seed)
 
     def to_json(self) -> JsonObject:
-        """The split definition as the manifests record it."""
+        """The split definition as the job's fingerprint holds it."""
         out: JsonObject = {}
         if self.splits:
-            out["splits"] = [{"name": n, "fraction": float(f)}
-                             for n, f in zip(self.names, self.fractions(), strict=True)]
+            out["splits"] = [dataclasses.asdict(f) for f in self.split_fractions()]
             out["split_seed"] = self.seed
-        if self.sample < 1:
-            out["sample"] = {"fraction": float(self.sample), "seed": self.sample_seed}
+        sample = self.sample_info()
+        if sample is not None:
+            out["sample"] = sample.to_json()
         return out
 
 
@@ -251,9 +265,9 @@ def split_fingerprint(job: str, name: str) -> str:
     return hashlib.sha256(f"{job}/split/{name}".encode()).hexdigest()
 
 
-def split_job_message(root: str, record: JsonObject) -> str:
-    """Why ``root`` (a split job's top directory) is not one dataset, and the fix."""
-    names = [s.get("name", "?") for s in record.get("splits", []) if isinstance(s, dict)]
+def split_job_message(root: str, names: Sequence[str]) -> str:
+    """Why ``root`` (the top directory of a split job whose splits are ``names``) is not one
+    dataset, and the fix."""
     first = names[0] if names else "NAME"
     return (f"{root} holds the splits {', '.join(names) or '(none)'} of one job "
             f"({SPLITS_NAME}), each a dataset of its own: open {root.rstrip('/')}/{first}")
