@@ -18,16 +18,21 @@ from hypothesis import strategies as st
 from tests.conftest import manifest_bytes
 from tests.test_manifest_build import ARGS, SPEC, built, shard
 from tests.test_rows import doc
+from transforms.dedup import DedupSpec
 from transforms.manifest import (
     MANIFEST_NAME,
+    Decontamination,
+    DedupInfo,
     SampleInfo,
     SplitFraction,
     SplitInfo,
     SplitJob,
     dumps_manifest,
+    parse_splits_record,
     read_manifest,
 )
-from transforms.manifest_build import build_manifest
+from transforms.manifest_build import build_manifest, build_splits_record
+from transforms.removal import RemovalSpec
 
 
 def test_dumps_is_deterministic_and_parses_back():
@@ -217,3 +222,96 @@ def test_every_built_manifest_reads_back_byte_for_byte(texts, skipped, num_shard
     # A key a later version adds is kept as it was.
     widened = manifest_bytes({**json.loads(data), **extra})
     assert dumps_manifest(read_manifest(widened)) == widened
+
+
+DEDUP = {"mode": "near", "ngram": 5, "bands": 14, "rows": 8, "scheme": "tw-minhash-1",
+         "decontaminate": {"ngram": 13, "files": {"a.jsonl": 2, "b/c.jsonl": 0}}}
+
+
+def test_the_dedup_record_reads_back_as_written():
+    manifest = {**valid(), "dedup": DEDUP}
+    parsed = read_manifest(manifest_bytes(manifest))
+    assert parsed.dedup == DedupInfo(
+        mode="near", ngram=5, bands=14, rows=8, scheme="tw-minhash-1",
+        decontaminate=Decontamination(ngram=13, files={"a.jsonl": 2, "b/c.jsonl": 0}))
+    assert dumps_manifest(parsed) == manifest_bytes(manifest)
+    exact = read_manifest(manifest_bytes({**valid(), "dedup": {"mode": "exact"}})).dedup
+    assert exact == DedupInfo(mode="exact") and exact.to_json() == {"mode": "exact"}
+    # Keys a later version adds, at either level, read back as they were written.
+    later = {**DEDUP, "later": 1, "decontaminate": {**DEDUP["decontaminate"], "x": [1]}}
+    data = manifest_bytes({**valid(), "dedup": later})
+    assert dumps_manifest(read_manifest(data)) == data
+
+
+@pytest.mark.parametrize("dedup", [DedupSpec(mode="exact"), DedupSpec(mode="near", bands=3)])
+def test_the_jobs_dedup_object_is_the_record_the_manifest_holds(dedup):
+    # The job writes RemovalSpec.to_json (also what its fingerprint holds) as a DedupInfo.
+    spec = RemovalSpec(dedup=dedup, eval_files=(("/e/a.jsonl", "a.jsonl", 9),
+                                                ("/e/b.jsonl", "b.jsonl", 4)))
+    written = spec.to_json({"a.jsonl": 3})
+    record = DedupInfo.from_json(written, where="x")
+    assert record.to_json() == written and record.decontaminate is not None
+    assert record.decontaminate.files == {"a.jsonl": 3, "b.jsonl": 0}
+
+
+@pytest.mark.parametrize(("path", "value", "message"), [
+    (("dedup",), [], r"dedup must be an object, but got \[\]"),
+    (("dedup", "mode"), "fuzzy", r"dedup.mode must be one of \('off', 'exact', 'near'\), but "
+                                 "got 'fuzzy'"),
+    (("dedup", "mode"), _DELETE, "lacks the key dedup.mode"),
+    (("dedup", "ngram"), 0, "dedup.ngram must be a positive integer, but got 0"),
+    (("dedup", "rows"), True, "dedup.rows must be a positive integer, but got True"),
+    (("dedup", "scheme"), 5, "dedup.scheme must be a string, but got 5"),
+    (("dedup", "decontaminate", "ngram"), _DELETE, "lacks the key dedup.decontaminate.ngram"),
+    (("dedup", "decontaminate", "files", "a.jsonl"), -1,
+     "dedup.decontaminate.files.a.jsonl must be a non-negative integer, but got -1"),
+])
+def test_the_dedup_record_is_checked(path, value, message):
+    manifest = {**valid(), "dedup": copy.deepcopy(DEDUP)}
+    _set(manifest, path, value)
+    with pytest.raises(ValueError, match=message) as caught:
+        read_manifest(manifest_bytes(manifest), where="out/_manifest.json")
+    assert str(caught.value).startswith("out/_manifest.json")
+
+
+def _splits_record():
+    shards = [shard(0, 1, [doc("a", "ab", SPEC)])]
+    manifests = {name: build_manifest(skipped={}, records=1, shards=shards,
+                                      fingerprint=c * 64, **ARGS)
+                 for name, c in (("val", "a"), ("train", "b"))}
+    return build_splits_record(manifests=manifests, fractions={"val": 0.5, "train": 0.5},
+                               split_seed=3, skipped={"empty": 1}, records=3, sampled_out=0,
+                               fingerprint="c" * 64, dedup=DedupInfo(mode="exact"))
+
+
+def test_the_splits_record_reads_back_as_the_record_it_was_built_from():
+    record = _splits_record()
+    data = dumps_manifest(record)
+    parsed = parse_splits_record(data, where="out/_splits.json")
+    assert parsed == record and dumps_manifest(parsed) == data
+    assert [(s.name, s.dir, s.fingerprint) for s in parsed.splits] == [
+        ("val", "val", "a" * 64), ("train", "train", "b" * 64)]
+    assert parsed.counts.skipped == {"empty": 1} and parsed.split_seed == 3
+
+
+@pytest.mark.parametrize(("path", "value", "message"), [
+    (("format",), "token-windows", "out/_splits.json is not a token-windows split record"),
+    (("splits", 0, "name"), 3, "splits must be a list of objects with a name; the output is "
+                               "damaged"),
+    (("counts", "skipped"), _DELETE, "lacks counts.skipped; the output is damaged"),
+    (("split_seed",), _DELETE, "lacks the key 'split_seed'; the output is damaged"),
+    (("reading",), "x", "reading must be an object or null, but got 'x'"),
+    (("splits", 1, "dir"), "../x", r"splits\[1\].dir must be a directory name, but got '../x'"),
+    (("splits", 0, "name"), "..", r"splits\[0\].name must be a directory name, but got '..'"),
+    (("splits", 0, "manifest_sha256"), "x", r"splits\[0\].manifest_sha256 must be 64 "
+                                            "lowercase hex digits"),
+    (("splits", 0, "documents"), -1, r"splits\[0\].documents must be a non-negative integer"),
+    (("counts", "windows"), "x", "counts.windows must be a non-negative integer"),
+    (("dedup", "mode"), "x", "dedup.mode must be one of"),
+])
+def test_the_splits_record_is_checked(path, value, message):
+    damaged = _splits_record().to_json()
+    _set(damaged, path, value)
+    with pytest.raises(ValueError, match=message) as caught:
+        parse_splits_record(manifest_bytes(damaged), where="out/_splits.json")
+    assert str(caught.value).startswith("out/_splits.json")
