@@ -75,7 +75,7 @@ class _FinalizeFn(StepFn):
         self._splits = context.splits
         self._removal = context.removal
 
-    def process(self, group: tuple[None, Iterable[Any]]) -> Iterator[dict]:
+    def process(self, group: tuple[None, Iterable[Any]]) -> Iterator[Manifest | SplitsRecord]:
         shards: list[WrittenShard] = []
         receipts: list[Receipt] = []
         rejects: dict[str, RejectCount] = {}
@@ -168,6 +168,7 @@ class _FinalizeFn(StepFn):
             inputs=self._inputs, reading=self._reading, row_group_rows=row_group_rows(window),
             versions=_versions(), dedup=dedup)
         sample = None if self._splits is None else self._splits.sample_info()
+        manifest: Manifest | SplitsRecord
         if not plan.splits:
             manifest = build(shards=shards, skipped=skipped, records=records,
                              fingerprint=self._fingerprint, sample=sample,

@@ -180,7 +180,7 @@ def summarize(ds: InspectedDataset, *, batch_size: int = DEFAULT_BATCH) -> JsonO
             "scored_targets": c.scored_targets,
             "context_targets": int(lengths.sum()) - c.scored_targets,
             "uncovered_pairs": c.uncovered_pairs,
-            "skipped": c.skipped,
+            "skipped": dict(c.skipped),
             "shards": len(m.shards),
             "bytes": sum(s.bytes or 0 for s in m.shards),
         },

@@ -44,7 +44,7 @@ import json
 from collections.abc import Mapping
 
 from transforms.errors import DamagedDataset, DatasetError
-from transforms.json_fields import Fields, JsonObject
+from transforms.json_fields import Fields, JsonObject, JsonValue
 from transforms.schema import FORMAT, FORMAT_VERSION, SHARD_PATTERN, shard_file_name
 
 __all__ = ["DEDUP_MODES", "LEGACY_MANIFEST_NAME", "MANIFEST_NAME", "OFFSETS", "SCORES",
@@ -78,7 +78,7 @@ class TokenizerInfo:
     eos_id: int
     sha256: str | None
     engine: str | None = None
-    extra: Mapping[str, object] = dataclasses.field(default_factory=dict)
+    extra: Mapping[str, JsonValue] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_json(cls, value: object, *, where: str) -> TokenizerInfo:
@@ -297,7 +297,7 @@ class Decontamination:
 
     ngram: int
     files: dict[str, int]
-    extra: Mapping[str, object] = dataclasses.field(default_factory=dict)
+    extra: Mapping[str, JsonValue] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_json(cls, value: object, *, where: str) -> Decontamination:
@@ -322,7 +322,7 @@ class DedupInfo:
     rows: int | None = None
     scheme: str | None = None
     decontaminate: Decontamination | None = None
-    extra: Mapping[str, object] = dataclasses.field(default_factory=dict)
+    extra: Mapping[str, JsonValue] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_json(cls, value: object, *, where: str) -> DedupInfo:
@@ -370,7 +370,7 @@ class Manifest:
     sample: SampleInfo | None = None
     split: SplitInfo | None = None
     dedup: DedupInfo | None = None  # absent from a job without --dedup or --decontaminate
-    extra: Mapping[str, object] = dataclasses.field(default_factory=dict)
+    extra: Mapping[str, JsonValue] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> JsonObject:
         """The manifest as the JSON object ``_manifest.json`` holds."""
