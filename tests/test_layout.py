@@ -155,7 +155,7 @@ def test_a_manifest_without_a_usable_sha256_is_refused(small: tuple[Path, list])
     root, _ = small
     edit_manifest(root, lambda m: m["shards"][0].update(sha256=None))
     with pytest.raises(ValueError, match=r"shards\[0\]\.sha256 must be a string, but got None"):
-        WindowDataset(root)  # transforms.manifest.parse_manifest's check
+        WindowDataset(root)  # transforms.manifest.read_manifest's check
     edit_manifest(root, lambda m: m["shards"][0].update(sha256="abc"))
     with pytest.raises(ValueError, match=r"shards\[0\]\.sha256 must be 64 lowercase hex "
                                          r"digits \(a SHA-256\), but got 'abc'"):

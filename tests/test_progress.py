@@ -16,7 +16,7 @@ from pipeline import progress
 from pipeline.context import Tuning
 from pipeline.job import finish, main, submit
 from tests.conftest import ROOT, dir_bytes, run_job, write_jsonl
-from transforms.manifest import MANIFEST_NAME, parse_manifest
+from transforms.manifest import MANIFEST_NAME, read_manifest
 from transforms.schema import REJECTS_DIR
 
 
@@ -49,7 +49,7 @@ def test_lines_appear_during_a_run_and_the_summary_is_the_manifests(capsys, big,
                   "48", "--output", str(out)], tuning=FAST)
     finish(job)
     captured = capsys.readouterr()
-    manifest = parse_manifest((out / MANIFEST_NAME).read_bytes())
+    manifest = read_manifest((out / MANIFEST_NAME).read_bytes()).to_json()
     c = manifest["counts"]
     err = captured.err.splitlines()
     assert err[0] == (f"token-windows: 1 file, {big.stat().st_size / 1e6:,.1f} MB matched; "
