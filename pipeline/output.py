@@ -23,13 +23,13 @@ Every access goes through `pipeline.fs`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
 import re
 import socket
 import time
-from typing import Any
 
 from pipeline import commit, confine, fs
 from pipeline.errors import OutputInUse, OutputRefused
@@ -53,6 +53,7 @@ from transforms.schema import (
 from transforms.splits import SPLITS_NAME, split_fingerprint
 
 __all__ = [
+    "Claim",
     "absolute",
     "check_claim",
     "check_outside_inputs",
@@ -77,8 +78,42 @@ def _claim_text(attempt: str, fingerprint: str, *, made_dirs: int) -> bytes:
                        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, sort_keys=True).encode()
 
 
-def read_claim(output: str) -> dict[str, Any] | None:
-    """The claim on ``output`` as a dict ({} if unreadable), None if there is none.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Claim:
+    """``OUTPUT/.claim`` as read (`read_claim`): the attempt that holds the output, its job's
+    fingerprint, host, pid and start, and how many levels of OUTPUT's path the job made. A
+    claim is never refused: what is absent, unreadable or of another type is None (all of
+    them: a claim of an unknown job)."""
+
+    attempt: str | None = None
+    fingerprint: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    started: str | None = None
+    made_dirs: int | None = None
+
+    @classmethod
+    def from_json(cls, value: object) -> Claim:
+        """The claim a JSON value holds (no claim's fields when it is not an object)."""
+        if not isinstance(value, dict):
+            return cls()
+        texts = {k: v for k in ("attempt", "fingerprint", "host", "started")
+                 if isinstance(v := value.get(k), str)}
+        counts = {k: v for k in ("pid", "made_dirs")
+                  if isinstance(v := value.get(k), int) and not isinstance(v, bool)}
+        return cls(**texts, **counts)
+
+    def holder(self) -> str:
+        """Who holds the output, in words (``?`` for what the claim does not say)."""
+        def shown(value: str | int | None) -> str | int:
+            return "?" if value is None else value
+
+        return (f"attempt {shown(self.attempt)}, pid {shown(self.pid)} on {shown(self.host)}, "
+                f"since {shown(self.started)}")
+
+
+def read_claim(output: str) -> Claim | None:
+    """The claim on ``output`` (an unknown job's if unreadable), None if there is none.
 
     Raises:
         fs.NotRegularFileError: ``OUTPUT/.claim`` is a FIFO, device, socket or directory,
@@ -95,17 +130,16 @@ def read_claim(output: str) -> dict[str, Any] | None:
         raise
     except Exception:  # unreadable: still a claim, of an unknown job
         found = None
-    return found if isinstance(found, dict) else {}
+    return Claim.from_json(found)
 
 
 def _take_claim(config: JobConfig, attempt: str, fingerprint: str, *,
-                made_dirs: int) -> dict[str, Any] | None:
+                made_dirs: int) -> Claim | None:
     """Claim the output for this job; returns the stale claim taken over (--overwrite)."""
     path = fs.join(config.output, CLAIM_NAME)
     stale = read_claim(config.output)
     if stale is not None:
-        who = (f"attempt {stale.get('attempt', '?')}, pid {stale.get('pid', '?')} on "
-               f"{stale.get('host', '?')}, since {stale.get('started', '?')}")
+        who = stale.holder()
         if not config.overwrite:
             raise OutputInUse(
                 f"--output {config.output} is claimed by another job ({who}; {path}): wait for "
@@ -164,7 +198,7 @@ def dataset_files(out: str, entries: list[str]) -> set[str]:
     return {e for e in entries if e in ours}
 
 
-def _leftovers(config: JobConfig, entries: list[str], stale: dict[str, Any] | None,
+def _leftovers(config: JobConfig, entries: list[str], stale: Claim | None,
                attempt: str) -> set[str]:
     """The files of ``entries`` that are no dataset's but a job's: the claim, this job's
     temporary directory and, when --overwrite took a killed job's claim over, that job's
@@ -173,9 +207,9 @@ def _leftovers(config: JobConfig, entries: list[str], stale: dict[str, Any] | No
     out = config.output
     ours: set[str] = {fs.join(out, CLAIM_NAME)}
     prefixes = [fs.join(out, TMP_DIR, attempt) + "/"]
-    if stale is not None and stale.get("attempt"):
-        prefixes.append(fs.join(out, TMP_DIR, str(stale["attempt"])) + "/")
-        fingerprint = stale.get("fingerprint")
+    if stale is not None and stale.attempt:
+        prefixes.append(fs.join(out, TMP_DIR, stale.attempt) + "/")
+        fingerprint = stale.fingerprint
         for e in entries:
             rel = e[len(out):].lstrip("/")
             if SHARD_PATTERN.match(rel) and fingerprint and shard_fingerprint(e) == fingerprint:
@@ -183,7 +217,7 @@ def _leftovers(config: JobConfig, entries: list[str], stale: dict[str, Any] | No
             if rel in {f"{REJECTS_DIR}/{r}.jsonl" for r in REJECT_REASONS}:
                 ours.add(e)
         if fingerprint:
-            ours.update(_split_files(out, entries, str(fingerprint)))
+            ours.update(_split_files(out, entries, fingerprint))
     return {e for e in entries if e in ours or e.startswith(tuple(prefixes))}
 
 
@@ -290,8 +324,8 @@ def claim_output(config: JobConfig, attempt: str, fingerprint: str) -> None:
     _refuse_a_split_of_another_job(config.output)
     stale = _take_claim(config, attempt, fingerprint, made_dirs=_missing_levels(config.output))
     try:
-        if stale is not None and stale.get("attempt"):
-            _recover(config.output, str(stale["attempt"]))
+        if stale is not None and stale.attempt:
+            _recover(config.output, stale.attempt)
         claim = fs.join(config.output, CLAIM_NAME)
         entries = [e for e in fs.list_dir(config.output) if e != claim]
         if not entries:
@@ -334,9 +368,10 @@ def _missing_levels(output: str) -> int:
     return levels
 
 
-def _remove_made_dirs(output: str, levels: object) -> None:
-    """Remove the ``levels`` directories of OUTPUT's path the job made, those left empty."""
-    if not isinstance(levels, int) or isinstance(levels, bool) or not confine.is_local(output):
+def _remove_made_dirs(output: str, levels: int | None) -> None:
+    """Remove the ``levels`` directories of OUTPUT's path the job made, those left empty
+    (None: the claim does not say)."""
+    if levels is None or not confine.is_local(output):
         return
     path = os.path.abspath(output.removeprefix("file://"))
     for _ in range(levels):
@@ -416,7 +451,7 @@ def release(config: JobConfig, *, attempt: str | None, tmp_dir: str) -> None:
             if not ours:  # another job took the claim over: only our own directory is ours
                 remove_job_files(output, tmp_dir, None)
                 return
-            claim = read_claim(output) or {}
+            claim = read_claim(output) or Claim()
             if not commit.undo(output, tmp_dir):
                 _LOG.warning(
                     "the swap into %s had begun: it holds no manifest until the next run "
@@ -430,7 +465,7 @@ def release(config: JobConfig, *, attempt: str | None, tmp_dir: str) -> None:
             if aborted:
                 _LOG.info("aborted the %d uploads this job had begun in %s", aborted, tmp_dir)
             remove_job_files(output, tmp_dir, attempt)
-            _remove_made_dirs(output, claim.get("made_dirs"))  # a failed job leaves no trace
+            _remove_made_dirs(output, claim.made_dirs)  # a failed job leaves no trace
     except Exception as e:  # the job's own error matters more
         _LOG.warning("could not remove this job's temporary files and claim in %s: %s",
                      output, e)

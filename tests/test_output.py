@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from pipeline.output import Claim, read_claim
 from tests.conftest import exit_code, run_job
 from transforms.manifest import MANIFEST_NAME
 from transforms.schema import REJECTS_DIR
@@ -56,3 +57,24 @@ def test_output_inside_a_recursive_input_glob_is_refused(corpus, tmp_path, capsy
     code, err = exit_code(capsys, "--input", str(tmp_path / "**"), "--tokenizer", "bytes",
                           "--output", str(tmp_path / "in" / "out"))
     assert code == 2 and "the job would read its own output" in err
+
+
+@pytest.mark.parametrize(("text", "claim", "holder"), [
+    ('{"attempt": "a1", "fingerprint": "f", "host": "h", "pid": 7, "made_dirs": 2, '
+     '"started": "2026-12-04T02:00:00+0000"}',
+     Claim(attempt="a1", fingerprint="f", host="h", pid=7, made_dirs=2,
+           started="2026-12-04T02:00:00+0000"),
+     "attempt a1, pid 7 on h, since 2026-12-04T02:00:00+0000"),
+    ('{"attempt": "a1", "pid": 1, "host": "h"}', Claim(attempt="a1", pid=1, host="h"),
+     "attempt a1, pid 1 on h, since ?"),
+    # Unreadable, or values of another type: still a claim, of an unknown job.
+    ("{not json", Claim(), "attempt ?, pid ? on ?, since ?"),
+    ("[1, 2]", Claim(), "attempt ?, pid ? on ?, since ?"),
+    ('{"attempt": 5, "pid": true, "made_dirs": "2", "host": null}', Claim(),
+     "attempt ?, pid ? on ?, since ?"),
+])
+def test_a_claim_is_read_as_far_as_it_can_be(tmp_path, text, claim, holder):
+    assert read_claim(str(tmp_path)) is None
+    (tmp_path / ".claim").write_text(text)
+    assert read_claim(str(tmp_path)) == claim
+    assert claim.holder() == holder

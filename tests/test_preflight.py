@@ -46,7 +46,8 @@ def test_every_match_once_per_pattern_every_file_once(tmp_path):
     # The output is claimed for this attempt, which names the temporary directory.
     assert sorted(os.listdir(out)) == [CLAIM_NAME]
     claim = read_claim(str(out))
-    assert (claim["attempt"], claim["fingerprint"]) == (context.attempt, context.fingerprint)
+    assert claim is not None
+    assert (claim.attempt, claim.fingerprint) == (context.attempt, context.fingerprint)
     assert context.tmp_dir == f"{out}/{TMP_DIR}/{context.attempt}"
 
 
