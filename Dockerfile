@@ -30,6 +30,6 @@ RUN python -c "import apache_beam; print('apache-beam==' + apache_beam.__version
         > /tmp/beam-constraint.txt \
     && pip install --no-cache-dir --constraint /tmp/beam-constraint.txt . \
     && rm /tmp/beam-constraint.txt \
-    && python -c "import pipeline.graph, transforms.windows; print('token-windows installed')"
+    && python -c "import pipeline.graph, transforms.plan.windows; print('token-windows installed')"
 
 # The entry point stays the SDK image's own /opt/apache/beam/boot.

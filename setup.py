@@ -31,7 +31,8 @@ setuptools.setup(
     long_description=__doc__,
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=setuptools.find_packages(include=["transforms", "pipeline", "reader"]),
+    packages=setuptools.find_packages(
+        include=["transforms", "transforms.*", "pipeline", "pipeline.*", "reader", "reader.*"]),
     install_requires=REQUIRES,
     extras_require={
         # The job's launcher: python -m pipeline / token-windows (Beam workers have it).

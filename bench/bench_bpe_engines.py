@@ -1,6 +1,6 @@
 """Exact byte-level BPE engines from PyPI against ``tokenizers``: same files, every document.
 
-The candidates beside our tiktoken engine (`transforms.bpe_engine`): ``riptoken`` (a
+The candidates beside our tiktoken engine (`transforms.tokenize.bpe_engine`): ``riptoken`` (a
 rewrite of tiktoken; it takes any rank table, so it gets the same table `convert` gives
 tiktoken, with the rank → id map, run inside our engine in tiktoken's place: `RiptokenCore`),
 ``iree-tokenizer`` (reads the ``tokenizer.json`` itself)
@@ -52,15 +52,15 @@ sys.path.insert(0, str(ROOT / "bench"))
 import bench_tokenizers  # noqa: E402
 import corpus as bench_corpus  # noqa: E402
 
-from transforms.bpe_engine import (  # noqa: E402
+from transforms.tokenize.bpe_engine import (  # noqa: E402
     _SEP,
     PROBE,
     TiktokenEngine,
     convert,
     merged_alone,
 )
-from transforms.bpe_patterns import LLAMA3_PATTERN, QWEN2_PATTERN, fast_form  # noqa: E402
-from transforms.tokenizers import HFTokenizer  # noqa: E402
+from transforms.tokenize.bpe_patterns import LLAMA3_PATTERN, QWEN2_PATTERN, fast_form  # noqa: E402
+from transforms.tokenize.tokenizers import HFTokenizer  # noqa: E402
 
 Encoder = Callable[[str], np.ndarray]
 # An engine's first error (an exception where ids were due), by engine.
@@ -160,7 +160,7 @@ def in_batches(engine: TiktokenEngine, docs: list[str]) -> list[np.ndarray]:
 
 
 class RiptokenCore:
-    """riptoken's ``CoreBPE`` as `transforms.bpe_engine.TiktokenEngine` calls a core, so
+    """riptoken's ``CoreBPE`` as `transforms.tokenize.bpe_engine.TiktokenEngine` calls a core, so
     that it gets everything around tiktoken (added tokens split out, ranks → ids, the
     coverage check, batches joined by the separator): riptoken returns a list, which becomes
     the buffer tiktoken would have returned."""

@@ -90,7 +90,7 @@ def stop_processes(procs: list[subprocess.Popen], timeout: float = 20) -> None:
 
 def run_job(output: pathlib.Path, *args: str, tuning: Any = None) -> dict[str, Any]:
     """Run the job in this process (FnApiRunner) and return its manifest; ``tuning``: its
-    knobs (`pipeline.context.Tuning`)."""
+    knobs (`pipeline.launch.context.Tuning`)."""
     from pipeline.job import run
 
     manifest = run(["--output", str(output), *args], tuning=tuning)
@@ -152,7 +152,7 @@ def reader_s3_uri(endpoint: str, key: str) -> str:
 
 def read_rows(output: pathlib.Path) -> list[dict[str, Any]]:
     """Every row of every shard, in shard order."""
-    from transforms.manifest import MANIFEST_NAME
+    from transforms.dataset.manifest import MANIFEST_NAME
 
     manifest = json.loads((output / MANIFEST_NAME).read_text())
     rows: list[dict[str, Any]] = []
@@ -209,8 +209,8 @@ def corpus(tmp_path: pathlib.Path) -> pathlib.Path:
 
 
 def parcel_documents(data: bytes) -> list[dict[str, Any]]:
-    """Each document of a parcel (`transforms.parcels`), as plain values, for assertions."""
-    from transforms.parcels import read_parcel
+    """Each document of a parcel (`transforms.shards.parcels`), as plain values, for assertions."""
+    from transforms.shards.parcels import read_parcel
 
     b = read_parcel(data)
     out, z, w, i, s = [], 0, 0, 0, 0

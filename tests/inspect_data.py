@@ -1,4 +1,4 @@
-"""Datasets for the tests of `reader.inspect` and `reader.check`: byte-token documents
+"""Datasets for the tests of `reader.inspect` and `reader.tools.check`: byte-token documents
 written by `transforms.testing.write_dataset`, and a forger's edit of a shard's rows."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transforms.manifest import MANIFEST_NAME
+from transforms.dataset.manifest import MANIFEST_NAME
+from transforms.dataset.schema import ARROW_SCHEMA
 from transforms.params import WindowSpec
-from transforms.schema import ARROW_SCHEMA
 from transforms.testing import write_dataset
-from transforms.tokenizers import ByteTokenizer
+from transforms.tokenize.tokenizers import ByteTokenizer
 
 TEXTS = ["abcde", "abcd", "x", "The grapes are sour, and not ripe.", "道可道，非常道。" * 3,
          "Slow but steady wins the race. " * 4, "ab"]

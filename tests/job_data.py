@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.context import JobContext, Tuning, job_context
-from pipeline.options import JobConfig
+from pipeline.launch.context import JobContext, Tuning, job_context
+from pipeline.launch.options import JobConfig
 
 __all__ = ["config_of", "context_of"]
 
@@ -22,7 +22,7 @@ def context_of(*flags: str, files: dict | None = None, tuning: Tuning | None = N
                tmp_dir: str | None = None) -> JobContext:
     """A `JobContext` of ``flags`` as `config_of` reads them, planned for ``files``, with the
     bytes tokenizer's record and a fixed fingerprint (no claim, no progress)."""
-    from pipeline.encode import load_tokenizer
+    from pipeline.steps.encode import load_tokenizer
 
     config = config_of(*flags)
     info = load_tokenizer(config.tokenizer_spec).info()

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from transforms.manifest import MANIFEST_NAME, dumps_manifest
+from transforms.dataset.manifest import MANIFEST_NAME, dumps_manifest
 from transforms.params import WindowSpec
 from transforms.testing import write_dataset
 

@@ -201,5 +201,6 @@ def test_collating_loads_no_mixture_code():
                           timeout=120)
     loaded = set(json.loads(done.stdout))
     assert "reader.batches" in loaded
-    assert not loaded & {"reader.mixed", "reader.mixture", "reader.blend", "reader.ledger",
-                         "reader.mixreport"}
+    assert not loaded & {"reader.mixture.dataset", "reader.mixture.sampler", "reader.mixture.blend",
+    "reader.mixture.ledger",
+                         "reader.mixture.report"}

@@ -1,4 +1,4 @@
-"""`reader.blend`: which source each position of a mixture's stream draws from; every prefix
+"""`reader.mixture.blend`: which source each position of a mixture's stream draws from; every prefix
 within one unit of its share (docs/mixtures.md), exact weights, schedules."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reader.blend import (
+from reader.mixture.blend import (
     DENOMINATOR,
     Blend,
     as_fraction,

@@ -18,15 +18,15 @@ from hypothesis import strategies as st  # noqa: E402
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa: E402,I001
 
 from tests.conftest import SAMPLES  # noqa: E402
-from transforms.bpe_engine import PROBE, byte_decoder, convert, merged_alone  # noqa: E402
-from transforms.bpe_patterns import (  # noqa: E402
+from transforms.tokenize.bpe_engine import PROBE, byte_decoder, convert, merged_alone  # noqa: E402
+from transforms.tokenize.bpe_patterns import (  # noqa: E402
     GPT2_FAST,
     LLAMA3_FAST,
     LLAMA3_PATTERN,
     QWEN2_FAST,
     QWEN2_PATTERN,
 )
-from transforms.tokenizers import HFTokenizer  # noqa: E402
+from transforms.tokenize.tokenizers import HFTokenizer  # noqa: E402
 
 SPECIAL = ["<s>", "</s>", "<|endoftext|>"]
 TEXTS = [json.loads(line)["text"] for f in sorted((SAMPLES / "corpus").glob("*.jsonl"))
@@ -273,7 +273,7 @@ def test_two_merges_of_one_token_are_refused():
 
 
 def test_a_disagreement_on_the_probe_falls_back_with_a_warning(files, monkeypatch, caplog):
-    from transforms import bpe_engine
+    from transforms.tokenize import bpe_engine
 
     real = bpe_engine.TiktokenEngine.encode
     monkeypatch.setattr(bpe_engine.TiktokenEngine, "encode",
@@ -298,7 +298,7 @@ def test_the_buffer_encode_is_tiktokens_ordinary_encode(files, text):
     """Alone, a text is encoded from tiktoken's buffer with its special token (the batch
     separator) not allowed, so nothing is split out: that must be ``encode_ordinary``, even
     where the separator's text is in the text."""
-    from transforms.bpe_engine import _NONE_ALLOWED, _SEP
+    from transforms.tokenize.bpe_engine import _NONE_ALLOWED, _SEP
 
     fast, ref = _engines(files, "gpt2")
     core = fast._fast._core
@@ -315,7 +315,7 @@ def test_tiktoken_runs_the_fast_form_of_the_files_pattern(files, layout, pattern
     regex engine (the forms' matches: tests/test_bpe_patterns.py)."""
     import tiktoken
 
-    from transforms.bpe_engine import _core
+    from transforms.tokenize.bpe_engine import _core
 
     given, real = [], tiktoken.Encoding
     monkeypatch.setattr(tiktoken, "Encoding",
@@ -330,7 +330,7 @@ def test_a_batch_is_encoded_joined_and_cut_apart_exactly(files, layout, monkeypa
     the batch's ends, texts holding the separator or an added token (encoded alone, in
     their place), an added token only spanning a join; a lone surrogate goes to tokenizers
     (which refuses it)."""
-    from transforms.bpe_engine import _SEP
+    from transforms.tokenize.bpe_engine import _SEP
 
     fast, ref = _engines(files, layout)
     texts = ["", "a  \n", " b", "", f"x{_SEP}y", "c<|endoftext|>d", "<|endof", "text|>e", "",
@@ -367,7 +367,7 @@ def test_another_core_runs_inside_the_engine(files):
     """`TiktokenEngine` takes any core with tiktoken's buffer call (how bench/bench_bpe_engines.py
     runs riptoken): everything around the core (added tokens, the batch's separator, ranks →
     ids) is the engine's, so the ids are still tokenizers'."""
-    from transforms.bpe_engine import _SEP_ALLOWED, TiktokenEngine, _core
+    from transforms.tokenize.bpe_engine import _SEP_ALLOWED, TiktokenEngine, _core
 
     calls = []
 

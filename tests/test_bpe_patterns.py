@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, example, find, given, settings
 from hypothesis import strategies as st
 
-from transforms.bpe_patterns import (
+from transforms.tokenize.bpe_patterns import (
     FAST_FORMS,
     GPT2_FAST,
     GPT2_PATTERN,

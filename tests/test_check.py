@@ -1,4 +1,4 @@
-"""`reader.check`: the checks of docs/format.md#checks recomputed from a dataset's rows.
+"""`reader.tools.check`: the checks of docs/format.md#checks recomputed from a dataset's rows.
 
 Each damaged dataset is forged with care (`tests.inspect_data.rewrite_first_shard` makes the
 manifest agree with the edited file), so what is found is what only the recomputations can
@@ -12,12 +12,12 @@ import pathlib
 
 import pytest
 
-from reader.check import check
-from reader.inspect import open_dataset
+from reader.tools.check import check
+from reader.tools.inspect import open_dataset
 from tests.inspect_data import FAMILIES, TEXTS, bytes_dataset, rewrite_first_shard, spec_of
-from transforms.manifest import MANIFEST_NAME
-from transforms.splits import SplitSpec
-from transforms.tokenizers import ByteTokenizer
+from transforms.dataset.manifest import MANIFEST_NAME
+from transforms.plan.splits import SplitSpec
+from transforms.tokenize.tokenizers import ByteTokenizer
 
 SHARD = "part-00000-of-00001.parquet"
 

@@ -1,4 +1,4 @@
-"""`transforms.chunks`: input files → chunks → records, every file read exactly once
+"""`transforms.inputs.chunks`: input files → chunks → records, every file read exactly once
 (docs/format.md#documents).
 
 `read_files` runs the four pure steps as the pipeline wires them (plan → count_lines →
@@ -28,7 +28,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import write_jsonl
-from transforms.chunks import (
+from transforms.inputs.chunks import (
     CHUNK_BYTES,
     STREAM_BLOCK,
     Chunk,
@@ -41,10 +41,10 @@ from transforms.chunks import (
     plan_chunks,
     read_chunk,
 )
-from transforms.documents import Document, Reject, parse_lines
-from transforms.input_names import pattern_base, relative_name
+from transforms.inputs.documents import Document, Reject, parse_lines
+from transforms.inputs.names import pattern_base, relative_name
+from transforms.inputs.receipts import Receipt, account_inputs
 from transforms.params import ReadSpec
-from transforms.receipts import Receipt, account_inputs
 
 DEFAULT = ReadSpec()
 

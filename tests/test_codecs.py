@@ -1,4 +1,4 @@
-"""`transforms.codecs`: the codec a file name says, and decompression that fails on a stream
+"""`transforms.inputs.codecs`: the codec a file name says, and decompression that fails on a stream
 that ends early (docs/running.md#bad-input)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import zstandard
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from transforms.codecs import (
+from transforms.inputs.codecs import (
     CountingReader,
     compression_of,
     decompressed,

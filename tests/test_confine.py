@@ -1,4 +1,4 @@
-"""`pipeline.confine`: writes and deletes that never leave the output directory
+"""`pipeline.files.confine`: writes and deletes that never leave the output directory
 (docs/integrity.md#the-job), one call at a time (the whole job's refusals:
 tests/test_output_safety.py)."""
 
@@ -9,7 +9,7 @@ import pathlib
 
 import pytest
 
-from pipeline import confine
+from pipeline.files import confine
 
 
 @pytest.fixture

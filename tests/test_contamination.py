@@ -1,12 +1,13 @@
-"""Decontamination: the evaluation n-gram index and its matches (transforms/contamination.py)."""
+"""Decontamination: the evaluation n-gram index and its matches
+(transforms/dedup/contamination.py)."""
 
 import pickle
 
 import numpy as np
 import pytest
 
-from transforms.contamination import DEFAULT_NGRAM, EvalNgramIndex, Match
-from transforms.dedup import ngram_hashes
+from transforms.dedup.contamination import DEFAULT_NGRAM, EvalNgramIndex, Match
+from transforms.dedup.duplicates import ngram_hashes
 
 QUESTION = (
     "Which of the following best describes the primary function of the mitochondria in a "

@@ -1,4 +1,5 @@
-"""`pipeline.context`: one frozen job context, built once by the launcher, read by every step.
+"""`pipeline.launch.context`: one frozen job context, built once by the launcher, read by every
+step.
 
 What the steps read of it is proven on real local-runner jobs: a plan, a tokenizer record and
 a knob set on the context reach the steps, which compute or load none of them again.
@@ -15,12 +16,12 @@ import cloudpickle
 import pytest
 from apache_beam.runners.portability.fn_api_runner import fn_runner
 
-from pipeline.context import JobContext, Tuning, job_context
 from pipeline.graph import build_pipeline
+from pipeline.launch.context import JobContext, Tuning, job_context
 from tests.conftest import dir_bytes, run_job, write_jsonl
 from tests.job_data import config_of, context_of
-from transforms.keys import ShardPlan
-from transforms.manifest import MANIFEST_NAME, parse_manifest
+from transforms.dataset.manifest import MANIFEST_NAME, parse_manifest
+from transforms.plan.keys import ShardPlan
 
 
 def _files(n: int) -> dict[str, tuple[int, float]]:

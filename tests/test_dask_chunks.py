@@ -43,7 +43,7 @@ def test_one_file_spreads_over_both_dask_workers_with_either_shuffle(tmp_path, d
     once, and the bytes are those of the local runner reading the file as one chunk; with
     the runner's shuffle and with the file shuffle (whose spill list reaches the writers
     through a GroupByKey, not as a side input that would encode the corpus again)."""
-    from pipeline.context import Tuning
+    from pipeline.launch.context import Tuning
 
     address, pids, worker_logs = dask_cluster
     texts = [json.loads(line)["text"] for f in sorted((SAMPLES / "corpus").glob("*.jsonl"))

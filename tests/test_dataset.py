@@ -1,4 +1,4 @@
-"""Tests of reader.dataset: the manifest and shard checks, random access, batches, URIs."""
+"""Tests of reader.data.dataset: the manifest and shard checks, random access, batches, URIs."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from tests.reader_data import (
     small,
     write_docs,
 )
-from transforms.manifest import MANIFEST_NAME
-from transforms.schema import FORMAT_VERSION, shard_file_name
+from transforms.dataset.manifest import MANIFEST_NAME
+from transforms.dataset.schema import FORMAT_VERSION, shard_file_name
 
 __all__ = ["isolated_cache", "small"]  # fixtures
 

@@ -1,4 +1,4 @@
-"""`reader.dealing`: global batches dealt to ranks (the tail policy) and its repeats.
+"""`reader.order.dealing`: global batches dealt to ranks (the tail policy) and its repeats.
 
 The samplers that use it are tested end to end in tests/test_sampler.py and
 tests/test_packing.py; here, the policy itself, for any batch and world size.
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reader.dealing import check_int, rank_span, tail_repeat
+from reader.order.dealing import check_int, rank_span, tail_repeat
 
 
 def spans(lo, hi, *, world_size, per_rank, n):

@@ -1,4 +1,5 @@
-"""Exact keys, words, MinHash signatures, LSH band keys and clusters (transforms/dedup.py)."""
+"""Exact keys, words, MinHash signatures, LSH band keys and clusters
+(transforms/dedup/duplicates.py)."""
 
 import hashlib
 import json
@@ -12,8 +13,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import SAMPLES
 from tests.test_dedup_words import TEXTS
-from transforms import dedup
-from transforms.dedup import (
+from transforms.dedup import duplicates
+from transforms.dedup.duplicates import (
     DedupSpec,
     Scratch,
     band_key_matrix,
@@ -141,7 +142,7 @@ def test_signatures_equal_signature_one_by_one():
 def test_signatures_in_several_passes(monkeypatch):
     texts = [f"text number {i} has some words in it, {'more ' * (i % 7)}" for i in range(40)]
     whole = signatures(texts, NEAR)
-    monkeypatch.setattr(dedup, "PASS_CHARS", 100)  # passes of a few texts, one alone
+    monkeypatch.setattr(duplicates, "PASS_CHARS", 100)  # passes of a few texts, one alone
     assert signatures(texts, NEAR).tolist() == whole.tolist()
     assert [signature(t, NEAR).tolist() for t in texts] == whole.tolist()
 

@@ -17,7 +17,7 @@ import unicodedata
 
 import pytest
 
-from pipeline.context import Tuning
+from pipeline.launch.context import Tuning
 from tests.conftest import dir_bytes, read_rows, run_job, run_main, write_jsonl
 from tests.test_runners import _cli, dask_cluster, needs_dask  # noqa: F401 (a fixture)
 
@@ -127,7 +127,7 @@ def test_copies_and_benchmark_text_are_removed_exactly(tmp_path):
 
 @pytest.mark.slow
 def test_inspect_shows_the_removals_and_check_proves_them(tmp_path, capsys):
-    from reader.inspect import run
+    from reader.tools.inspect import run
 
     corpus, _ = _corpus(tmp_path)
     evals = _evals(tmp_path)
@@ -277,7 +277,7 @@ def test_text_files_read_in_runs_and_parquet_inputs_and_evaluation_files(tmp_pat
 
 @pytest.mark.slow
 def test_a_copy_under_the_same_id_is_removed_and_check_accepts_it(tmp_path, capsys):
-    from reader.inspect import run
+    from reader.tools.inspect import run
 
     corpus = write_jsonl(tmp_path / "in" / "c.jsonl", [
         {"id": "x", "text": "one text, twice"}, {"id": "y", "text": "another"},
@@ -323,6 +323,6 @@ def test_a_sample_leaves_the_removed_set_as_it_is(tmp_path):
 
 
 def _check_passes(output: pathlib.Path) -> bool:
-    from reader.inspect import run
+    from reader.tools.inspect import run
 
     return run([str(output), "--check"]) == 0

@@ -1,11 +1,11 @@
-"""Words and their n-gram hashes (transforms/dedup_words.py)."""
+"""Words and their n-gram hashes (transforms/dedup/words.py)."""
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transforms.dedup_words import _word_hash_reference as word_hash_reference
-from transforms.dedup_words import ngram_hashes, word_batch, word_hashes, words
+from transforms.dedup.words import _word_hash_reference as word_hash_reference
+from transforms.dedup.words import ngram_hashes, word_batch, word_hashes, words
 
 # -- words ---------------------------------------------------------------------------------
 

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import read_rows, run_job, write_jsonl
-from transforms.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME
-from transforms.schema import LEGACY_REJECTS_DIR, REJECTS_DIR
+from transforms.dataset.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME
+from transforms.dataset.schema import LEGACY_REJECTS_DIR, REJECTS_DIR
 
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,9 @@ import subprocess
 
 import pytest
 
-from pipeline import fs
+from pipeline.files import fs
 from tests.conftest import run_main, write_jsonl
-from transforms.chunks import Chunk
+from transforms.inputs.chunks import Chunk
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ _CHUNK = Chunk(path="in/a.jsonl", rel="a.jsonl", fmt="jsonl", compression=None, 
 
 
 def test_spill_files_name_their_directory_when_the_write_fails(tmp_path, monkeypatch):
-    encode = importlib.import_module("pipeline.encode")
+    encode = importlib.import_module("pipeline.steps.encode")
     monkeypatch.setattr(fs, "create", lambda path, *, root: _Full())
     spill_dir = f"{tmp_path}/out/.tmp/a/shuffle"
     bundle = encode._BundleSpill(spill_dir, root=f"{tmp_path}/out", first=_CHUNK, num_parts=1)
@@ -111,7 +111,7 @@ def test_the_first_error_is_kept_when_closing_fails_too(tmp_path, monkeypatch):
         def close(self) -> None:
             raise OSError("CompleteMultipartUpload: MalformedXML")
 
-    encode = importlib.import_module("pipeline.encode")
+    encode = importlib.import_module("pipeline.steps.encode")
     monkeypatch.setattr(fs, "create", lambda path, *, root: _BadClose())
     bundle = encode._BundleSpill(f"{tmp_path}/s", root=str(tmp_path), first=_CHUNK, num_parts=1)
     bundle.add_rejects([], order=(_CHUNK.path, 0))  # opens the rejects file too

@@ -1,4 +1,4 @@
-"""`transforms.documents`: records → documents and rejects (docs/format.md#documents).
+"""`transforms.inputs.documents`: records → documents and rejects (docs/format.md#documents).
 
 Parsing only: how files become chunks and chunks become records is in tests/test_chunks.py.
 """
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transforms.documents import (
+from transforms.inputs.documents import (
     MAX_REJECT_RECORD_CHARS,
     Document,
     Reject,
@@ -141,7 +141,7 @@ TRICKY_LINES = [
 )
 def test_orjson_fast_path_gives_what_json_gives(monkeypatch, spec):
     """Every line, good or bad, becomes the same document or reject with or without orjson."""
-    import transforms.documents as documents
+    import transforms.inputs.documents as documents
 
     assert documents._orjson is not None  # orjson is a requirement: the fast path is on
     data = b"\n".join(TRICKY_LINES) + b"\n"
@@ -207,7 +207,7 @@ def test_json_nested_1500_deep_is_malformed_json():
 
 
 def test_any_exception_turning_a_record_into_a_document_is_a_reject(monkeypatch):
-    import transforms.documents as documents
+    import transforms.inputs.documents as documents
 
     def boom(*args, **kwargs):
         raise KeyError("surprise")
@@ -253,7 +253,7 @@ def test_a_chunk_parses_as_its_lines_one_by_one(lines, newline, fmt, id_field):
 def test_a_line_over_the_record_limit_is_too_large_unparsed(fmt, limit):
     """A line longer than its record limit (`record_limit`) is rejected without being
     parsed, naming its length; one byte shorter, it is parsed."""
-    from transforms.documents import record_limit
+    from transforms.inputs.documents import record_limit
 
     spec = ReadSpec(max_doc_bytes=100, format=fmt)
     assert record_limit(spec, fmt) == limit

@@ -1,4 +1,4 @@
-"""`pipeline.encode.EncodeChunks` on the FnApiRunner: parcels, rejects and receipts.
+"""`pipeline.steps.encode.EncodeChunks` on the FnApiRunner: parcels, rejects and receipts.
 
 The pure steps it wraps (reading a chunk, batching, planning, packing) are tested without
 Beam in tests/test_chunks.py and tests/test_encoding.py; here, what only the DoFn does: its
@@ -21,18 +21,18 @@ import sentencepiece as spm
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.utils import shared
 
-from pipeline import encode as encode_module
-from pipeline.context import Tuning
-from pipeline.encode import EncodeChunks, acquire_tokenizer, load_tokenizer
-from pipeline.read import SplitInputs
-from pipeline.tagged import PARCELS, RECEIPTS
+from pipeline.launch.context import Tuning
+from pipeline.steps import encode as encode_module
+from pipeline.steps.encode import EncodeChunks, acquire_tokenizer, load_tokenizer
+from pipeline.steps.read import SplitInputs
+from pipeline.steps.tagged import PARCELS, RECEIPTS
 from tests.conftest import DATA, dir_bytes, fn_api_pipeline, parcel_documents, run_job
 from tests.job_data import context_of
-from transforms.chunks import open_local, plan_chunks
-from transforms.keys import doc_key, shard_of
+from transforms.inputs.chunks import open_local, plan_chunks
 from transforms.params import WindowSpec
-from transforms.spill import ShardParts
-from transforms.windows import plan_windows
+from transforms.plan.keys import doc_key, shard_of
+from transforms.plan.windows import plan_windows
+from transforms.shards.spill import ShardParts
 
 WINDOWS = WindowSpec(window=8, stride=4)
 LINES = [json.dumps({"text": f"line {i} " + "x" * (i % 13)}) for i in range(200)]
@@ -118,7 +118,8 @@ def test_the_step_takes_the_launchers_tokenizer_in_its_process_and_loads_one_els
         monkeypatch):
     context = context_of("--tokenizer", str(DATA / "tiny.model"), "--encode-threads", "3")
     made = _count_loads(monkeypatch)
-    # The launcher (`pipeline.preflight`) loads it through the context's handle, and holds it.
+    # The launcher (`pipeline.launch.preflight`) loads it through the context's handle, and holds
+    # it.
     launchers = acquire_tokenizer(context.tokenizer_handle, context.config)
     here = _as_a_runner_gets_it(context)
     here.setup()

@@ -1,4 +1,5 @@
-"""`transforms.encoding`: documents → tokens → windows → keys → blocks by shard, without Beam.
+"""`transforms.shards.encoding`: documents → tokens → windows → keys → blocks by shard, without
+Beam.
 
 Documents are read from files with `tests.test_chunks.read_files` (the pure reading steps) and
 encoded as the job encodes them: every document gets its exact token ids (SentencePiece ids
@@ -18,21 +19,21 @@ from hypothesis import strategies as st
 
 from tests.conftest import DATA, parcel_documents
 from tests.test_chunks import LINES, TEXTS, read_files
-from transforms.documents import Document, Reject
-from transforms.encoding import (
+from transforms.inputs.documents import Document, Reject
+from transforms.params import ReadSpec, WindowSpec
+from transforms.plan.keys import ShardPlan, doc_key, part_of, shard_of
+from transforms.plan.windows import plan_windows
+from transforms.shards.encoding import (
     Encoded,
     PartBuffer,
     batch_documents,
     encode_documents,
     pack_documents,
 )
-from transforms.keys import ShardPlan, doc_key, part_of, shard_of
-from transforms.params import ReadSpec, WindowSpec
-from transforms.parcels import read_parcel
-from transforms.parquet import write_rows
-from transforms.rows import ShardRows
-from transforms.tokenizers import ByteTokenizer, SentencePieceTokenizer
-from transforms.windows import plan_windows
+from transforms.shards.parcels import read_parcel
+from transforms.shards.parquet import write_rows
+from transforms.shards.rows import ShardRows
+from transforms.tokenize.tokenizers import ByteTokenizer, SentencePieceTokenizer
 
 WINDOWS = WindowSpec(window=8, stride=4)
 TOK = ByteTokenizer()

@@ -29,7 +29,7 @@ from reader import (
 )
 from tests.reader_data import BOS, EOS, isolated_cache
 from transforms import errors
-from transforms.manifest import MANIFEST_NAME
+from transforms.dataset.manifest import MANIFEST_NAME
 from transforms.params import WindowSpec
 from transforms.testing import write_dataset
 
@@ -201,8 +201,8 @@ def _job(tmp_path: Path, output: Path, *flags: str) -> list[str]:
 def test_the_jobs_output_refusals_are_typed_with_the_same_exit_status(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import pipeline
-    from pipeline.confine import OutsideOutputError
-    from pipeline.errors import OutputInUse, OutputRefused
+    from pipeline.files.confine import OutsideOutputError
+    from pipeline.files.errors import OutputInUse, OutputRefused
     from tests.conftest import exit_code
 
     assert pipeline.OutputRefused is OutputRefused and pipeline.OutputInUse is OutputInUse

@@ -1,17 +1,17 @@
-"""`pipeline.finalize`: the last step writes a manifest only over its own job's shards, and only
-when the records add up and enough of them became documents."""
+"""`pipeline.steps.finalize`: the last step writes a manifest only over its own job's shards, and
+only when the records add up and enough of them became documents."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.conftest import exit_code, run_job, write_jsonl
-from transforms.manifest import MANIFEST_NAME
+from transforms.dataset.manifest import MANIFEST_NAME
 
 
 @pytest.mark.slow
 def test_a_shard_of_another_job_never_sits_under_the_manifest(corpus, tmp_path):
-    from pipeline.finalize import _check_shard_footer
+    from pipeline.steps.finalize import _check_shard_footer
 
     run_job(tmp_path / "a", "--input", str(corpus), "--tokenizer", "bytes", "--seed", "1")
     b = run_job(tmp_path / "b", "--input", str(corpus), "--tokenizer", "bytes", "--seed", "2")
@@ -42,7 +42,7 @@ def test_max_skipped_share_fails_a_mostly_rejected_job(tmp_path):
 
 
 def test_a_value_of_no_known_type_fails_the_last_step_before_anything_is_written():
-    from pipeline.finalize import _FinalizeFn
+    from pipeline.steps.finalize import _FinalizeFn
 
     fn = _FinalizeFn.__new__(_FinalizeFn)  # process sorts the group before it reads the context
     with pytest.raises(TypeError, match=r"FinalizeDataset got a str, which is no written "

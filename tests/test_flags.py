@@ -1,4 +1,4 @@
-"""`pipeline.flags`: the command line's parser (--version, the usage line) and misspelled
+"""`pipeline.launch.flags`: the command line's parser (--version, the usage line) and misspelled
 flags refused with the one meant."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import sys
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.flags import check_flags, parser
 from pipeline.job import main
+from pipeline.launch.flags import check_flags, parser
 
 
 def _help(capsys, monkeypatch, argv0: str, *args: str) -> str:

@@ -1,4 +1,4 @@
-"""`pipeline.fs`: the job's file access, through Beam's FileSystems (here on local disk)."""
+"""`pipeline.files.fs`: the job's file access, through Beam's FileSystems (here on local disk)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from pipeline import fs
+from pipeline.files import fs
 
 
 def test_write_atomically_renames_a_complete_temporary_file(tmp_path):
@@ -51,7 +51,7 @@ def test_match_list_read_and_delete(tmp_path):
 
 
 def test_special_kind_names_fifos_and_devices_without_opening_them(tmp_path):
-    from pipeline.fs import special_kind
+    from pipeline.files.fs import special_kind
 
     os.mkfifo(tmp_path / "pipe")  # opening it to read would wait for a writer
     (tmp_path / "file").write_text("x")

@@ -9,17 +9,17 @@ from __future__ import annotations
 import apache_beam as beam
 import pytest
 
-from pipeline.context import Tuning
 from pipeline.graph import build_pipeline
+from pipeline.launch.context import Tuning
 from tests.job_data import context_of
-from transforms.keys import ShardPlan
+from transforms.plan.keys import ShardPlan
 
 FILES = {"/c/a.jsonl": (200 << 20, 1.0)}  # 200 MiB matched at launch
 PART_TEXT_BYTES = Tuning().part_text_bytes
 
 
 def plan(*extra: str, files: dict | None = FILES) -> ShardPlan:
-    """The shard plan of the job's context (`pipeline.context.job_context`)."""
+    """The shard plan of the job's context (`pipeline.launch.context.job_context`)."""
     return context_of(*extra, files=files).plan
 
 
@@ -73,7 +73,7 @@ def test_a_split_job_s_plan_numbers_every_split_in_one_range():
 
 def _step_labels(*, spread_chunks: bool) -> list[str]:
     """SplitInputs' and EncodeChunks' step labels in a graph started from two launched chunks."""
-    from transforms.chunks import Chunk
+    from transforms.inputs.chunks import Chunk
 
     chunks = [Chunk(path=f"/c/{name}.jsonl", rel=f"{name}.jsonl", fmt="jsonl", compression=None,
                     start=0, end=100, first=1, size=100, extent=100) for name in ("a", "b")]

@@ -1,11 +1,11 @@
-"""pipeline.heap: what is alive is left out of later collections; new cycles still go."""
+"""pipeline.steps.heap: what is alive is left out of later collections; new cycles still go."""
 
 from __future__ import annotations
 
 import gc
 import weakref
 
-from pipeline.heap import YOUNG, leave_loaded_out
+from pipeline.steps.heap import YOUNG, leave_loaded_out
 
 
 class _Node:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from reader import WindowDataset
-from reader.layout import LAYOUT_VERSION
+from reader.data.layout import LAYOUT_VERSION
 from reader.prepare import main as prepare_main
 from tests.reader_data import edit_manifest, isolated_cache, random_docs, small, write_docs
 
@@ -100,8 +100,9 @@ import io  # noqa: E402
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from reader import EpochSampler, PackedSampler, inspect  # noqa: E402
-from transforms.manifest import MANIFEST_NAME  # noqa: E402
+from reader import EpochSampler, PackedSampler  # noqa: E402
+from reader.tools import inspect  # noqa: E402
+from transforms.dataset.manifest import MANIFEST_NAME  # noqa: E402
 
 # A short path (a padded absolute path must fit in 64 characters), removed at exit.
 _BASE = Path(tempfile.mkdtemp(prefix="tw-hostile-"))

@@ -13,9 +13,9 @@ import sys
 import pytest
 
 from tests.conftest import run_job, run_main
-from transforms.documents import Document, Reject
-from transforms.encoding import encode_or_reject
-from transforms.tokenizers import ByteTokenizer, tokenizer_failed
+from transforms.inputs.documents import Document, Reject
+from transforms.shards.encoding import encode_or_reject
+from transforms.tokenize.tokenizers import ByteTokenizer, tokenizer_failed
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # A pre-tokenizer whose regex backtracks: "a" * 40 + "!" exceeds Oniguruma's retry limit,
@@ -107,7 +107,7 @@ def test_tokenizer_rejects_of_many_chunks_and_batches_are_all_kept_in_input_orde
     """Byte ranges of a few hundred bytes and batches of a few documents: the failures come
     to light while later chunks are encoded, or at the bundle's end; each is kept once, in
     input order, and the other documents are those of a job without them."""
-    from pipeline.context import Tuning
+    from pipeline.launch.context import Tuning
 
     tokenizer = backtracking_tokenizer(tmp_path)
     hostile = {5, 41, 42, 97, 150}

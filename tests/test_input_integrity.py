@@ -16,8 +16,8 @@ import pytest
 
 from tests.conftest import read_rows, run_main
 from tests.test_input_parquet import damage
-from transforms.chunks import open_local, plan_chunks, read_chunk
-from transforms.input_parquet import DamagedInput
+from transforms.inputs.chunks import open_local, plan_chunks, read_chunk
+from transforms.inputs.parquet import DamagedInput
 from transforms.params import ReadSpec
 
 TEXTS = [f"document {i}: " + "the quick brown fox jumps over the lazy dog " * 3
@@ -75,7 +75,7 @@ def test_a_job_over_a_damaged_parquet_fails_and_writes_no_manifest(tmp_path):
 
 def test_read_errors_of_a_store_name_the_input_while_counting_lines_too(tmp_path):
     # An object store's client error (NoSuchBucket …) names no file; both reading steps do.
-    from transforms.chunks import count_lines
+    from transforms.inputs.chunks import count_lines
 
     path = tmp_path / "big.jsonl"
     path.write_text('{"text": "a"}\n' * 100)

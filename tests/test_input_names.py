@@ -1,4 +1,4 @@
-"""`transforms.input_names`: a matched file's id prefix and how a path is shown
+"""`transforms.inputs.names`: a matched file's id prefix and how a path is shown
 (docs/format.md#documents)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transforms.input_names import (
+from transforms.inputs.names import (
     common_base,
     disambiguated_name,
     pattern_base,
@@ -53,7 +53,7 @@ def test_a_file_under_its_pattern_s_base_is_named_by_its_path_below_it(dirs, res
 
 
 def test_files_sharing_a_name_are_told_apart_and_a_file_is_read_as_its_first_pattern():
-    from transforms.input_names import chosen_match, distinct_names
+    from transforms.inputs.names import chosen_match, distinct_names
 
     bases = ["c/en/", "c/zh/"]
     # Two files, one name: both renamed from the common base; one file twice: kept.

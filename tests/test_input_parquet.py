@@ -1,4 +1,4 @@
-"""transforms/input_parquet.py: input row groups read with their page checksums verified
+"""transforms/inputs/parquet.py: input row groups read with their page checksums verified
 (docs/integrity.md#the-job)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from transforms.input_parquet import DamagedInput, read_row_groups
+from transforms.inputs.parquet import DamagedInput, read_row_groups
 
 TEXTS = [f"document {i}: " + "the quick brown fox jumps over the lazy dog " * 3
          for i in range(300)]
@@ -73,7 +73,7 @@ def test_pages_without_checksums_are_read_as_they_are(tmp_path: pathlib.Path) ->
 def test_a_row_group_holding_a_page_over_the_limit_is_found_from_its_headers(tmp_path):
     """Only the page headers are read (and only in column chunks over the limit): the row
     group with the long value is found, whatever the codec or page layout."""
-    from transforms.input_parquet import Oversized, oversized_groups
+    from transforms.inputs.parquet import Oversized, oversized_groups
 
     texts = ["x" * 100] * 50 + ["y" * 300_000] + ["z"] * 10
     for compression in ("none", "zstd", "snappy"):
@@ -94,8 +94,8 @@ def test_a_row_group_holding_a_page_over_the_limit_is_found_from_its_headers(tmp
 
 def test_the_rows_of_a_row_group_with_a_page_too_large_are_rejected_unread(tmp_path):
     """With the floor of the page limit shrunk (a test's), a 1.1 MB page is too large."""
-    from transforms.chunks import open_local, plan_chunks, read_chunk
-    from transforms.documents import Document
+    from transforms.inputs.chunks import open_local, plan_chunks, read_chunk
+    from transforms.inputs.documents import Document
     from transforms.params import ReadSpec
 
     path = tmp_path / "a.parquet"
@@ -120,9 +120,9 @@ def test_the_rows_of_a_row_group_with_a_page_too_large_are_rejected_unread(tmp_p
 def test_a_large_row_group_of_small_pages_is_read_whole(tmp_path):
     """A column chunk over the limit is only a reason to read its page headers: pages under
     the limit are read as always."""
-    from transforms.chunks import open_local, plan_chunks, read_chunk
-    from transforms.documents import Document
-    from transforms.input_parquet import oversized_groups
+    from transforms.inputs.chunks import open_local, plan_chunks, read_chunk
+    from transforms.inputs.documents import Document
+    from transforms.inputs.parquet import oversized_groups
     from transforms.params import ReadSpec
 
     path = tmp_path / "a.parquet"

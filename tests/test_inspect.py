@@ -14,13 +14,13 @@ import sys
 import numpy as np
 import pytest
 
-from reader import inspect
+from reader.tools import inspect
 from tests.conftest import DATA, ROOT
 from tests.inspect_data import FAMILIES, TEXTS, bytes_dataset, spec_of
-from transforms.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME, TokenizerInfo
+from transforms.dataset.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME, TokenizerInfo
 from transforms.params import WindowSpec
 from transforms.testing import write_dataset
-from transforms.tokenizers import ByteTokenizer, SentencePieceTokenizer
+from transforms.tokenize.tokenizers import ByteTokenizer, SentencePieceTokenizer
 
 
 def _run(capsys, *args) -> tuple[int, str]:
@@ -89,7 +89,7 @@ def test_decode_with_sentencepiece_finds_and_checks_the_model(tmp_path, capsys):
 
 
 def test_decode_with_a_tokenizer_json(tmp_path, bpe):
-    from transforms.tokenizers import HFTokenizer
+    from transforms.tokenize.tokenizers import HFTokenizer
 
     tok = HFTokenizer(bpe.read_bytes(), where=str(bpe), bos_token="<s>", eos_token="</s>")
     text = "It was a truth universally acknowledged."
@@ -133,15 +133,16 @@ def test_inspect_never_imports_beam():
 
     names: set[str] = set()
     # --check's, --plot's and --mix's own modules, which inspect imports
-    for module in ("inspect.py", "check.py", "plot.py", "opening.py", "integrity.py",
-                   "mixreport.py", "blend.py", "regular.py", "removed_check.py"):
+    for module in ("tools/inspect.py", "tools/check.py", "tools/plot.py", "data/opening.py",
+                   "data/integrity.py", "mixture/report.py", "mixture/blend.py", "data/regular.py",
+                   "tools/removed_check.py"):
         tree = ast.parse((ROOT / "reader" / module).read_text())
         names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert {n for n in names if n.split(".")[0] == "reader"} == {
-        "reader", "reader.check", "reader.inspect", "reader.integrity", "reader.opening",
-        "reader.plot", "reader.mixreport", "reader.blend", "reader.regular",
-        "reader.removed_check"}
+        "reader.data", "reader.tools.check", "reader.tools.inspect", "reader.data.integrity",
+        "reader.data.opening", "reader.tools.plot", "reader.mixture.report", "reader.mixture.blend",
+        "reader.data.regular", "reader.tools.removed_check"}
     tops = {n.split(".")[0] for n in names} - {"reader"}
     assert tops - set(sys.stdlib_module_names) == {"numpy", "pyarrow", "transforms", "matplotlib"}
 

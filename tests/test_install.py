@@ -129,7 +129,7 @@ print(json.dumps([before, look()]))
     # transformers' own import does is theirs).
     ("import transformers.trainer_utils; transformers.Trainer", "import reader.hf, reader.inspect"),
     ("import apache_beam", "import pipeline; pipeline.build_pipeline, pipeline.run"),
-    ("import apache_beam", "import pipeline.job, pipeline.encode, pipeline.write"),
+    ("import apache_beam", "import pipeline.job, pipeline.steps.encode, pipeline.steps.write"),
 ])
 def test_importing_a_package_changes_nothing_in_the_process(first: str, imports: str) -> None:
     done = subprocess.run([sys.executable, "-c", PROCESS.format(first=first, imports=imports)],

@@ -1,6 +1,6 @@
-"""The reader's integrity checks (`reader.integrity`, docs/integrity.md): a flipped byte is never
-served as data, a foreign shard or an edited manifest is refused, and ``inspect --check`` is at
-least as strict as opening."""
+"""The reader's integrity checks (`reader.data.integrity`, docs/integrity.md): a flipped byte is
+never served as data, a foreign shard or an edited manifest is refused, and ``inspect --check`` is
+at least as strict as opening."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from reader import WindowDataset
 from tests.conftest import run_job, write_jsonl
-from transforms.manifest import MANIFEST_NAME
+from transforms.dataset.manifest import MANIFEST_NAME
 
 TEXTS = [f"document {i} " * (5 + i) for i in range(30)]
 
@@ -134,7 +134,7 @@ def _foreign(copy, dataset):
     rows, another job's fingerprint in its footer."""
     import pyarrow.parquet as pq
 
-    from transforms.schema import FINGERPRINT_KEY
+    from transforms.dataset.schema import FINGERPRINT_KEY
 
     path = copy / "part-00001-of-00002.parquet"
     table = pq.read_table(path)
@@ -152,7 +152,7 @@ def _reversed(copy, dataset):
 
 @pytest.mark.parametrize("damage", ["flipped_bit", "foreign_shard", "reversed_list"])
 def test_inspect_check_is_as_strict_as_opening(dataset, tmp_path, capsys, damage):
-    from reader import inspect
+    from reader.tools import inspect
 
     copy = tmp_path / "c"
     shutil.copytree(dataset / "out", copy)

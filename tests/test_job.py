@@ -17,9 +17,9 @@ import pytest
 
 from pipeline.job import main
 from tests.conftest import DATA, ROOT, exit_code, run_job, write_jsonl
-from transforms.input_names import relative_name
-from transforms.manifest import MANIFEST_NAME
-from transforms.schema import REJECTS_DIR
+from transforms.dataset.manifest import MANIFEST_NAME
+from transforms.dataset.schema import REJECTS_DIR
+from transforms.inputs.names import relative_name
 
 FLAGS = ("--input", "--format", "--text-field", "--id-field", "--keep-empty", "--invalid-utf8",
          "--max-doc-bytes", "--tokenizer", "--window", "--stride", "--tail", "--min-tail",

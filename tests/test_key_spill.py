@@ -1,4 +1,5 @@
-"""The dedup pass's key spill files (`transforms.key_spill`): records back by band, in order."""
+"""The dedup pass's key spill files (`transforms.dedup.key_spill`): records back by band, in
+order."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import io
 
 import pytest
 
-from transforms.chunks import open_local
-from transforms.key_spill import IDS_BAND, KeySpillWriter, read_band, read_record
+from transforms.dedup.key_spill import IDS_BAND, KeySpillWriter, read_band, read_record
+from transforms.inputs.chunks import open_local
 
 
 def test_records_come_back_by_band_file_by_file(tmp_path):

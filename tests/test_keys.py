@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transforms.keys import (
+from transforms.plan.keys import (
     ShardPlan,
     doc_key,
     doc_keys,

@@ -1,5 +1,5 @@
-"""`transforms.launch`: the launcher's chunks are the workers' chunks, numbered the same, and
-their order fills the runner's partitions evenly."""
+"""`transforms.inputs.chunk_plan`: the launcher's chunks are the workers' chunks, numbered the same,
+and their order fills the runner's partitions evenly."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transforms.chunks import Chunk, count_lines, number_chunks, open_local, plan_chunks
-from transforms.launch import (
+from transforms.inputs.chunk_plan import (
     NamedFile,
     balance,
     chunk_weight,
@@ -21,6 +20,7 @@ from transforms.launch import (
     number_counted,
     plan_files,
 )
+from transforms.inputs.chunks import Chunk, count_lines, number_chunks, open_local, plan_chunks
 from transforms.params import ReadSpec
 
 LINES = [json.dumps({"text": f"line {i} " + "x" * (i % 13)}) for i in range(40)]

@@ -1,5 +1,5 @@
-"""`pipeline.launch`: on Dask the launcher plans the chunks, picks the partitions, and the job
-it launches writes what the patterns' job writes (checked on a real cluster in
+"""`pipeline.launch.chunk_plan`: on Dask the launcher plans the chunks, picks the partitions, and
+the job it launches writes what the patterns' job writes (checked on a real cluster in
 tests/test_runners.py)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import json
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline import launch
-from pipeline.options import JobConfig
-from pipeline.read import SplitInputs
+from pipeline.launch import chunk_plan
+from pipeline.launch.options import JobConfig
+from pipeline.steps.read import SplitInputs
 from tests.conftest import fn_api_pipeline
 
 pytest.importorskip("distributed", reason="the Dask options need apache-beam[dask]")
@@ -34,21 +34,21 @@ def test_partition_size_as_dask_cuts_the_create(n, flags, size, npartitions):
     from apache_beam.runners.dask.dask_runner import DaskOptions
 
     options = _options(*flags)
-    assert launch.partition_size(n, options) == size
+    assert chunk_plan.partition_size(n, options) == size
     assert options.view_as(DaskOptions).npartitions == npartitions
 
 
 def test_only_dask_plans_at_launch():
-    assert launch.plans_chunks(_options())
-    assert not launch.plans_chunks(PipelineOptions([]))
-    assert not launch.plans_chunks(PipelineOptions(["--runner=DataflowRunner"]))
+    assert chunk_plan.plans_chunks(_options())
+    assert not chunk_plan.plans_chunks(PipelineOptions([]))
+    assert not chunk_plan.plans_chunks(PipelineOptions(["--runner=DataflowRunner"]))
 
 
 @pytest.mark.slow
 def test_the_launcher_s_chunks_read_as_the_workers_chunks(tmp_path):
     """Planned at launch (a byte range counted by a job of its own), they are the chunks the
     patterns give on the workers; ordered for 3 partitions."""
-    from pipeline import fs
+    from pipeline.files import fs
 
     lines = [json.dumps({"text": f"doc {i} " + "y" * (i % 17)}) for i in range(60)]
     (tmp_path / "in").mkdir()
@@ -59,9 +59,9 @@ def test_the_launcher_s_chunks_read_as_the_workers_chunks(tmp_path):
     config = JobConfig.from_options(PipelineOptions(
         ["--input", pattern, "--tokenizer", "bytes", "--output", str(tmp_path / "out")]))
     matched = [(0, p, s, m) for p, s, m in fs.match_files(pattern)]
-    planned = launch.plan_at_launch(config, matched, chunk_bytes=200)
+    planned = chunk_plan.plan_at_launch(config, matched, chunk_bytes=200)
     assert sum(c.first is None for c in planned) > 3
-    chunks = launch.prepare_chunks(planned, _options("--dask_npartitions=3"),
+    chunks = chunk_plan.prepare_chunks(planned, _options("--dask_npartitions=3"),
                                    tmp_dir=str(tmp_path / "tmp"), root=str(tmp_path),
                                    pipeline=fn_api_pipeline)
     assert all(c.first is not None for c in chunks)

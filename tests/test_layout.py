@@ -1,4 +1,4 @@
-"""Tests of reader.layout: the cache of memory-mapped shard layouts, and remote datasets."""
+"""Tests of reader.data.layout: the cache of memory-mapped shard layouts, and remote datasets."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from reader import WindowDataset
-from reader.layout import LAYOUT_VERSION, LayoutCache, default_cache_dir
+from reader.data.layout import LAYOUT_VERSION, LayoutCache, default_cache_dir
 from tests.conftest import ROOT as REPO
 from tests.conftest import reader_s3_uri
 from tests.reader_data import (
@@ -155,7 +155,7 @@ def test_a_manifest_without_a_usable_sha256_is_refused(small: tuple[Path, list])
     root, _ = small
     edit_manifest(root, lambda m: m["shards"][0].update(sha256=None))
     with pytest.raises(ValueError, match=r"shards\[0\]\.sha256 must be a string, but got None"):
-        WindowDataset(root)  # transforms.manifest.parse_manifest's check
+        WindowDataset(root)  # transforms.dataset.manifest.parse_manifest's check
     edit_manifest(root, lambda m: m["shards"][0].update(sha256="abc"))
     with pytest.raises(ValueError, match=r"shards\[0\]\.sha256 must be 64 lowercase hex "
                                          r"digits \(a SHA-256\), but got 'abc'"):
@@ -341,12 +341,12 @@ def test_a_full_disk_names_the_cache_and_the_knobs(small: tuple[Path, list],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    import reader.layout_build
+    import reader.data.layout_build
 
     def full(*args: object, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(reader.layout_build.np, "save", full)
+    monkeypatch.setattr(reader.data.layout_build.np, "save", full)
     root, _ = small
     with pytest.raises(OSError, match=rf"no space left in the layout cache {isolated_cache} "
                                       r".*`cache_dir=` \(or \$TOKEN_WINDOWS_CACHE.*`cache_limit=`"):

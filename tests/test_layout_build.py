@@ -1,4 +1,4 @@
-"""`reader.layout_build`: one shard's layout written from its Parquet file, every row checked
+"""`reader.data.layout_build`: one shard's layout written from its Parquet file, every row checked
 on the way, and the digests that let a cached layout be checked cheaply or surely."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from reader.layout_build import (
+from reader.data.layout_build import (
     FILES,
     RECORD,
     SAMPLE_PAGES,
@@ -25,7 +25,7 @@ from reader.layout_build import (
     write_layout,
 )
 from tests.reader_data import BOS, EOS, random_docs, rewrite_shard, write_docs
-from transforms.manifest import MANIFEST_NAME, read_manifest
+from transforms.dataset.manifest import MANIFEST_NAME, read_manifest
 
 
 def source(root: Path, index: int, first_index: int = 0) -> ShardSource:

@@ -1,4 +1,4 @@
-"""`reader.ledger`: a mixture's ledger (each source's epoch, cursor, windows and targets
+"""`reader.mixture.ledger`: a mixture's ledger (each source's epoch, cursor, windows and targets
 drawn) and the stream's position after each batch; the arithmetic against a plain count."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reader.ledger import Cursor, DrawnBatches, Snapshot
-from reader.sampler import EpochSampler
+from reader.mixture.ledger import Cursor, DrawnBatches, Snapshot
+from reader.order.sampler import EpochSampler
 
 
 class Source:

@@ -1,4 +1,4 @@
-"""`transforms.lookup`: records read back by their source, streaming each file once."""
+"""`transforms.inputs.lookup`: records read back by their source, streaming each file once."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from transforms.chunks import open_local
-from transforms.lookup import read_records
+from transforms.inputs.chunks import open_local
+from transforms.inputs.lookup import read_records
 from transforms.params import ReadSpec
 
 LINES = [json.dumps({"id": f"x{i}", "text": f"line {i} é"}) for i in range(1, 40)]

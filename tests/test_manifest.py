@@ -1,5 +1,5 @@
-"""`transforms.manifest`: serialising and checking the manifest (docs/format.md#the-manifest;
-how the writer builds it: tests/test_manifest_build.py).
+"""`transforms.dataset.manifest`: serialising and checking the manifest
+(docs/format.md#the-manifest; how the writer builds it: tests/test_manifest_build.py).
 
 `dumps_manifest` is deterministic; `parse_manifest` refuses every damaged manifest with a
 message naming the file, the key and the value.
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tests.test_manifest_build import ARGS, SPEC, built, shard
 from tests.test_rows import doc
-from transforms.manifest import (
+from transforms.dataset.manifest import (
     MANIFEST_NAME,
     SampleInfo,
     SplitFraction,
@@ -26,7 +26,7 @@ from transforms.manifest import (
     parse_manifest,
     read_manifest,
 )
-from transforms.manifest_build import build_manifest
+from transforms.shards.manifest_build import build_manifest
 
 
 def test_dumps_is_deterministic_and_parses_back():

@@ -1,4 +1,5 @@
-"""`transforms.manifest_build`: the writer's side of the manifest (docs/format.md#the-manifest).
+"""`transforms.shards.manifest_build`: the writer's side of the manifest
+(docs/format.md#the-manifest).
 
 The counts are summed from the shards' own counts and must add up (records = documents +
 skipped + sampled out); a split job's record adds up its splits; the fingerprint names the
@@ -13,17 +14,22 @@ import json
 import pytest
 
 from tests.test_rows import doc, parcels_of
-from transforms.manifest import SampleInfo, dumps_manifest, parse_manifest, parse_splits_record
-from transforms.manifest_build import (
+from transforms.dataset.manifest import (
+    SampleInfo,
+    dumps_manifest,
+    parse_manifest,
+    parse_splits_record,
+)
+from transforms.dataset.schema import shard_file_name
+from transforms.params import WindowSpec
+from transforms.shards.manifest_build import (
     WrittenShard,
     build_manifest,
     build_splits_record,
     job_fingerprint,
 )
-from transforms.params import WindowSpec
-from transforms.rows import ShardCounts, ShardRows
-from transforms.schema import shard_file_name
-from transforms.tokenizers import ByteTokenizer
+from transforms.shards.rows import ShardCounts, ShardRows
+from transforms.tokenize.tokenizers import ByteTokenizer
 
 TOK = ByteTokenizer()
 SPEC = WindowSpec(window=4, stride=4)

@@ -1,9 +1,10 @@
-"""`reader.mixed`: several datasets as one index space of named sources (docs/mixtures.md).
+"""`reader.mixture.dataset`: several datasets as one index space of named sources
+(docs/mixtures.md).
 
 Its fast path gives exactly what the per-index path gives: a batch that
 :class:`reader.MixtureSampler` yields carries its windows grouped by source
-(:class:`reader.mixed.GroupedIndices`), and :meth:`reader.MixedDataset.__getitems__` gathered
-from that grouping must equal the same indices gathered one by one, and each window
+(:class:`reader.mixture.dataset.GroupedIndices`), and :meth:`reader.MixedDataset.__getitems__`
+gathered from that grouping must equal the same indices gathered one by one, and each window
 ``mixed[k]`` (docs/mixtures.md#how-it-works-and-what-it-costs)."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 
 from reader import MixedDataset, MixtureSampler, WindowDataset, collate, collate_packed
 from reader.batches import add_sources
-from reader.mixed import GroupedIndices
+from reader.mixture.dataset import GroupedIndices
 from tests.reader_data import edit_manifest, isolated_cache, random_docs, three, write_docs
 
 __all__ = ["isolated_cache", "three"]  # fixtures

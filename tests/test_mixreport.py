@@ -1,4 +1,4 @@
-"""`reader.mixreport`: what a mixture would draw, from the sources' manifests alone
+"""`reader.mixture.report`: what a mixture would draw, from the sources' manifests alone
 (``inspect --mix``, docs/mixtures.md)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from reader import MixedDataset
-from reader.mixreport import check_compatible, mixture_report, parse_mix, run_mix
+from reader.mixture.report import check_compatible, mixture_report, parse_mix, run_mix
 from tests.reader_data import edit_manifest, isolated_cache, random_docs, three, write_docs
 
 __all__ = ["isolated_cache", "three"]  # fixtures
@@ -31,7 +31,7 @@ def test_mixture_report_worked_example() -> None:
 
 def test_inspect_mix_prints_each_sources_epochs(three: MixedDataset, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    from reader.inspect import run
+    from reader.tools.inspect import run
 
     paths = [f"{n}={tmp_path / n}" for n in three.names]
     assert run([*paths, "--mix", "web=2,code=1,books=1", "--tokens", "1000", "--json"]) == 0

@@ -1,5 +1,6 @@
-"""Tests of reader.mixed and reader.mixture (the rule they draw by: tests/test_blend.py): each
-source's epochs, elastic and re-weighted resume, packing, refusals (docs/mixtures.md)."""
+"""Tests of reader.mixture.dataset and reader.mixture.sampler (the rule they draw by:
+tests/test_blend.py): each source's epochs, elastic and re-weighted resume, packing, refusals
+(docs/mixtures.md)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ from reader import (
     evaluate,
     pack_rows,
 )
-from reader.blend import Blend, normalise_weights
-from reader.mixture import source_seed
+from reader.mixture.blend import Blend, normalise_weights
+from reader.mixture.sampler import source_seed
 from tests.reader_data import isolated_cache, three
 from tests.test_blend import exact_bound, weights_st
 

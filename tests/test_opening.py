@@ -1,4 +1,4 @@
-"""`reader.opening`: the one path by which WindowDataset, inspect, prepare and --mix open a
+"""`reader.data.opening`: the one path by which WindowDataset, inspect, prepare and --mix open a
 dataset."""
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from typing import Any
 import pyarrow.fs as pafs
 import pytest
 
-from reader import WindowDataset, inspect
+from reader import WindowDataset
 from reader.prepare import main as prepare_main
+from reader.tools import inspect
 from tests.conftest import ROOT as REPO
 from tests.conftest import reader_s3_uri, run_job, write_jsonl
 from tests.reader_data import isolated_cache, random_docs, small, write_docs
-from transforms.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME, dumps_manifest
+from transforms.dataset.manifest import LEGACY_MANIFEST_NAME, MANIFEST_NAME, dumps_manifest
 
 __all__ = ["isolated_cache", "small"]  # fixtures
 
@@ -67,7 +68,7 @@ def test_a_split_from_another_run_is_refused(split_job: Path, tmp_path: Path) ->
 
 
 def test_one_path_for_every_reader(small: tuple[Path, list]) -> None:
-    from reader.opening import locate, open_files
+    from reader.data.opening import locate, open_files
 
     root, rows = small
     local, uri = open_files(root), open_files(root.as_uri())
@@ -81,7 +82,7 @@ def test_one_path_for_every_reader(small: tuple[Path, list]) -> None:
 
 
 def test_the_legacy_manifest_name_is_refused_by_every_reader(small: tuple[Path, list]) -> None:
-    from reader.opening import open_files
+    from reader.data.opening import open_files
 
     root, _ = small
     (root / MANIFEST_NAME).rename(root / LEGACY_MANIFEST_NAME)
@@ -133,7 +134,7 @@ class _Counting(pafs.FileSystemHandler):
 def test_opening_reads_the_manifest_alone_and_verify_reads_every_shard(
         tmp_path: Path) -> None:
     """Open cost does not grow with the shards: no footer is read until a shard is."""
-    from reader.opening import open_files, verify_files
+    from reader.data.opening import open_files, verify_files
 
     write_docs(tmp_path / "ds", random_docs(40), window=6, num_shards=8)
     handler = _Counting()
@@ -183,7 +184,7 @@ def test_what_open_finds_of_each_shard(small: tuple[Path, list]) -> None:
 
     import pyarrow.parquet as pq
 
-    from reader.opening import open_files, read_column, row_groups, sha256_of
+    from reader.data.opening import open_files, read_column, row_groups, sha256_of
 
     root, rows = small
     files = open_files(root)
@@ -207,7 +208,7 @@ def test_what_open_finds_of_each_shard(small: tuple[Path, list]) -> None:
 
 def test_a_missing_shard_and_a_cache_inside_the_dataset_are_refused(
         small: tuple[Path, list]) -> None:
-    from reader.opening import locate, open_files
+    from reader.data.opening import locate, open_files
 
     root, _ = small
     loc = locate(root)
@@ -222,7 +223,7 @@ def test_a_missing_shard_and_a_cache_inside_the_dataset_are_refused(
 
 
 def test_locate_names_a_place_without_its_credentials(tmp_path: Path) -> None:
-    from reader.opening import locate
+    from reader.data.opening import locate
 
     assert locate("relative/ds").root == str(Path("relative/ds").absolute())
     assert locate(f"file://{tmp_path}/ds/").shown == f"file://{tmp_path}/ds"
@@ -241,7 +242,7 @@ def test_a_fifo_shard_is_named_not_a_regular_file(small: tuple[Path, list]) -> N
     root, _ = small
     (root / "part-00001-of-00003.parquet").unlink()
     os.mkfifo(root / "part-00001-of-00003.parquet")
-    done = _in_a_process("import sys; from reader.opening import open_files\n"
+    done = _in_a_process("import sys; from reader.data.opening import open_files\n"
                          "try:\n    open_files(sys.argv[1])\n"
                          "except OSError as e:\n    print(e)\n", str(root))
     assert done.stdout.strip() == (
@@ -251,7 +252,7 @@ def test_a_fifo_shard_is_named_not_a_regular_file(small: tuple[Path, list]) -> N
     os.unlink(root / "part-00001-of-00003.parquet")
     (root / MANIFEST_NAME).unlink()
     os.mkfifo(root / MANIFEST_NAME)
-    done = _in_a_process("import sys; from reader.opening import open_files\n"
+    done = _in_a_process("import sys; from reader.data.opening import open_files\n"
                          "try:\n    open_files(sys.argv[1])\n"
                          "except OSError as e:\n    print(e)\n", str(root))
     assert done.stdout.startswith(
@@ -263,8 +264,8 @@ def test_a_manifest_of_many_shards_is_checked_against_the_listing_before_it_is_p
     # A manifest listing 20,000 shards over a directory holding 3 of them: the first missing
     # shard is named from the listing and the first shard's name, before any entry is parsed
     # (at 10**7 entries, parsing took minutes and gigabytes before this message).
-    import reader.opening
-    from reader.opening import open_files
+    import reader.data.opening
+    from reader.data.opening import open_files
 
     root, _ = small
     manifest = json.loads((root / MANIFEST_NAME).read_text())
@@ -281,7 +282,7 @@ def test_a_manifest_of_many_shards_is_checked_against_the_listing_before_it_is_p
     def parsed(*args: Any, **kw: Any) -> None:
         raise AssertionError("the manifest was parsed before the listing was checked")
 
-    monkeypatch.setattr(reader.opening, "read_manifest", parsed)
+    monkeypatch.setattr(reader.data.opening, "read_manifest", parsed)
     with pytest.raises(FileNotFoundError, match=f"^shard {root}/part-00003-of-20000.parquet, "
                                                 "listed in the manifest, does not exist$"):
         open_files(root)

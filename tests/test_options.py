@@ -1,4 +1,4 @@
-"""`pipeline.options`: flags → validated specs, with defaults written once (in the specs)."""
+"""`pipeline.launch.options`: flags → validated specs, with defaults written once (in the specs)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline.options import JobConfig, default_encode_threads, runner_name
+from pipeline.launch.options import JobConfig, default_encode_threads, runner_name
 from transforms.params import ReadSpec, WindowSpec
 
 REQUIRED = ["--input", "c/*.jsonl", "--tokenizer", "bytes", "--output", "out/"]
@@ -68,7 +68,7 @@ def test_runner_names():
 
 
 def test_split_and_sample_flags_become_a_split_spec():
-    from transforms.splits import SplitSpec
+    from transforms.plan.splits import SplitSpec
 
     assert config().splits == SplitSpec() and not config().splits.active
     c = config("--split", "val=0.01,test=0.02", "--split-seed", "7", "--sample", "0.5",
@@ -81,7 +81,7 @@ def test_split_and_sample_flags_become_a_split_spec():
 
 
 def test_dedup_and_decontaminate_flags():
-    from transforms.dedup import DedupSpec
+    from transforms.dedup.duplicates import DedupSpec
 
     assert config().dedup == DedupSpec(mode="off") and not config().removes
     c = config("--dedup", "near", "--dedup-bands", "20", "--dedup-rows", "5",

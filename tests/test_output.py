@@ -1,5 +1,5 @@
-"""`pipeline.output`: the output directory: one job's claim on it, what --overwrite may delete,
-and what the job refuses to write into before any work."""
+"""`pipeline.files.output`: the output directory: one job's claim on it, what --overwrite may
+delete, and what the job refuses to write into before any work."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import os
 import pytest
 
 from tests.conftest import exit_code, run_job
-from transforms.manifest import MANIFEST_NAME
-from transforms.schema import REJECTS_DIR
+from transforms.dataset.manifest import MANIFEST_NAME
+from transforms.dataset.schema import REJECTS_DIR
 
 
 @pytest.mark.slow

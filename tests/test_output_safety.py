@@ -14,7 +14,7 @@ import pathlib
 
 import pytest
 
-from pipeline import confine, fs
+from pipeline.files import confine, fs
 from tests.conftest import run_main, tree_digest, write_jsonl
 
 
@@ -131,7 +131,7 @@ def test_a_link_made_while_the_job_runs_to_an_empty_directory_leaves_no_claim(
     assert list(empty.iterdir()) == []
 
 
-# ---------------------------------------------------------------- pipeline.fs, one call each
+# ---------------------------------------------------------------- pipeline.files.fs, one call each
 
 
 @pytest.fixture

@@ -1,9 +1,9 @@
 """``--overwrite`` replaces a dataset only when the new one is complete (docs/integrity.md).
 
-The job writes into ``OUTPUT/.tmp/<attempt>/new/`` and its last step swaps (`pipeline.commit`).
-A job that fails, or is stopped by SIGINT, SIGTERM or SIGHUP while its shards are being
-written, leaves the previous dataset byte for byte, no temporary file and no claim, and no
-OUTPUT of its own where there was none. Every test hashes the previous dataset and the tree
+The job writes into ``OUTPUT/.tmp/<attempt>/new/`` and its last step swaps
+(`pipeline.files.commit`). A job that fails, or is stopped by SIGINT, SIGTERM or SIGHUP while its
+shards are being written, leaves the previous dataset byte for byte, no temporary file and no claim,
+and no OUTPUT of its own where there was none. Every test hashes the previous dataset and the tree
 outside OUTPUT before and after.
 """
 
@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from pipeline import commit, confine
+from pipeline.files import commit, confine
 from tests.conftest import (
     ROOT,
     SAMPLES,
@@ -295,8 +295,8 @@ def test_the_next_overwrite_undoes_a_killed_swap(tmp_path, monkeypatch, killed_a
     with pytest.raises(SystemExit):
         commit.swap(str(out), str(tmp), old=sorted(OLD), new=sorted(NEW))
     monkeypatch.undo()
-    # What `pipeline.output.claim_output` does with a stale claim's attempt.
-    from pipeline.output import _recover
+    # What `pipeline.files.output.claim_output` does with a stale claim's attempt.
+    from pipeline.files.output import _recover
 
     _recover(str(out), "attempt")
     assert tree_digest(out, leave_out=out / ".tmp") == before
@@ -351,7 +351,7 @@ def test_a_gcs_store_that_never_answers_is_refused_after_a_bounded_wait(tmp_path
 
     from apache_beam.internal.gcp import auth
 
-    from pipeline import preflight
+    from pipeline.launch import preflight
 
     # A port that takes connections and never says a word: where no network reaches the
     # store, Beam's anonymous client waits and retries just so.
@@ -388,7 +388,7 @@ def test_a_stopped_jobs_open_s3_uploads_are_aborted(moto_bucket):
     pytest.importorskip("apache_beam.io.aws.s3io", reason="needs apache-beam[aws]")
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipeline import fs
+    from pipeline.files import fs
 
     s3, endpoint = moto_bucket
     fs.set_options(PipelineOptions([
@@ -410,8 +410,8 @@ def test_the_next_overwrite_finishes_a_killed_swap_on_s3(moto_bucket, monkeypatc
     pytest.importorskip("apache_beam.io.aws.s3io", reason="needs apache-beam[aws]")
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipeline import fs
-    from pipeline.output import _recover
+    from pipeline.files import fs
+    from pipeline.files.output import _recover
 
     s3, endpoint = moto_bucket
     fs.set_options(PipelineOptions([

@@ -1,4 +1,5 @@
-"""Tests of reader.packing and collate_packed: rows, ranks, resume, segments, the block mask."""
+"""Tests of reader.order.packing and collate_packed: rows, ranks, resume, segments, the block
+mask."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`transforms.parcels`: the wire format documents cross the shuffle in
+"""`transforms.shards.parcels`: the wire format documents cross the shuffle in
 (docs/architecture.md#glossary).
 
 A parcel must round-trip every document exactly (narrow uint16 and wide int32 tokens), be
@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import parcel_documents
-from transforms.keys import doc_key, shard_of
 from transforms.params import WindowSpec
-from transforms.parcels import pack_parcels, read_parcel
-from transforms.tokenizers import ByteTokenizer
-from transforms.windows import WindowPlans, plan_windows
+from transforms.plan.keys import doc_key, shard_of
+from transforms.plan.windows import WindowPlans, plan_windows
+from transforms.shards.parcels import pack_parcels, read_parcel
+from transforms.tokenize.tokenizers import ByteTokenizer
 
 TOK = ByteTokenizer()
 SPEC = WindowSpec(window=4, stride=3, tail="trace_back", score="new")

@@ -1,4 +1,4 @@
-"""`transforms.parquet`: shard rows → Parquet bytes, hashed as written
+"""`transforms.shards.parquet`: shard rows → Parquet bytes, hashed as written
 (docs/format.md#shard-format).
 
 The bytes depend on the rows alone: not on how the documents were batched into blocks, the
@@ -18,10 +18,10 @@ import pytest
 
 from tests.test_parcels import docs_of
 from tests.test_rows import doc, parcels_of, reference, shuffled_batchings
+from transforms.dataset.schema import ARROW_SCHEMA
 from transforms.params import WindowSpec
-from transforms.parquet import SINK_BUFFER_BYTES, row_group_rows, write_rows, write_shard
-from transforms.rows import ShardRows
-from transforms.schema import ARROW_SCHEMA
+from transforms.shards.parquet import SINK_BUFFER_BYTES, row_group_rows, write_rows, write_shard
+from transforms.shards.rows import ShardRows
 
 SPEC = WindowSpec(window=4, stride=3, tail="trace_back", score="new")
 

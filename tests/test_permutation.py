@@ -1,4 +1,4 @@
-"""Tests of reader.permutation: a seeded bijection of [0, n), evaluated per position."""
+"""Tests of reader.order.permutation: a seeded bijection of [0, n), evaluated per position."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reader.permutation import ROUNDS, FeistelPermutation, round_keys
+from reader.order.permutation import ROUNDS, FeistelPermutation, round_keys
 
 PRIMES = [2, 3, 5, 7, 11, 13, 17, 31, 61, 127, 257, 1021, 4099, 65537]
 EDGES = [1, 4, 15, 16, 63, 64, 65, 255, 256, 1023, 1024, 1025, 4096, 100_000]
@@ -84,5 +84,5 @@ def test_positions_out_of_range() -> None:
 
 
 def test_docstring_example_runs() -> None:
-    result = doctest.testmod(sys.modules["reader.permutation"])
+    result = doctest.testmod(sys.modules["reader.order.permutation"])
     assert result.attempted >= 3 and result.failed == 0

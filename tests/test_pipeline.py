@@ -23,10 +23,10 @@ import pytest
 import sentencepiece as spm
 
 from tests.conftest import DATA, SAMPLES, dir_bytes, read_rows, run_job, write_jsonl
-from transforms.keys import doc_key, shard_of
-from transforms.manifest import MANIFEST_NAME
-from transforms.schema import REJECTS_DIR
-from transforms.tokenizers import ByteTokenizer
+from transforms.dataset.manifest import MANIFEST_NAME
+from transforms.dataset.schema import REJECTS_DIR
+from transforms.plan.keys import doc_key, shard_of
+from transforms.tokenize.tokenizers import ByteTokenizer
 
 pytestmark = pytest.mark.slow  # every test here runs the whole job
 
@@ -311,7 +311,7 @@ def test_duplicate_ids_are_rejected_not_reordered(tmp_path):
 def test_shards_written_at_once_or_one_by_one_are_the_same_bytes(tmp_path):
     """WriteShards writes several shards at once and emits the last ones (and their
     duplicate-id rejects) when the bundle ends: nothing may be lost or change."""
-    from pipeline.context import Tuning
+    from pipeline.launch.context import Tuning
 
     records = [{"id": f"d{i % 40}", "text": f"text {i} " * (i % 9 + 1)} for i in range(60)]
     src = write_jsonl(tmp_path / "in.jsonl", records)
@@ -409,8 +409,8 @@ def test_a_spilled_shuffle_writes_the_bytes_of_the_runner_s(tmp_path):
     and with two worker processes."""
     from apache_beam.metrics.metric import MetricsFilter
 
-    from pipeline.context import Tuning
     from pipeline.job import submit
+    from pipeline.launch.context import Tuning
 
     tiny = Tuning(chunk_bytes=3000, part_text_bytes=700)
     records = [{"id": f"d{i % 150}", "text": f"{TEXTS[i % len(TEXTS)]} {i}"} for i in range(180)]
@@ -455,7 +455,7 @@ def _docs_by_split(out, names):
 
 def test_split_job_writes_a_finished_dataset_per_split(tmp_path):
     from reader import WindowDataset
-    from transforms.splits import SPLITS_NAME
+    from transforms.plan.splits import SPLITS_NAME
 
     src = _split_corpus(tmp_path)
     out = tmp_path / "out"
@@ -500,7 +500,7 @@ def test_split_job_writes_a_finished_dataset_per_split(tmp_path):
 
 
 def _oracle(src, spec):
-    """{split name: doc_ids} as `transforms.splits.SplitSpec` assigns the corpus's documents
+    """{split name: doc_ids} as `transforms.plan.splits.SplitSpec` assigns the corpus's documents
     (every line of ``src`` but the two bad records), with their P (pairs)."""
     texts = {}
     for n, line in enumerate(src.read_text(encoding="utf-8").splitlines(), 1):
@@ -522,7 +522,7 @@ def test_each_document_lands_in_the_split_its_id_gives_whatever_the_windows(tmp_
     """The job sends every document to `SplitSpec.split_of(doc_id)` (whose independence from
     everything but the split seed and fractions tests/test_splits.py proves on the math):
     two jobs that share nothing but the split, each held to that oracle document by document."""
-    from transforms.splits import SplitSpec
+    from transforms.plan.splits import SplitSpec
 
     src = _split_corpus(tmp_path, n=400)
     base = ["--input", str(src), "--tokenizer", "bytes", "--split", "val=0.2"]
@@ -563,7 +563,7 @@ def test_a_sample_keeps_the_documents_its_ids_give_and_counts_the_rest(tmp_path)
     """The job keeps `SplitSpec.kept(doc_id)` (nesting and independence from the windows are
     the math of tests/test_splits.py) and counts the others; a sampled split job's validation
     set is the full job's within the sample."""
-    from transforms.splits import SplitSpec
+    from transforms.plan.splits import SplitSpec
 
     src = _split_corpus(tmp_path, n=1000)
     base = ["--input", str(src), "--tokenizer", "bytes"]
@@ -625,7 +625,7 @@ def test_bad_split_or_sample_is_refused_before_any_work(tmp_path, capsys, flags,
 @pytest.mark.slow
 def test_overwrite_takes_over_a_killed_split_job_and_refuses_strays(tmp_path, capsys):
     from pipeline.job import main
-    from transforms.splits import SPLITS_NAME
+    from transforms.plan.splits import SPLITS_NAME
 
     src = _split_corpus(tmp_path, n=300)
     args = ["--input", str(src), "--tokenizer", "bytes", "--window", "8", "--split",

@@ -1,4 +1,4 @@
-"""`reader.plot`: ``inspect --plot``'s four panels of a dataset's distributions."""
+"""`reader.tools.plot`: ``inspect --plot``'s four panels of a dataset's distributions."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from reader.inspect import open_dataset, summarize
-from reader.plot import plot
+from reader.tools.inspect import open_dataset, summarize
+from reader.tools.plot import plot
 from transforms.params import WindowSpec
 from transforms.testing import write_dataset
 

@@ -1,4 +1,4 @@
-"""`pipeline.preflight`: the launcher's checks before any work, the claim, and the context
+"""`pipeline.launch.preflight`: the launcher's checks before any work, the claim, and the context
 they settle (its refusals on the command line, with exit status 2: tests/test_job.py)."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import pathlib
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipeline import encode
-from pipeline.encode import acquire_tokenizer
-from pipeline.options import JobConfig
-from pipeline.output import read_claim
-from pipeline.preflight import preflight
+from pipeline.files.output import read_claim
+from pipeline.launch.options import JobConfig
+from pipeline.launch.preflight import preflight
+from pipeline.steps import encode
+from pipeline.steps.encode import acquire_tokenizer
 from tests.conftest import DATA, write_jsonl
-from transforms.schema import CLAIM_NAME, TMP_DIR
+from transforms.dataset.schema import CLAIM_NAME, TMP_DIR
 
 
 def launch(*argv: str):

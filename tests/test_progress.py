@@ -1,5 +1,5 @@
-"""`pipeline.progress`: the job's start and progress lines (and, at its end, the summary
-printed from its manifest: `pipeline.summary`, tests/test_summary.py)."""
+"""`pipeline.steps.progress`: the job's start and progress lines (and, at its end, the summary
+printed from its manifest: `pipeline.launch.summary`, tests/test_summary.py)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import types
 
 import pytest
 
-from pipeline import progress
-from pipeline.context import Tuning
 from pipeline.job import finish, main, submit
+from pipeline.launch.context import Tuning
+from pipeline.steps import progress
 from tests.conftest import ROOT, dir_bytes, run_job, write_jsonl
-from transforms.manifest import MANIFEST_NAME, parse_manifest
-from transforms.schema import REJECTS_DIR
+from transforms.dataset.manifest import MANIFEST_NAME, parse_manifest
+from transforms.dataset.schema import REJECTS_DIR
 
 
 def _chunk(path="f.jsonl", start=0, end=100, size=100, extent=100):
@@ -131,7 +131,7 @@ def test_totals_sum_the_processes_and_a_chunk_counts_its_exact_share():
         # A worker process reports into the directory its context names (no environment).
         child = (
             "import importlib.util, sys, types;"
-            "s = importlib.util.spec_from_file_location('progress', 'pipeline/progress.py');"
+            "s = importlib.util.spec_from_file_location('progress', 'pipeline/steps/progress.py');"
             "m = importlib.util.module_from_spec(s); s.loader.exec_module(m);"
             "c = types.SimpleNamespace(path='g.parquet', start=0, end=1, size=200, extent=2);"
             "r = m.Reporter(sys.argv[1], write_every=0.0);"

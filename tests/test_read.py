@@ -1,4 +1,4 @@
-"""`pipeline.read` on the FnApiRunner: patterns → chunks, each file once; the shard plan.
+"""`pipeline.steps.read` on the FnApiRunner: patterns → chunks, each file once; the shard plan.
 
 What a chunk reads is tested without Beam in tests/test_chunks.py; here, what only the
 PTransforms do: match on the workers, read a file matched by several patterns once, number
@@ -14,10 +14,10 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline.read import SplitInputs, plan_for_files
+from pipeline.steps.read import SplitInputs, plan_for_files
 from tests.conftest import fn_api_pipeline
-from transforms.keys import ShardPlan
 from transforms.params import ReadSpec
+from transforms.plan.keys import ShardPlan
 
 LINES = [json.dumps({"text": f"line {i} " + "x" * (i % 13)}) for i in range(40)]
 
@@ -43,9 +43,9 @@ def test_from_the_launcher_s_chunks_the_same_chunks_as_from_the_patterns(tmp_pat
     """What the DaskRunner gets (the launcher's chunks, numbered by a count job) names,
     splits and numbers every file as matching on the workers does: a file of several patterns
     once, clashing names disambiguated, byte ranges with their first lines."""
-    from pipeline import fs
-    from pipeline.read import count_chunk_lines
-    from transforms.launch import name_files, plan_files
+    from pipeline.files import fs
+    from pipeline.steps.read import count_chunk_lines
+    from transforms.inputs.chunk_plan import name_files, plan_files
 
     for d in ("en", "zh"):
         (tmp_path / d).mkdir()
@@ -86,7 +86,7 @@ def test_from_the_launcher_s_chunks_the_same_chunks_as_from_the_patterns(tmp_pat
 def test_unnumbered_chunks_are_refused(tmp_path):
     import pytest
 
-    from transforms.launch import NamedFile, plan_files
+    from transforms.inputs.chunk_plan import NamedFile, plan_files
 
     (tmp_path / "big.jsonl").write_text("\n".join(LINES) + "\n")
     size = (tmp_path / "big.jsonl").stat().st_size

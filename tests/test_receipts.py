@@ -1,4 +1,4 @@
-"""`transforms.receipts`: every input read exactly once, as matched
+"""`transforms.inputs.receipts`: every input read exactly once, as matched
 (docs/running.md#bad-input)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transforms.receipts import Receipt, account_inputs
+from transforms.inputs.receipts import Receipt, account_inputs
 
 
 def test_account_inputs_checks_every_file_is_read_exactly_once():

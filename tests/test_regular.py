@@ -1,4 +1,4 @@
-"""`reader.regular`: only regular files are read (a FIFO or a device refused at once, by
+"""`reader.data.regular`: only regular files are read (a FIFO or a device refused at once, by
 name), and URLs are shown without their credentials (docs/integrity.md#the-reader)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from reader.regular import NotRegularFileError, check_regular, masked, open_regular, shown_url
+from reader.data.regular import NotRegularFileError, check_regular, masked, open_regular, shown_url
 
 
 @pytest.mark.parametrize(("url", "shown"), [

@@ -1,4 +1,4 @@
-"""The pure side of dedup and decontamination in the job (`transforms.removal`): buckets,
+"""The pure side of dedup and decontamination in the job (`transforms.dedup.removal`): buckets,
 clusters, the band keys, what the encoding step skips, the manifest's object."""
 
 from __future__ import annotations
@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from transforms.dedup import DedupSpec
-from transforms.documents import Document
-from transforms.removal import (
+from transforms.dedup.duplicates import DedupSpec
+from transforms.dedup.removal import (
     ChunkIds,
     KeyBlock,
     Removal,
@@ -19,6 +18,7 @@ from transforms.removal import (
     drop_removed,
     named,
 )
+from transforms.inputs.documents import Document
 
 
 def _block(chunk: str, positions: list[int], keys: bytes) -> KeyBlock:
@@ -93,7 +93,7 @@ def test_chunk_keys_one_block_per_band_keys_of_the_kept_documents():
 
 
 def test_every_removal_must_be_kept_aside_by_reason():
-    from transforms.removal import check_removals_kept_aside
+    from transforms.dedup.removal import check_removals_kept_aside
 
     check_removals_kept_aside({"exact_duplicate": 2, "contaminated": 1},
                               {"exact_duplicate": 2, "contaminated": 1, "empty": 4})

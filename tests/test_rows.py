@@ -1,4 +1,4 @@
-"""`transforms.rows`: a shard's blocks → its rows in order, its rejects, its counts
+"""`transforms.shards.rows`: a shard's blocks → its rows in order, its rejects, its counts
 (docs/format.md#shuffle-and-shards).
 
 The oracle is `reference`, docs/format.md#shuffle-and-shards in plain Python: of each doc_id the
@@ -22,13 +22,13 @@ from hypothesis import strategies as st
 
 from tests.conftest import ROOT
 from tests.test_parcels import docs_of, pack
-from transforms.documents import source_order
-from transforms.keys import doc_key
+from transforms.dataset.schema import ARROW_SCHEMA
+from transforms.inputs.documents import source_order
 from transforms.params import WindowSpec
-from transforms.rows import ShardCounts, ShardRows, _take_strings
-from transforms.schema import ARROW_SCHEMA
-from transforms.tokenizers import ByteTokenizer
-from transforms.windows import plan_windows
+from transforms.plan.keys import doc_key
+from transforms.plan.windows import plan_windows
+from transforms.shards.rows import ShardCounts, ShardRows, _take_strings
+from transforms.tokenize.tokenizers import ByteTokenizer
 
 TOK = ByteTokenizer()
 
@@ -303,7 +303,7 @@ def test_rows_are_cut_without_loading_pyarrow_compute():
         "sys.meta_path.insert(0, NoPandas())\n"
         "from tests.test_rows import doc, parcels_of\n"
         "from transforms.params import WindowSpec\n"
-        "from transforms.rows import ShardRows\n"
+        "from transforms.shards.rows import ShardRows\n"
         "spec = WindowSpec(window=2, stride=2)\n"
         "rows = ShardRows(parcels_of([doc('b', 'abcd', spec), doc('a', 'abcde', spec)]))\n"
         "import json\n"

@@ -41,8 +41,8 @@ from tests.conftest import (
     wait_listening,
     write_jsonl,
 )
-from transforms.manifest import MANIFEST_NAME
-from transforms.schema import REJECTS_DIR
+from transforms.dataset.manifest import MANIFEST_NAME
+from transforms.dataset.schema import REJECTS_DIR
 
 try:  # only with apache-beam[gcp]
     from apache_beam.runners.dataflow.internal import apiclient
@@ -379,8 +379,9 @@ def test_gs_job_translates_for_dataflow_offline(offline):
         requires = [line.split(":", 1)[1].strip()
                     for line in sdist.extractfile(pkg_info).read().decode().splitlines()
                     if line.startswith("Requires-Dist:") and "extra ==" not in line]
-    for module in ("setup.py", "pipeline/job.py", "pipeline/graph.py", "pipeline/fs.py",
-                   "transforms/windows.py", "transforms/rows.py", "transforms/manifest.py"):
+    for module in ("setup.py", "pipeline/job.py", "pipeline/graph.py", "pipeline/files/fs.py",
+                   "transforms/plan/windows.py", "transforms/shards/rows.py",
+                   "transforms/dataset/manifest.py"):
         assert module in files, module
     required = {r.split("<")[0].split(">")[0].split("=")[0].split("[")[0] for r in requires}
     assert {"pyarrow", "sentencepiece", "numpy", "orjson", "zstandard"} <= required, requires
@@ -439,7 +440,7 @@ def _periods_seen(options_argv: list[str]) -> list[int]:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipeline.runners import prompt_bundle_ends
+    from pipeline.launch.runners import prompt_bundle_ends
 
     _PERIODS.clear()
     with prompt_bundle_ends(PipelineOptions(options_argv)), fn_api_pipeline() as p:
@@ -451,7 +452,7 @@ def test_in_process_bundles_end_without_waiting_out_the_sampler_and_beam_is_rest
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.runners.worker import statesampler
 
-    from pipeline.runners import SAMPLING_MS, prompt_bundle_ends
+    from pipeline.launch.runners import SAMPLING_MS, prompt_bundle_ends
 
     beams = statesampler.StateSampler
     assert _periods_seen([]) == [SAMPLING_MS] * 3

@@ -1,4 +1,4 @@
-"""Tests of reader.sampler: the seeded orders, ranks, the tail policy and resume
+"""Tests of reader.order.sampler: the seeded orders, ranks, the tail policy and resume
 (docs/format.md#sampler)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reader import EpochSampler, epoch_seed
-from reader.permutation import FeistelPermutation, round_keys
+from reader.order.permutation import FeistelPermutation, round_keys
 
 ORDER_KW: dict[str, Any] = {"global": {}}
 

@@ -1,4 +1,4 @@
-"""`transforms.schema`: the shard format and the directory's names, as docs/format.md states
+"""`transforms.dataset.schema`: the shard format and the directory's names, as docs/format.md states
 them (#shard-format, #the-directory)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import ROOT
-from transforms.manifest import MANIFEST_NAME
-from transforms.schema import (
+from transforms.dataset.manifest import MANIFEST_NAME
+from transforms.dataset.schema import (
     ARROW_SCHEMA,
     CLAIM_NAME,
     FORMAT,
@@ -25,7 +25,7 @@ from transforms.schema import (
     TMP_DIR,
     shard_file_name,
 )
-from transforms.splits import SPLITS_NAME
+from transforms.plan.splits import SPLITS_NAME
 
 ARROW_NAMES = {"string": pa.string(), "uint64": pa.uint64(), "int32": pa.int32(),
                "int64": pa.int64(), "list<int32>": pa.list_(pa.field("item", pa.int32(),

@@ -1,4 +1,4 @@
-"""transforms/skipped.py: the failure policy for skipped records (--max-skipped-share)."""
+"""transforms/inputs/skipped.py: the failure policy for skipped records (--max-skipped-share)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transforms.documents import Reject
-from transforms.schema import REJECT_REASONS
-from transforms.skipped import FIXES, check_skipped_share
+from transforms.dataset.schema import REJECT_REASONS
+from transforms.inputs.documents import Reject
+from transforms.inputs.skipped import FIXES, check_skipped_share
 
 
 def reject(reason: str, record: str, detail: str = "why") -> Reject:

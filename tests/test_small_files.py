@@ -1,8 +1,8 @@
 """Many small input files: runs of files, one spill file per bundle, the same bytes.
 
 Where the workers plan the chunks, a corpus of many tiny files is one chunk per file; a local
-job's launcher reads each run of small files as one chunk (`pipeline.launch.plan_local`), the
-same files, named and numbered the same. The file shuffle spills the parcels of all the
+job's launcher reads each run of small files as one chunk (`pipeline.launch.chunk_plan.plan_local`),
+the same files, named and numbered the same. The file shuffle spills the parcels of all the
 chunks of a bundle to one file (and their rejects to one more), not a file per chunk
 (docs/performance.md#many-small-files); the output is the same whichever shuffle, however
 many worker processes run the job, and whoever plans the chunks
@@ -19,11 +19,12 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline import encode as encode_module
-from pipeline import fs, launch
-from pipeline.encode import EncodeChunks
-from pipeline.read import SplitInputs, _as_chunk, _as_row
-from pipeline.tagged import REJECTS
+from pipeline.files import fs
+from pipeline.launch import chunk_plan
+from pipeline.steps import encode as encode_module
+from pipeline.steps.encode import EncodeChunks
+from pipeline.steps.read import SplitInputs, _as_chunk, _as_row
+from pipeline.steps.tagged import REJECTS
 from tests.conftest import dir_bytes, fn_api_pipeline, run_job
 from tests.job_data import config_of, context_of
 
@@ -103,7 +104,7 @@ def test_the_local_launcher_plans_the_chunks_the_workers_plan_in_runs(tmp_path):
     pattern = str(inputs / "*.jsonl")
     config = config_of("--input", pattern, "--id-field", "id")
     matched = [(0, m.path, m.size, m.mtime) for m in fs.match_files(pattern)]
-    planned = launch.plan_local(config, matched, chunk_bytes=10_000)
+    planned = chunk_plan.plan_local(config, matched, chunk_bytes=10_000)
     data = big.read_bytes()
     starts = range(0, len(data), 10_000)
     assert [len(c.files) for c in planned] == [FILES] + [0] * len(starts)
@@ -132,7 +133,7 @@ def test_a_local_job_encodes_a_run_of_files_as_one_chunk_and_writes_the_same_byt
 
     run_job(tmp_path / "runs", *args)
     assert encoded() == 1
-    monkeypatch.setattr(launch, "group_files", list)  # each file its own chunk
+    monkeypatch.setattr(chunk_plan, "group_files", list)  # each file its own chunk
     run_job(tmp_path / "files", *args)
     assert encoded() == FILES
     assert dir_bytes(tmp_path / "runs") == dir_bytes(tmp_path / "files")

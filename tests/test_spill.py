@@ -1,4 +1,4 @@
-"""`transforms.spill`: blocks spilled by part and read back a part at a time give the very
+"""`transforms.shards.spill`: blocks spilled by part and read back a part at a time give the very
 rows, counts, rejects and bytes of the shard held whole."""
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transforms.chunks import open_local
-from transforms.keys import doc_keys
+from transforms.inputs.chunks import open_local
 from transforms.params import WindowSpec
-from transforms.parcels import pack_parcels
-from transforms.parquet import _pieces, write_rows
-from transforms.rows import ShardRows
-from transforms.spill import ShardParts, SpillWriter, _index
-from transforms.tokenizers import ByteTokenizer
-from transforms.windows import plan_windows_batch
+from transforms.plan.keys import doc_keys
+from transforms.plan.windows import plan_windows_batch
+from transforms.shards.parcels import pack_parcels
+from transforms.shards.parquet import _pieces, write_rows
+from transforms.shards.rows import ShardRows
+from transforms.shards.spill import ShardParts, SpillWriter, _index
+from transforms.tokenize.tokenizers import ByteTokenizer
 
 TOK = ByteTokenizer()
 SPEC = WindowSpec(window=4, stride=3, tail="trace_back", score="new")
@@ -94,7 +94,7 @@ def test_parts_give_the_rows_counts_rejects_and_bytes_of_the_whole_shard(tmp_pat
 
 
 def test_parcels_spilled_as_pieces_read_back_as_the_same_shard(tmp_path):
-    """Pieces (`transforms.parcels.Pieces`) make the same spill file as joined parcels."""
+    """Pieces (`transforms.shards.parcels.Pieces`) make the same spill file as joined parcels."""
     texts = [f"text {i} " + "abc" * (i % 11) for i in range(60)]
     joined = blocks(texts, partitions=6)
     with open(tmp_path / "p.spill", "wb") as f:
@@ -131,8 +131,8 @@ def test_a_truncated_spill_file_is_an_error_naming_it(tmp_path, cut):
 
 
 def test_rejects_spill_as_one_run_per_reason_in_input_order(tmp_path):
-    from transforms.documents import Reject
-    from transforms.spill import read_run, spill_rejects
+    from transforms.inputs.documents import Reject
+    from transforms.shards.spill import read_run, spill_rejects
 
     rejects = [Reject(reason=r, source=f"/c/a.jsonl:{n}", detail="d", record=f"x{n}")
                for n, r in ((2, "malformed_json"), (5, "empty"), (9, "malformed_json"))]

@@ -1,4 +1,4 @@
-"""Seeded document-level splits and samples: the math (transforms/splits.py, ShardPlan)."""
+"""Seeded document-level splits and samples: the math (transforms/plan/splits.py, ShardPlan)."""
 
 import math
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transforms.keys import ShardPlan, doc_key, part_of, plan_shards
-from transforms.splits import (
+from transforms.plan.keys import ShardPlan, doc_key, part_of, plan_shards
+from transforms.plan.splits import (
     SplitSpec,
     apportion_shards,
     split_fingerprint,

@@ -1,4 +1,4 @@
-"""`reader.stepping`: the one contract of the three samplers, and the committed position."""
+"""`reader.order.stepping`: the one contract of the three samplers, and the committed position."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from reader import (
     Sampler,
     WindowDataset,
 )
-from reader.stepping import CommittedPosition, checked_targets
+from reader.order.stepping import CommittedPosition, checked_targets
 from tests.reader_data import random_docs, write_docs
 
 

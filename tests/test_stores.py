@@ -32,8 +32,8 @@ from tests.conftest import (
     wait_listening,
     write_jsonl,
 )
-from transforms.manifest import MANIFEST_NAME
-from transforms.schema import REJECTS_DIR
+from transforms.dataset.manifest import MANIFEST_NAME
+from transforms.dataset.schema import REJECTS_DIR
 
 pytestmark = pytest.mark.slow  # every test here starts an S3 or a GCS server
 
@@ -288,7 +288,7 @@ def test_an_input_bucket_deleted_mid_run_names_the_input(tmp_path, s3, monkeypat
         lines = [json.dumps({"text": f"document {k} of file {i}"}) for k in range(300)]
         client.put_object(Bucket="inputs", Key=f"corpus/{i}.jsonl",
                           Body="\n".join(lines).encode() + b"\n")
-    encode = importlib.import_module("pipeline.encode")
+    encode = importlib.import_module("pipeline.steps.encode")
     reading = encode.read_chunk
 
     def bucket_gone(chunk, spec, open_file):

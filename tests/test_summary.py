@@ -1,4 +1,4 @@
-"""`pipeline.summary`: the job's last lines, from its manifest or its ``_splits.json``."""
+"""`pipeline.launch.summary`: the job's last lines, from its manifest or its ``_splits.json``."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ import io
 
 import pytest
 
-from pipeline.summary import print_summary
+from pipeline.launch.summary import print_summary
 from tests.conftest import run_job
-from transforms.json_fields import JsonObject
-from transforms.manifest import (
+from transforms.dataset.manifest import (
     SPLITS_FORMAT,
     Counts,
     Manifest,
@@ -19,7 +18,8 @@ from transforms.manifest import (
     TokenizerInfo,
     WindowsInfo,
 )
-from transforms.schema import REJECTS_DIR
+from transforms.dataset.schema import REJECTS_DIR
+from transforms.json_fields import JsonObject
 
 COUNTS = Counts(records=1234, documents=1200, documents_without_windows=0,
                 skipped={"empty": 30, "malformed_json": 4}, repaired={"invalid_utf8": 2},

@@ -1,4 +1,4 @@
-"""`pipeline.tagged`: (tag, value) pairs split into one PCollection per tag."""
+"""`pipeline.steps.tagged`: (tag, value) pairs split into one PCollection per tag."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipeline.tagged import Outputs, SplitTags, StepFn
+from pipeline.steps.tagged import Outputs, SplitTags, StepFn
 from tests.conftest import fn_api_pipeline
 
 

@@ -2,7 +2,7 @@
 
 It must write what the job writes for the same documents (the very shard bytes, and a
 manifest whose counts and shard entries are the job's), and a manifest that
-`transforms.manifest.parse_manifest` accepts.
+`transforms.dataset.manifest.parse_manifest` accepts.
 """
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import run_job
-from transforms.keys import doc_key, shard_of
-from transforms.manifest import (
+from transforms.dataset.manifest import (
     MANIFEST_NAME,
     TokenizerInfo,
     dumps_manifest,
     parse_manifest,
     read_manifest,
 )
+from transforms.dataset.schema import shard_file_name
 from transforms.params import WindowSpec
-from transforms.schema import shard_file_name
+from transforms.plan.keys import doc_key, shard_of
 from transforms.testing import write_dataset
-from transforms.tokenizers import ByteTokenizer
+from transforms.tokenize.tokenizers import ByteTokenizer
 
 TOK = ByteTokenizer()
 LINES = ["abcde", "The grapes are sour.", "道可道，非常道。" * 3, "x", "Slow but steady " * 9,

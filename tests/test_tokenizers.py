@@ -9,7 +9,7 @@ import pytest
 import sentencepiece as spm
 
 from tests.conftest import DATA, SAMPLES
-from transforms.tokenizers import (
+from transforms.tokenize.tokenizers import (
     ByteTokenizer,
     HFTokenizer,
     SentencePieceTokenizer,

@@ -1,4 +1,4 @@
-"""`pipeline.views`: JobOptions makes each view of the job's options once."""
+"""`pipeline.launch.views`: JobOptions makes each view of the job's options once."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from pipeline.options import TokenWindowsOptions
-from pipeline.views import JobOptions
+from pipeline.launch.options import TokenWindowsOptions
+from pipeline.launch.views import JobOptions
 
 ARGV = ["--input", "a", "--tokenizer", "bytes", "--output", "o", "--window", "8",
         "--runner", "DirectRunner", "--direct_num_workers", "2"]

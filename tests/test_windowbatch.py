@@ -1,4 +1,4 @@
-"""`reader.windowbatch`: the containers `WindowDataset.__getitems__` returns (flat arrays, a
+"""`reader.data.windowbatch`: the containers `WindowDataset.__getitems__` returns (flat arrays, a
 sequence of window dicts, pickled as plain lists)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pickle
 import numpy as np
 import pytest
 
-from reader.layout_build import RECORD
-from reader.windowbatch import WindowBatch, WindowRows, window_item
+from reader.data.layout_build import RECORD
+from reader.data.windowbatch import WindowBatch, WindowRows, window_item
 
 
 def batch() -> WindowBatch:

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transforms.params import WindowSpec
-from transforms.windows import WindowPlans, plan_windows, plan_windows_batch, random_offset
+from transforms.plan.windows import WindowPlans, plan_windows, plan_windows_batch, random_offset
 
 
 def reference(pairs, spec, r):

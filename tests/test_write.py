@@ -1,4 +1,4 @@
-"""`pipeline.write` on the FnApiRunner: the shuffle groups parcels by shard, intact.
+"""`pipeline.steps.write` on the FnApiRunner: the shuffle groups parcels by shard, intact.
 
 Shards, rejects and the manifest are checked end to end in tests/test_pipeline.py, and their
 pure parts in tests/test_rows.py, tests/test_parquet.py and tests/test_manifest.py.
@@ -14,13 +14,13 @@ from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.encode import EncodeChunks
-from pipeline.read import SplitInputs
-from pipeline.write import ShuffleDocuments, shard_batches, write_in_waves
+from pipeline.steps.encode import EncodeChunks
+from pipeline.steps.read import SplitInputs
+from pipeline.steps.write import ShuffleDocuments, shard_batches, write_in_waves
 from tests.conftest import fn_api_pipeline, parcel_documents
 from tests.job_data import context_of
-from transforms.keys import doc_key, shard_of
 from transforms.params import WindowSpec
+from transforms.plan.keys import doc_key, shard_of
 
 
 def shuffled(p, path, *, windows, num_shards):
