@@ -3,7 +3,7 @@
 # worker-pool sidecar of each TaskManager) and Dataflow (--sdk_container_image).
 #
 # NOT BUILT IN CI (there is no Docker there); the job's portable path is tested instead with
-# Beam's worker pool on the host (tests/test_runners.py).
+# Beam's worker pool on the host (tests/job/test_runners.py).
 #
 #   docker build -t REGISTRY/token-windows-worker:0.1.0 .
 #   docker push REGISTRY/token-windows-worker:0.1.0

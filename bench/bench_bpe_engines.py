@@ -305,8 +305,8 @@ def main() -> None:
 def hypothesis_run(n: int) -> None:
     """riptoken (in our engine, alone and in a batch) and iree-tokenizer against
     ``tokenizers`` on ``n`` texts per layout of the tests' hypothesis generator
-    (tests/test_bpe_engine.py's ``TEXT``), with the GPT-2, Llama 3 and Qwen2 files the tests
-    train on the samples: how many differ, or raise, and the first of each."""
+    (``TEXT`` of tests/common/bpe.py), with the GPT-2, Llama 3 and Qwen2
+    files the tests train on the samples: how many differ, or raise, and the first of each."""
     for layout in ("gpt2", "llama3", "qwen2"):
         counts, first = _hypothesis_layout(layout, n)
         print(f"{layout}: {n} texts; differing: {counts}")
@@ -320,10 +320,10 @@ def _hypothesis_layout(layout: str, n: int) -> tuple[dict[str, int], dict[str, s
     from iree.tokenizer import Tokenizer as IreeTokenizer
     from tokenizers import Tokenizer
 
-    from tests.test_bpe_engine import TEXT, _convert, _train
+    from tests.common.bpe import TEXT, convert_judged, train
 
-    text = _train(layout)
-    ref, tables, iree = Tokenizer.from_str(text), _convert(text), IreeTokenizer.from_str(text)
+    text = train(layout)
+    ref, tables, iree = Tokenizer.from_str(text), convert_judged(text), IreeTokenizer.from_str(text)
 
     def body(t: str) -> list[int]:
         return ref.encode(t, add_special_tokens=False).ids

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.common.paths import ROOT
 
 
 def imported_after(statement: str) -> set[str]:

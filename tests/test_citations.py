@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.common.paths import ROOT
 
 DOCS = ROOT / "docs"
 MARKDOWN = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]

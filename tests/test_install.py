@@ -54,7 +54,7 @@ def test_without_beam_the_python_api_says_what_to_install() -> None:
 @pytest.mark.slow  # subprocesses in an environment without Beam
 def test_the_reader_runs_without_beam(tmp_path: Path) -> None:
     code = (
-        "from tests.reader_data import random_docs, write_docs\n"
+        "from tests.common.reader_data import random_docs, write_docs\n"
         "from reader import WindowDataset, collate\n"
         f"write_docs(__import__('pathlib').Path({str(tmp_path / 'ds')!r}), random_docs(5), "
         "window=8)\n"

@@ -312,7 +312,7 @@ class _EncodeChunkFn(StepFn):
             while stream.pending:
                 yield from self._next(stream)
         # One line per chunk encoded (at DEBUG: a big job has thousands), which tells how
-        # often a runner ran the step (tests/test_runners.py counts them on Dask workers).
+        # often a runner ran the step (tests/job/test_runners.py counts them on Dask workers).
         _LOG.debug("encoded chunk %s@%d: %d records", chunk.path, chunk.start, records)
         self._records.inc(records)
         yield RECEIPTS, chunk.receipt(records, sampled_out)

@@ -41,8 +41,8 @@ class StepFn(beam.DoFn):
     all of them beam.DoFn's own, each time it makes the ParDo, translates the graph and
     builds a bundle processor; eight times per step, about 0.6 ms each in the FnApiRunner.
     None of beam.DoFn's own methods (nor those of its bases) declares such a parameter
-    (`tests/test_tagged.py` checks it), so Beam finds exactly what it found before among
-    the few methods left.
+    (`tests/pipeline/steps/test_tagged.py` checks it), so Beam finds exactly what it found before
+    among the few methods left.
     """
 
     def __dir__(self) -> list[str]:

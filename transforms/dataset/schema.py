@@ -4,7 +4,7 @@ The format is specified in docs/format.md: the directory's names in #the-directo
 columns, their Arrow types and meaning in #shard-format, the footer's key-value metadata in
 #footer-metadata. This module is their one definition in code (`ARROW_SCHEMA`,
 `SHARD_METADATA_KEYS`, `REJECTS_DIR`, `TMP_DIR`, `CLAIM_NAME` …), imported by the writer and
-the reader; tests/test_schema.py holds the two to each other.
+the reader; tests/transforms/dataset/test_schema.py holds the two to each other.
 
 Every name but the shards' starts with ``_`` or ``.``, which pyarrow's dataset discovery (and
 so pandas, polars, DuckDB's globs of ``*.parquet``, Hugging Face ``datasets``) skips: a Parquet
