@@ -32,7 +32,6 @@ import numpy as np
 import numpy.typing as npt
 
 from transforms.dataset.manifest import TokenizerInfo
-from transforms.tokenize import bpe_engine
 from transforms.tokenize.bpe_engine import (
     ENGINES,
     PROBE,
@@ -40,6 +39,7 @@ from transforms.tokenize.bpe_engine import (
     TiktokenEngine,
     convert,
     first_difference,
+    merged_alone,
     with_ends,
 )
 
@@ -388,7 +388,7 @@ def _fast_engine(data: bytes, tok: Any, *, where: str, pinned: bool) -> Any:
         spec = json.loads(data)
         while len(_CONVERTED) >= 4:
             _CONVERTED.pop(next(iter(_CONVERTED)))
-        _CONVERTED[key] = convert(spec, lambda strings: bpe_engine.merged_alone(tok, spec, strings))
+        _CONVERTED[key] = convert(spec, lambda strings: merged_alone(tok, spec, strings))
     tables = _CONVERTED[key]
     if isinstance(tables, str):
         return without(f"{tables}, so tiktoken's ids could differ from tokenizers'")
