@@ -41,10 +41,17 @@ class Window(TypedDict):
 
 def window_item(tokens: npt.NDArray[np.int32], row: Any, *, doc_id: str, index: int) -> Window:
     """The item of a window: its ids and its record ``row`` (`reader.data.layout.RECORD`)."""
-    return Window(tokens=tokens, start=int(row["start"]), length=int(row["length"]),
-                  loss_start=int(row["loss_start"]), doc_tokens=int(row["doc_tokens"]),
-                  doc_key=int(row["doc_key"]), window_index=int(row["window_index"]),
-                  doc_id=doc_id, index=index)
+    return Window(
+        tokens=tokens,
+        start=int(row["start"]),
+        length=int(row["length"]),
+        loss_start=int(row["loss_start"]),
+        doc_tokens=int(row["doc_tokens"]),
+        doc_key=int(row["doc_key"]),
+        window_index=int(row["window_index"]),
+        doc_id=doc_id,
+        index=index,
+    )
 
 
 class WindowBatch(Sequence):
@@ -75,9 +82,10 @@ class WindowBatch(Sequence):
         if isinstance(k, slice):
             raise TypeError("WindowBatch does not slice; index one window at a time")
         k = range(len(self))[k]
-        return window_item(self.tokens[self.offsets[k] : self.offsets[k + 1]].copy(),
-                           self.records[k], index=int(self.index[k]),
-                           doc_id=self._doc_id(int(self.records["shard"][k]), int(self.index[k])))
+        tokens = self.tokens[self.offsets[k] : self.offsets[k + 1]].copy()
+        index = int(self.index[k])
+        doc_id = self._doc_id(int(self.records["shard"][k]), index)
+        return window_item(tokens, self.records[k], doc_id=doc_id, index=index)
 
     def __iter__(self) -> Iterator[Window]:
         return (self[k] for k in range(len(self)))

@@ -32,7 +32,6 @@ import numpy as np
 import numpy.typing as npt
 
 from transforms.dataset.manifest import TokenizerInfo
-from transforms.tokenize import bpe_engine
 from transforms.tokenize.bpe_engine import (
     ENGINES,
     PROBE,
@@ -40,6 +39,7 @@ from transforms.tokenize.bpe_engine import (
     TiktokenEngine,
     convert,
     first_difference,
+    merged_alone,
     with_ends,
 )
 
@@ -240,9 +240,10 @@ class HFTokenizer:
         data: the file's bytes.
         where: its path, for error messages and the manifest.
         bos_token, eos_token: the BOS and EOS token strings (may be the same token).
-        num_threads: above 1, batches go through ``encode_batch_fast``, which encodes each
-            text on its own on the library's thread pool, or to tiktoken in this many slices
-            at once; 1 encodes on the calling thread. The ids are the same either way.
+        num_threads: above 1, a batch is encoded on several threads: with ``tokenizers``,
+            through ``encode_batch_fast``, which encodes each text on its own on the
+            library's thread pool; with tiktoken, in this many slices at once. 1 encodes on
+            the calling thread. The ids are the same either way.
         engine: ``auto`` encodes with tiktoken when the file converts to it exactly and the
             self-check agrees (`transforms.tokenize.bpe_engine`), else with ``tokenizers``;
             ``tokenizers`` always uses the library; ``tiktoken`` refuses a file that does not
@@ -323,17 +324,28 @@ class HFTokenizer:
 
     def encode_batch(self, texts: Sequence[str]) -> list[npt.NDArray[np.int32]]:
         texts = texts if isinstance(texts, list) else list(texts)
-        if self._fast is None:  # tokenizers: on its own thread pool, or one by one
-            return [self._wrap(e.ids) for e in self._tok.encode_batch_fast(
-                texts, add_special_tokens=False)] if self._num_threads > 1 else [
-                self.encode(t) for t in texts]
+        if self._fast is None:
+            if self._num_threads > 1:  # tokenizers, on its own thread pool
+                encoded = self._tok.encode_batch_fast(texts, add_special_tokens=False)
+                return [self._wrap(e.ids) for e in encoded]
+            return [self.encode(t) for t in texts]
         if self._pool is None or len(texts) < 2:
             return self._fast.encode_batch(texts, bos=self.bos_id, eos=self.eos_id)
-        # tiktoken: contiguous slices of about as many characters, one per thread.
-        ends, k = np.cumsum([len(t) for t in texts]), self._num_threads
-        cuts = [0, *np.searchsorted(ends, ends[-1] / k * np.arange(1, k)).tolist(), len(texts)]
-        parts = self._pool.map(lambda lo, hi: self._fast.encode_batch(
-            texts[lo:hi], bos=self.bos_id, eos=self.eos_id), cuts, cuts[1:])
+        return self._encode_slices(texts)
+
+    def _encode_slices(self, texts: list[str]) -> list[npt.NDArray[np.int32]]:
+        """tiktoken on the pool: contiguous slices of about as many characters, one per
+        thread, each encoded as one batch; the arrays in the order of ``texts``."""
+        k = self._num_threads
+        ends = np.cumsum([len(t) for t in texts])
+        # Where the running character count passes each k-th of the total.
+        inner = np.searchsorted(ends, ends[-1] / k * np.arange(1, k)).tolist()
+        cuts = [0, *inner, len(texts)]
+
+        def encode_slice(lo: int, hi: int) -> list[npt.NDArray[np.int32]]:
+            return self._fast.encode_batch(texts[lo:hi], bos=self.bos_id, eos=self.eos_id)
+
+        parts = self._pool.map(encode_slice, cuts, cuts[1:])
         return [z for part in parts for z in part]
 
     def _wrap(self, ids: Sequence[int] | npt.NDArray[np.integer]) -> npt.NDArray[np.int32]:
@@ -376,7 +388,7 @@ def _fast_engine(data: bytes, tok: Any, *, where: str, pinned: bool) -> Any:
         spec = json.loads(data)
         while len(_CONVERTED) >= 4:
             _CONVERTED.pop(next(iter(_CONVERTED)))
-        _CONVERTED[key] = convert(spec, lambda strings: bpe_engine.merged_alone(tok, spec, strings))
+        _CONVERTED[key] = convert(spec, lambda strings: merged_alone(tok, spec, strings))
     tables = _CONVERTED[key]
     if isinstance(tables, str):
         return without(f"{tables}, so tiktoken's ids could differ from tokenizers'")
@@ -393,9 +405,16 @@ def _fast_engine(data: bytes, tok: Any, *, where: str, pinned: bool) -> Any:
         return without(f"tiktoken refused its table ({type(e).__name__}: {e})")
     probes = [PROBE, *PROBE.splitlines(keepends=True)]
     probes += [f"x{a.content}y {a.content}\n{a.content}{a.content} z" for a in tables.added]
-    batch = engine.encode_batch(probes, bos=-1, eos=-1)  # as a job encodes them: joined
-    difference = first_difference(probes, engine.encode, body) or first_difference(
-        probes, lambda t: batch[probes.index(t)][1:-1], body)
+    # The ids must agree both ways the engine is asked: one text at a time, and the probes as
+    # one batch, as a job encodes them (joined into one tiktoken call; BOS and EOS cut off).
+    batch = engine.encode_batch(probes, bos=-1, eos=-1)
+
+    def in_batch(text: str) -> npt.NDArray[np.int32]:
+        return batch[probes.index(text)][1:-1]
+
+    difference = first_difference(probes, engine.encode, body)
+    if difference is None:
+        difference = first_difference(probes, in_batch, body)
     if difference is None:
         return engine
     if pinned:
@@ -407,12 +426,25 @@ def _fast_engine(data: bytes, tok: Any, *, where: str, pinned: bool) -> Any:
 
 def _info(tok: Tokenizer, *, engine: str | None = None,
           extra: Mapping[str, object] | None = None) -> TokenizerInfo:
+    """The manifest's ``tokenizer`` record of ``tok``: its file (if it has one), then
+    ``extra``, beside the fields every kind has."""
+    details: dict[str, object] = {}
     path = getattr(tok, "path", None)
-    # Which file it was, so that inspect --decode can find it again (and check it).
-    where = {} if path is None else {"file": posixpath.basename(path), "path": path}
-    return TokenizerInfo(kind=tok.kind, vocab_size=tok.vocab_size, bos_id=tok.bos_id,
-                         eos_id=tok.eos_id, sha256=tok.sha256, engine=engine,
-                         extra={**where, **(extra or {})})
+    if path is not None:
+        # Which file it was, so that inspect --decode can find it again (and check it).
+        details["file"] = posixpath.basename(path)
+        details["path"] = path
+    if extra is not None:
+        details.update(extra)
+    return TokenizerInfo(
+        kind=tok.kind,
+        vocab_size=tok.vocab_size,
+        bos_id=tok.bos_id,
+        eos_id=tok.eos_id,
+        sha256=tok.sha256,
+        engine=engine,
+        extra=details,
+    )
 
 
 def hf_special_tokens(config: bytes | None, *, where: str) -> dict[str, str | None]:
