@@ -3,7 +3,7 @@
 # worker-pool sidecar of each TaskManager) and Dataflow (--sdk_container_image).
 #
 # NOT BUILT IN CI (there is no Docker there); the job's portable path is tested instead with
-# Beam's worker pool on the host (tests/test_runners.py).
+# Beam's worker pool on the host (tests/job/test_runners.py).
 #
 #   docker build -t REGISTRY/token-windows-worker:0.1.0 .
 #   docker push REGISTRY/token-windows-worker:0.1.0
@@ -30,6 +30,6 @@ RUN python -c "import apache_beam; print('apache-beam==' + apache_beam.__version
         > /tmp/beam-constraint.txt \
     && pip install --no-cache-dir --constraint /tmp/beam-constraint.txt . \
     && rm /tmp/beam-constraint.txt \
-    && python -c "import pipeline.graph, transforms.windows; print('token-windows installed')"
+    && python -c "import pipeline.graph, transforms.plan.windows; print('token-windows installed')"
 
 # The entry point stays the SDK image's own /opt/apache/beam/boot.

@@ -31,7 +31,8 @@ setuptools.setup(
     long_description=__doc__,
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=setuptools.find_packages(include=["transforms", "pipeline", "reader"]),
+    packages=setuptools.find_packages(
+        include=["transforms", "transforms.*", "pipeline", "pipeline.*", "reader", "reader.*"]),
     install_requires=REQUIRES,
     extras_require={
         # The job's launcher: python -m pipeline / token-windows (Beam workers have it).
@@ -58,14 +59,15 @@ setuptools.setup(
             "polars>=1.0",
             "tokenizers>=0.19",
             "tiktoken>=0.7",
-            "transformers>=5,<6",  # tests/test_hf.py, tests/test_hf_models.py
+            "transformers>=5,<6",  # tests/reader/test_hf.py, tests/reader/test_hf_models.py
             "accelerate>=1.2",  # transformers.Trainer
             "datasets>=2.19",  # docs/training.md, the Parquet reader recipes
             "lightning>=2.2",  # docs/training.md's LightningDataModule
             "torchdata>=0.10",  # docs/training.md's StatefulDataLoader
             "matplotlib>=3.7",
             "moto[server]>=5",  # an S3 server on loopback (reader and job on s3://)
-            # A Dask cluster and S3 for the job (tests/test_runners.py, tests/test_stores.py).
+            # A Dask cluster and S3 for the job (tests/job/test_runners.py,
+            # tests/job/test_stores.py).
             "apache-beam[dask,aws]>=2.77,<3",
             "dask[distributed]>=2024.1",
             "gcp-storage-emulator>=2024.8",  # a GCS server on loopback

@@ -1,6 +1,6 @@
 """Exact byte-level BPE engines from PyPI against ``tokenizers``: same files, every document.
 
-The candidates beside our tiktoken engine (`transforms.bpe_engine`): ``riptoken`` (a
+The candidates beside our tiktoken engine (`transforms.tokenize.bpe_engine`): ``riptoken`` (a
 rewrite of tiktoken; it takes any rank table, so it gets the same table `convert` gives
 tiktoken, with the rank → id map, run inside our engine in tiktoken's place: `RiptokenCore`),
 ``iree-tokenizer`` (reads the ``tokenizer.json`` itself)
@@ -52,15 +52,15 @@ sys.path.insert(0, str(ROOT / "bench"))
 import bench_tokenizers  # noqa: E402
 import corpus as bench_corpus  # noqa: E402
 
-from transforms.bpe_engine import (  # noqa: E402
+from transforms.tokenize.bpe_engine import (  # noqa: E402
     _SEP,
     PROBE,
     TiktokenEngine,
     convert,
     merged_alone,
 )
-from transforms.bpe_patterns import LLAMA3_PATTERN, QWEN2_PATTERN, fast_form  # noqa: E402
-from transforms.tokenizers import HFTokenizer  # noqa: E402
+from transforms.tokenize.bpe_patterns import LLAMA3_PATTERN, QWEN2_PATTERN, fast_form  # noqa: E402
+from transforms.tokenize.tokenizers import HFTokenizer  # noqa: E402
 
 Encoder = Callable[[str], np.ndarray]
 # An engine's first error (an exception where ids were due), by engine.
@@ -160,7 +160,7 @@ def in_batches(engine: TiktokenEngine, docs: list[str]) -> list[np.ndarray]:
 
 
 class RiptokenCore:
-    """riptoken's ``CoreBPE`` as `transforms.bpe_engine.TiktokenEngine` calls a core, so
+    """riptoken's ``CoreBPE`` as `transforms.tokenize.bpe_engine.TiktokenEngine` calls a core, so
     that it gets everything around tiktoken (added tokens split out, ranks → ids, the
     coverage check, batches joined by the separator): riptoken returns a list, which becomes
     the buffer tiktoken would have returned."""
@@ -305,8 +305,8 @@ def main() -> None:
 def hypothesis_run(n: int) -> None:
     """riptoken (in our engine, alone and in a batch) and iree-tokenizer against
     ``tokenizers`` on ``n`` texts per layout of the tests' hypothesis generator
-    (tests/test_bpe_engine.py's ``TEXT``), with the GPT-2, Llama 3 and Qwen2 files the tests
-    train on the samples: how many differ, or raise, and the first of each."""
+    (``TEXT`` of tests/common/bpe.py), with the GPT-2, Llama 3 and Qwen2
+    files the tests train on the samples: how many differ, or raise, and the first of each."""
     for layout in ("gpt2", "llama3", "qwen2"):
         counts, first = _hypothesis_layout(layout, n)
         print(f"{layout}: {n} texts; differing: {counts}")
@@ -320,10 +320,10 @@ def _hypothesis_layout(layout: str, n: int) -> tuple[dict[str, int], dict[str, s
     from iree.tokenizer import Tokenizer as IreeTokenizer
     from tokenizers import Tokenizer
 
-    from tests.test_bpe_engine import TEXT, _convert, _train
+    from tests.common.bpe import TEXT, convert_judged, train
 
-    text = _train(layout)
-    ref, tables, iree = Tokenizer.from_str(text), _convert(text), IreeTokenizer.from_str(text)
+    text = train(layout)
+    ref, tables, iree = Tokenizer.from_str(text), convert_judged(text), IreeTokenizer.from_str(text)
 
     def body(t: str) -> list[int]:
         return ref.encode(t, add_special_tokens=False).ids

@@ -8,9 +8,9 @@ which goes first), it reads every row group of every file:
 
 * ``decode, unverified``: ``pq.ParquetFile(f).read_row_groups(...)``, as the job read input
   Parquet before;
-* ``decode, verified``: `transforms.input_parquet.read_row_groups`, as the job reads it now
+* ``decode, verified``: `transforms.inputs.parquet.read_row_groups`, as the job reads it now
   (``page_checksum_verification=True``);
-* ``read_chunk``: `transforms.chunks.read_chunk` over the job's chunks, verified: the decode
+* ``read_chunk``: `transforms.inputs.chunks.read_chunk` over the job's chunks, verified: the decode
   plus turning every row into a document, which is what one worker does per chunk (and the
   tokenizer, not timed here, costs several times more);
 
@@ -38,8 +38,8 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from transforms.chunks import plan_chunks, read_chunk  # noqa: E402
-from transforms.input_parquet import read_row_groups  # noqa: E402
+from transforms.inputs.chunks import plan_chunks, read_chunk  # noqa: E402
+from transforms.inputs.parquet import read_row_groups  # noqa: E402
 from transforms.params import ReadSpec  # noqa: E402
 
 ROW_GROUP_TEXT = 64 << 20

@@ -124,7 +124,7 @@ def main() -> None:
 
     import distributed
 
-    from pipeline.context import Tuning
+    from pipeline.launch.context import Tuning
 
     tuning = Tuning(chunk_bytes=int(args.chunk_mb * (1 << 20)))
     with tempfile.TemporaryDirectory(prefix="bench-dask-") as name:

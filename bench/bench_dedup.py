@@ -1,9 +1,10 @@
 """What near-duplicate detection costs, and how it agrees with datatrove's MinHash.
 
-``--core`` (the pure functions of ``transforms/dedup.py``, one process, one core): on the same
-texts, in alternating rounds (rotating which goes first), the median CPU time of
+``--core`` (the pure functions of ``transforms/dedup/duplicates.py``, one process, one core): on the
+same texts, in alternating rounds (rotating which goes first), the median CPU time of
 
-* ``ours``: `transforms.dedup.signatures` in batches of about `BATCH_BYTES` of text, then the
+* ``ours``: `transforms.dedup.duplicates.signatures` in batches of about `BATCH_BYTES` of text, then
+the
   14 band keys of each document (everything the job needs per document);
 * ``ours-sig``: the signatures alone;
 * ``datatrove``: datatrove's ``MinhashDedupSignature.get_shingles`` + ``get_signature`` per
@@ -61,7 +62,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from transforms.dedup import DedupSpec, band_keys, signatures  # noqa: E402
+from transforms.dedup.duplicates import DedupSpec, band_keys, signatures  # noqa: E402
 
 SPEC = DedupSpec(mode="near", ngram=5, bands=14, rows=8)
 BATCH_BYTES = 1 << 20
@@ -257,11 +258,11 @@ def pass_once(corpus: Path, mode: str, threads: int) -> tuple[float, float]:
     import queue
     from concurrent.futures import ThreadPoolExecutor
 
-    from pipeline import fs
-    from transforms.chunks import plan_chunks, read_chunk
-    from transforms.documents import Document
+    from pipeline.files import fs
+    from transforms.dedup.removal import RemovalSpec, chunk_keys
+    from transforms.inputs.chunks import plan_chunks, read_chunk
+    from transforms.inputs.documents import Document
     from transforms.params import ReadSpec
-    from transforms.removal import RemovalSpec, chunk_keys
 
     read = ReadSpec(id_field="id")
     chunks = [chunk for path in sorted(corpus.glob("*.jsonl"))

@@ -59,7 +59,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from transforms.manifest import TokenizerInfo  # noqa: E402
+from transforms.dataset.manifest import TokenizerInfo  # noqa: E402
 from transforms.params import WindowSpec  # noqa: E402
 from transforms.testing import write_dataset  # noqa: E402
 

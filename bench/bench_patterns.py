@@ -5,11 +5,12 @@ regex, Isolated, then ByteLevel without its regex; ``ignore_merges``) on an even
 12 MB sample of the 100 MB corpus's lines (`bench/corpus.py`); built once into
 ``bench/work/``. Texts: every k-th document of that corpus, about ``--mb`` MB.
 
-Each round, in a rotating order, the engine's batch path (`transforms.tokenizers.HFTokenizer`
-``encode_batch`` on ``--threads`` threads, batches of 4096, as the job calls it) encodes every
-text once with each pattern: tiktoken's encoder is rebuilt with that pattern and the same
-ranks, nothing else changes. Every pattern's ids must hash the same in every round. Prints
-each round's wall and CPU seconds and the medians' ratios against the file's own pattern::
+Each round, in a rotating order, the engine's batch path
+(`transforms.tokenize.tokenizers.HFTokenizer` ``encode_batch`` on ``--threads`` threads, batches of
+4096, as the job calls it) encodes every text once with each pattern: tiktoken's encoder is rebuilt
+with that pattern and the same ranks, nothing else changes. Every pattern's ids must hash the same
+in every round. Prints each round's wall and CPU seconds and the medians' ratios against the file's
+own pattern::
 
     python bench/bench_patterns.py                    # Llama 3's pattern, 25 MB, 5 rounds
     python bench/bench_patterns.py --family qwen2     # Qwen2's (the same vocabulary)
@@ -31,7 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import corpus as bench_corpus  # noqa: E402
 from bench_tokenizers import BATCH, build_bpe, corpus_texts  # noqa: E402
 
-from transforms.bpe_patterns import LLAMA3_PATTERN, QWEN2_PATTERN, fast_form  # noqa: E402
+from transforms.tokenize.bpe_patterns import LLAMA3_PATTERN, QWEN2_PATTERN, fast_form  # noqa: E402
 
 # The forms tried: the branches without look-ahead grouped (one regex-crate search), the last
 # `\s+` as `\s`, and both.
@@ -52,8 +53,8 @@ def main() -> None:
     args = ap.parse_args()
     import tiktoken
 
-    from transforms import bpe_engine
-    from transforms.tokenizers import HFTokenizer
+    from transforms.tokenize import bpe_engine
+    from transforms.tokenize.tokenizers import HFTokenizer
 
     corpus = bench_corpus.build_corpus(bench_corpus.MODEL_CORPUS_MB)
     path = build_bpe(corpus, split=LLAMA3_PATTERN)
@@ -68,7 +69,7 @@ def main() -> None:
     tok = HFTokenizer(path.read_bytes(), where=str(path), num_threads=args.threads,
                       bos_token="<|endoftext|>", eos_token="<|endoftext|>", engine="tiktoken")
     engine = tok._fast
-    # The tables the engine was made from (`transforms.bpe_engine._core` keeps them).
+    # The tables the engine was made from (`transforms.tokenize.bpe_engine._core` keeps them).
     tables = next(t for t, c in bpe_engine._CORES.values() if c is engine._core)
     special = {bpe_engine._SEP: engine._sep}
     cores = {k: tiktoken.Encoding(f"bench-{i}", pat_str=p, mergeable_ranks=tables.ranks,

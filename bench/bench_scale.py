@@ -10,7 +10,7 @@ of the same process after its imports:
   starts from them): flags, the match, the fingerprint of every file's name and size, the
   claim on the output, the shard plan, the chunk plan (Dask), the graph built and translated
   to Beam's portable form (``to_runner_api``, what a portable runner or Dataflow receives).
-* ``final``: the job's last step (`pipeline.finalize`) given ``--shards`` fake shard receipts
+* ``final``: the job's last step (`pipeline.steps.finalize`) given ``--shards`` fake shard receipts
   (one small real shard file each, copied, since the step reads every footer) and one input
   receipt per file: every input accounted for, the inputs matched again, every footer
   checked, the manifest built and written.
@@ -65,7 +65,7 @@ def _rss_mb() -> float:
 
 
 def _fake_listing(n: int) -> None:
-    from pipeline import fs
+    from pipeline.files import fs
 
     fake = _fake_files(n)
     fs.match_files = lambda pattern: list(fake) if pattern == PATTERN else []
@@ -85,9 +85,9 @@ def _launch(args: argparse.Namespace, out: str) -> dict:
             "--num-shards", str(args.shards), *flags]
     base = _rss_mb()
     started = time.perf_counter()
-    contexts = importlib.util.find_spec("pipeline.context") is not None
-    if contexts:  # the launcher builds one job context (pipeline.context)
-        from pipeline import runners
+    contexts = importlib.util.find_spec("pipeline.launch.context") is not None
+    if contexts:  # the launcher builds one job context (pipeline.launch.context)
+        from pipeline.launch import runners
 
         options, _, (context, files, _, planned) = run._prepare(argv, None)
         runner = runners.runner_for(options)
@@ -101,9 +101,9 @@ def _launch(args: argparse.Namespace, out: str) -> dict:
     extra: dict = {}
     create = None
     if planned is not None:  # this tree plans chunks at launch
-        from pipeline import launch
+        from pipeline.launch import chunk_plan
 
-        chunks = launch.prepare_chunks(planned, options, tmp_dir=tmp_dir,
+        chunks = chunk_plan.prepare_chunks(planned, options, tmp_dir=tmp_dir,
                                        root=config.output, pipeline=lambda: None)
         extra["chunks"] = create = chunks
     elif args.runner == "dask":  # an older tree: one element per matched file
@@ -125,20 +125,20 @@ def _launch(args: argparse.Namespace, out: str) -> dict:
 
 
 def _final(args: argparse.Namespace, out: str) -> dict:
-    from pipeline import finalize
-    from pipeline.write import write_placed_shard
-    from transforms.keys import ShardPlan
-    from transforms.manifest import MANIFEST_NAME
-    from transforms.manifest_build import WrittenShard
-    from transforms.receipts import Receipt
-    from transforms.rows import ShardCounts, ShardRows
-    from transforms.schema import shard_file_name
+    from pipeline.steps import finalize
+    from pipeline.steps.write import write_placed_shard
+    from transforms.dataset.manifest import MANIFEST_NAME
+    from transforms.dataset.schema import shard_file_name
+    from transforms.inputs.receipts import Receipt
+    from transforms.plan.keys import ShardPlan
+    from transforms.shards.manifest_build import WrittenShard
+    from transforms.shards.rows import ShardCounts, ShardRows
 
     run = importlib.import_module("pipeline.job")
     _fake_listing(args.files)
     argv = ["--input", PATTERN, "--tokenizer", "bytes", "--output", out, "--num-shards",
             str(args.shards)]
-    contexts = importlib.util.find_spec("pipeline.context") is not None
+    contexts = importlib.util.find_spec("pipeline.launch.context") is not None
     if contexts:
         _, _, (context, files_at_launch, _, _) = run._prepare(argv, None)
         config, fingerprint, tmp_dir = context.config, context.fingerprint, context.tmp_dir

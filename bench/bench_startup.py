@@ -68,7 +68,7 @@ except ModuleNotFoundError:  # a tree from before `pipeline.run` became `pipelin
     r = sys.modules["pipeline.run"]
 t1 = time.perf_counter()
 import apache_beam as beam
-import pipeline.launch as la
+import pipeline.launch.chunk_plan as la
 spent = {}
 def timed(owner, name, label):
     inner = getattr(owner, name)
@@ -88,7 +88,7 @@ from apache_beam.runners.portability.fn_api_runner import fn_runner
 timed(fn_runner.FnApiRunner, "_execute_bundle", "  of which the stages' bundles")
 timed(r, "print_summary", "the summary")
 counts = {}
-import pipeline.encode as enc
+import pipeline.steps.encode as enc
 inner_load = enc.tokenizer_from_bytes
 def load(*a, **k):  # the launcher's (on a helper thread) and each step's that loads its own
     counts["tokenizers loaded (count)"] = counts.get("tokenizers loaded (count)", 0) + 1

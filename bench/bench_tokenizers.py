@@ -10,7 +10,7 @@ Each round, alternating: the job (``python -m pipeline``, window 512, stride 256
 default runner) with ``--tokenizer-engine auto`` (tiktoken, when the file converts) and
 with ``--tokenizer-engine tokenizers``; then, in this process, ``tokenizers``' own
 ``encode_batch_fast`` (its thread pool, every core) and the tiktoken engine alone
-(`transforms.tokenizers.HFTokenizer`, every core) on the same texts, batches of 4096. Every
+(`transforms.tokenize.tokenizers.HFTokenizer`, every core) on the same texts, batches of 4096. Every
 row of the two jobs' shards is hashed (doc_id, start, tokens) and the hashes must be equal,
 as must the shards' bytes and the fingerprints; the engines alone must give the same ids.
 Prints medians and the ratios that matter, each from the same rounds::
@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import corpus as bench_corpus  # noqa: E402
 
-from transforms.bpe_patterns import LLAMA3_PATTERN  # noqa: E402
+from transforms.tokenize.bpe_patterns import LLAMA3_PATTERN  # noqa: E402
 
 VOCAB = 32000
 TRAIN_BYTES = 12 << 20
@@ -142,7 +142,7 @@ def alone(texts: list[str], tokenizer: pathlib.Path, engine: str) -> tuple[float
         ids = [e.ids for i in range(0, len(texts), BATCH)
                for e in tok.encode_batch_fast(texts[i : i + BATCH], add_special_tokens=False)]
     else:
-        from transforms.tokenizers import HFTokenizer
+        from transforms.tokenize.tokenizers import HFTokenizer
 
         tok = HFTokenizer(tokenizer.read_bytes(), where=str(tokenizer), num_threads=cores,
                           bos_token="<|endoftext|>", eos_token="<|endoftext|>",

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from transforms.schema import ARROW_SCHEMA  # noqa: E402  (the same columns as the job)
+from transforms.dataset.schema import ARROW_SCHEMA  # noqa: E402  (the same columns as the job)
 
 BATCH_CHARS = 1 << 20  # encode about this many characters at a time
 

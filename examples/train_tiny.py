@@ -16,7 +16,7 @@ by the seeded document key, so they are a random sample of documents) and report
 summed over every held-out target before dividing, and its perplexity. Pure PyTorch on the
 CPU; the defaults take well under a minute.
 
-The model, :class:`TinyCausalLM`, is also what ``tests/test_reader.py`` checks for the causal
+The model, :class:`TinyCausalLM`, is also what ``tests/reader/test_reader.py`` checks for the causal
 properties docs/format.md#collate relies on (a later input never changes an earlier position's
 logits; right padding never changes a real position's logits).
 """

@@ -2,9 +2,9 @@
 
 This is the only package that imports ``apache_beam``. Run it with ``python -m pipeline``
 (or the ``token-windows`` command); build it from Python with `build_pipeline` (given the
-job's `pipeline.context.JobContext`), or run it with `run` (`pipeline.job`). `run` refuses
+job's `pipeline.launch.context.JobContext`), or run it with `run` (`pipeline.job`). `run` refuses
 an output it must not write to with `OutputRefused` (`OutputInUse` when another job claims it;
-`pipeline.errors`), both ``ValueError``s.
+`pipeline.files.errors`), both ``ValueError``s.
 
 Importing the package loads nothing else and changes nothing in the process: its names load
 their modules, and the job's three Beam with them, when first looked up. So the command can
@@ -26,7 +26,7 @@ LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"  # the command's log lines
 __all__ = ["OutputInUse", "OutputRefused", "build_pipeline", "main", "run"]
 
 # Each public name and the module that defines it.
-_HOMES = {"OutputInUse": "pipeline.errors", "OutputRefused": "pipeline.errors",
+_HOMES = {"OutputInUse": "pipeline.files.errors", "OutputRefused": "pipeline.files.errors",
           "build_pipeline": "pipeline.graph", "main": "pipeline.job", "run": "pipeline.job"}
 
 

@@ -12,7 +12,7 @@ environment has not made it (docs/running.md#the-commands-process):
 * Beam's notice that BigQuery's client libraries are missing (where the ``gcp`` extra is not
   installed, and the job uses none) is left out of the command's log.
 * The collector is paused while Beam and the job load (some 80,000 tracked objects, almost no
-  garbage), and what they loaded is then left out of later collections (`pipeline.heap`),
+  garbage), and what they loaded is then left out of later collections (`pipeline.steps.heap`),
   here and in the job's workers.
 
 The processes the command starts (the local runner's workers) inherit the two variables.
@@ -54,8 +54,8 @@ def main() -> None:
             raise  # Beam is there but broken: its own error says more
         print(NO_BEAM, file=sys.stderr)
         sys.exit(2)
-    from pipeline.heap import leave_loaded_out
     from pipeline.job import cli
+    from pipeline.steps.heap import leave_loaded_out
 
     leave_loaded_out()  # Beam and the rest are loaded: later collections skip them
     gc.enable()

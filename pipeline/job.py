@@ -1,11 +1,11 @@
 """The job's lifecycle and the command line: ``python -m pipeline``.
 
-`submit` checks everything it can before any work (`pipeline.flags`, `pipeline.preflight`),
-builds the job's context and graph (`pipeline.context`, `pipeline.graph`) and starts it on
-its runner (`pipeline.runners`); `finish` waits for it, releases the output's claim if it
-failed, and prints the summary (`pipeline.summary`); `run` is both. `main` is the console
-entry point: a refused job prints one line and exits with status 2, a job that failed while
-running one line and status 1.
+`submit` checks everything it can before any work (`pipeline.launch.flags`,
+`pipeline.launch.preflight`), builds the job's context and graph (`pipeline.launch.context`,
+`pipeline.graph`) and starts it on its runner (`pipeline.launch.runners`); `finish` waits for it,
+releases the output's claim if it failed, and prints the summary (`pipeline.launch.summary`); `run`
+is both. `main` is the console entry point: a refused job prints one line and exits with status 2, a
+job that failed while running one line and status 1.
 
 ``--dry_run``: the graph is built and, where the runner supports it (DataflowRunner),
 translated, but nothing runs and nothing touches a file system: the checks that would
@@ -33,14 +33,16 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineResult, PipelineState
 
-from pipeline import LOG_FORMAT, fs, launch, progress
-from pipeline.context import JobContext, Tuning
-from pipeline.flags import check_flags, parser
+from pipeline import LOG_FORMAT
+from pipeline.files import fs
+from pipeline.files.output import release
 from pipeline.graph import build_pipeline
-from pipeline.options import JobConfig
-from pipeline.output import release
-from pipeline.preflight import Launch, preflight
-from pipeline.runners import (
+from pipeline.launch import chunk_plan
+from pipeline.launch.context import JobContext, Tuning
+from pipeline.launch.flags import check_flags, parser
+from pipeline.launch.options import JobConfig
+from pipeline.launch.preflight import Launch, preflight
+from pipeline.launch.runners import (
     is_dataflow,
     is_local,
     local_mode,
@@ -49,16 +51,17 @@ from pipeline.runners import (
     settle_dry_run,
     settle_setup,
 )
-from pipeline.summary import print_summary
-from pipeline.views import JobOptions
-from transforms.manifest import (
+from pipeline.launch.summary import print_summary
+from pipeline.launch.views import JobOptions
+from pipeline.steps import progress
+from transforms.dataset.manifest import (
     MANIFEST_NAME,
     Manifest,
     SplitsRecord,
     parse_splits_record,
     read_manifest,
 )
-from transforms.splits import SPLITS_NAME
+from transforms.plan.splits import SPLITS_NAME
 
 __all__ = ["Interrupted", "Submitted", "cli", "finish", "main", "one_line", "run", "submit"]
 
@@ -115,16 +118,16 @@ def _start(job: _Prepared) -> Submitted:
         started = time.monotonic()
         # On Dask the work spreads only as far as the first Create's partitions, and the
         # local runner runs each planning stage one after the other: both start from the
-        # launcher's chunks (`pipeline.launch`). Elsewhere the workers match the patterns
+        # launcher's chunks (`pipeline.launch.chunk_plan`). Elsewhere the workers match the patterns
         # (a Create of 10^5 paths would sit in the job graph, whose size Dataflow limits)
         # and Reshuffle spreads the chunks.
         chunks = None
         if planned is not None:
-            chunks = launch.prepare_chunks(
+            chunks = chunk_plan.prepare_chunks(
                 planned, options, tmp_dir=context.tmp_dir, root=context.output,
                 pipeline=lambda: beam.Pipeline(runner=runner_for(options), options=options))
         elif matched is not None and is_local(options):  # no matching stages in the graph
-            chunks = launch.plan_local(context.config, matched,
+            chunks = chunk_plan.plan_local(context.config, matched,
                                        chunk_bytes=context.tuning.chunk_bytes)
         if files is not None and is_local(options):
             # The local runner's workers report progress into the launcher's directory.
@@ -163,7 +166,7 @@ def submit(argv: Sequence[str] | None = None, *, tuning: Tuning | None = None) -
     receive) and None where it has not: the local runners would ignore ``--dry_run`` and run
     the job, so its graph is only built. (The in-process runner runs the whole job inside
     ``p.run()``, so its errors while running surface here too.) ``tuning``: the job's knobs
-    (`pipeline.context.Tuning`; none changes a byte of the output).
+    (`pipeline.launch.context.Tuning`; none changes a byte of the output).
 
     Raises:
         ValueError: a flag, an input pattern, the tokenizer or the output directory is
@@ -175,7 +178,7 @@ def submit(argv: Sequence[str] | None = None, *, tuning: Tuning | None = None) -
 def run(argv: Sequence[str] | None = None, *,
         tuning: Tuning | None = None) -> Manifest | SplitsRecord | None:
     """Run the job to its end; returns its manifest (a split job: its ``_splits.json``), as
-    `transforms.manifest` parses it (None for a dry run).
+    `transforms.dataset.manifest` parses it (None for a dry run).
 
     Raises:
         ValueError: a flag, an input pattern, the tokenizer or the output directory is
@@ -300,7 +303,7 @@ def main(argv: Sequence[str] | None = None, *, tuning: Tuning | None = None) -> 
     """The console entry point: one-line errors and exit status 2 for a job refused before any
     work, 1 for a job that failed while it ran or was stopped by SIGINT, SIGTERM or SIGHUP
     (``--traceback`` or TOKEN_WINDOWS_TRACEBACK=1 print the whole traceback). ``tuning``: the
-    job's knobs (`pipeline.context.Tuning`), for callers in Python; the command line's
+    job's knobs (`pipeline.launch.context.Tuning`), for callers in Python; the command line's
     also leave what the workers load out of later collections."""
     logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
     _LOG.setLevel(logging.INFO)

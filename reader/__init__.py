@@ -4,10 +4,10 @@
 ``reader`` uses torch, pyarrow and :mod:`transforms`' schema and manifest, never Apache
 Beam, so a trainer installs it without the pipeline's dependencies; its names load on first
 use, so ``reader.inspect`` needs no torch. Windows are read from a memory-mapped layout that
-each shard is converted into once (:mod:`reader.layout`; ahead of time with
+each shard is converted into once (:mod:`reader.data.layout`; ahead of time with
 ``python -m reader.prepare PATH``), in a seeded order evaluated per position
-(:mod:`reader.permutation`): ``global`` or ``blocks`` (:mod:`reader.sampler`), one window
-per row (:func:`collate`) or packed several to a row (:mod:`reader.packing`).
+(:mod:`reader.order.permutation`): ``global`` or ``blocks`` (:mod:`reader.order.sampler`), one
+window per row (:func:`collate`) or packed several to a row (:mod:`reader.order.packing`).
 
 Example::
 
@@ -29,7 +29,7 @@ Example::
         ...
         sampler.step(batch)                          # consumed: commit it to the state
 
-Packed (several windows per row of ``seq_len``; :mod:`reader.packing`)::
+Packed (several windows per row of ``seq_len``; :mod:`reader.order.packing`)::
 
     sampler = PackedSampler(ds.lengths, rows_per_batch=8, seq_len=ds.window, seed=0)
     loader = torch.utils.data.DataLoader(
@@ -60,29 +60,29 @@ _EXPORTS = {
     "block_causal_mask": "reader.batches",
     "collate": "reader.batches",
     "collate_packed": "reader.batches",
-    "PackedSampler": "reader.packing",
-    "pack_rows": "reader.packing",
-    "MixedBatch": "reader.mixed",
-    "MixedDataset": "reader.mixed",
-    "MixtureSampler": "reader.mixture",
-    "WindowBatch": "reader.dataset",
-    "WindowRows": "reader.dataset",
-    "WindowDataset": "reader.dataset",
+    "PackedSampler": "reader.order.packing",
+    "pack_rows": "reader.order.packing",
+    "MixedBatch": "reader.mixture.dataset",
+    "MixedDataset": "reader.mixture.dataset",
+    "MixtureSampler": "reader.mixture.sampler",
+    "WindowBatch": "reader.data.dataset",
+    "WindowRows": "reader.data.dataset",
+    "WindowDataset": "reader.data.dataset",
     "DamagedDataset": "transforms.errors",
     "DatasetError": "transforms.errors",
     "ForeignDataset": "transforms.errors",
     "MissingShard": "transforms.errors",
-    "NotRegularFileError": "reader.regular",
+    "NotRegularFileError": "reader.data.regular",
     "SamplerStateError": "transforms.errors",
     "UnfinishedDataset": "transforms.errors",
-    "default_cache_dir": "reader.layout",
+    "default_cache_dir": "reader.data.layout",
     "evaluate": "reader.loss",
     "token_nll": "reader.loss",
-    "FeistelPermutation": "reader.permutation",
-    "ORDERS": "reader.sampler",
-    "EpochSampler": "reader.sampler",
-    "epoch_seed": "reader.sampler",
-    "Sampler": "reader.stepping",
+    "FeistelPermutation": "reader.order.permutation",
+    "ORDERS": "reader.order.sampler",
+    "EpochSampler": "reader.order.sampler",
+    "epoch_seed": "reader.order.sampler",
+    "Sampler": "reader.order.stepping",
 }
 
 __all__ = [

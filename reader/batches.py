@@ -44,7 +44,7 @@ import numpy.typing as npt
 import torch
 import torch.utils.data
 
-from reader.dataset import WindowBatch, WindowRows
+from reader.data.dataset import WindowBatch, WindowRows
 
 __all__ = ["IGNORE_INDEX", "Batch", "add_sources", "block_causal_mask", "collate", "collate_packed"]
 
@@ -413,7 +413,7 @@ def add_sources(batch: dict[str, Any], windows: Any) -> None:
     """Add ``source_ids`` (int64, one per window of the batch, in its order: row by row and
     window by window for packed rows, so window k of a packed batch is segment
     ``segment_ids == j`` of its row) and ``sources`` (the names ``source_ids`` index) to a batch
-    collated from windows that carry them (a mixture's `reader.mixed.MixedBatch`, with
+    collated from windows that carry them (a mixture's `reader.mixture.dataset.MixedBatch`, with
     ``collate``, or a :class:`reader.WindowRows` of one, with ``collate_packed``); other
     batches are left as they are. Only the windows' attributes are read: collating loads no
     mixture code."""

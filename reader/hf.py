@@ -72,12 +72,12 @@ except ImportError as e:  # pragma: no cover - exercised where transformers is m
     ) from e
 
 from reader.batches import collate, collate_packed
+from reader.data.regular import open_regular
 from reader.loss import evaluate as evaluate_loader
 from reader.loss import token_nll
-from reader.mixture import MixtureSampler
-from reader.packing import PackedSampler
-from reader.regular import open_regular
-from reader.sampler import EpochSampler
+from reader.mixture.sampler import MixtureSampler
+from reader.order.packing import PackedSampler
+from reader.order.sampler import EpochSampler
 from transforms.errors import SamplerStateError
 
 __all__ = ["SAMPLER_STATE_NAME", "WindowTrainer", "causal_lm_logits"]

@@ -1,7 +1,7 @@
 """Build a dataset's local layout ahead of training: ``python -m reader.prepare PATH``.
 
 The same work as the first read of each shard (download when remote, SHA-256 against the
-manifest, row checks, conversion into :mod:`reader.layout`'s memory-mapped arrays), done at
+manifest, row checks, conversion into :mod:`reader.data.layout`'s memory-mapped arrays), done at
 once, so that training starts on a warm cache. Prints the cache directory, the layouts built
 (0 when every one was already there), their size and the time taken, as JSON.
 
@@ -18,7 +18,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from reader.dataset import WindowDataset
+from reader.data.dataset import WindowDataset
 from transforms.json_fields import JsonObject
 
 __all__ = ["main"]

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.common.paths import ROOT
 
 DOCS = ROOT / "docs"
 MARKDOWN = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
@@ -111,3 +111,35 @@ def test_nothing_cites_a_document_outside_the_repository(pattern):
             for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1)
             if pattern.search(line)]
     assert hits == []
+
+
+# A dotted name of the project's in backticks: `transforms.plan.keys.doc_key`, ``reader.collate``,
+# :class:`reader.data.dataset.WindowDataset`.
+NAME = re.compile(r"`+(?::\w+:`)?((?:transforms|pipeline|reader)(?:\.[A-Za-z_]\w*)+)(?:\(\))?`")
+
+
+def _resolves(name: str) -> bool:
+    """Whether a dotted name is a module of the project, or a name defined in one."""
+    import importlib
+
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attribute in parts[i:]:
+            if not hasattr(found, attribute):
+                return False
+            found = getattr(found, attribute)
+        return True
+    return False
+
+
+@pytest.mark.slow  # imports every module the docs name, Beam's and torch's included
+def test_every_module_and_name_the_docs_and_docstrings_name_exists():
+    stale = sorted({f"{path.relative_to(ROOT)}: {name}"
+                    for path in [*MARKDOWN, *SOURCES]
+                    for name in NAME.findall(path.read_text(encoding="utf-8"))
+                    if not _resolves(name)})
+    assert not stale, "\n".join(stale)

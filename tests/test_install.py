@@ -54,7 +54,7 @@ def test_without_beam_the_python_api_says_what_to_install() -> None:
 @pytest.mark.slow  # subprocesses in an environment without Beam
 def test_the_reader_runs_without_beam(tmp_path: Path) -> None:
     code = (
-        "from tests.reader_data import random_docs, write_docs\n"
+        "from tests.common.reader_data import random_docs, write_docs\n"
         "from reader import WindowDataset, collate\n"
         f"write_docs(__import__('pathlib').Path({str(tmp_path / 'ds')!r}), random_docs(5), "
         "window=8)\n"
@@ -129,7 +129,7 @@ print(json.dumps([before, look()]))
     # transformers' own import does is theirs).
     ("import transformers.trainer_utils; transformers.Trainer", "import reader.hf, reader.inspect"),
     ("import apache_beam", "import pipeline; pipeline.build_pipeline, pipeline.run"),
-    ("import apache_beam", "import pipeline.job, pipeline.encode, pipeline.write"),
+    ("import apache_beam", "import pipeline.job, pipeline.steps.encode, pipeline.steps.write"),
 ])
 def test_importing_a_package_changes_nothing_in_the_process(first: str, imports: str) -> None:
     done = subprocess.run([sys.executable, "-c", PROCESS.format(first=first, imports=imports)],

@@ -13,7 +13,7 @@ The tree::
     ├── DatasetError            about the data on disk (this base: another format version)
     │   ├── DamagedDataset      bytes that do not match the manifest, footers or checksums
     │   │   ├── MissingShard        (also FileNotFoundError) a listed shard is absent
-    │   │   └── NotRegularFileError (also OSError; reader.regular) a FIFO where a file is
+    │   │   └── NotRegularFileError (also OSError; reader.data.regular) a FIFO where a file is
     │   ├── ForeignDataset      another job's files, or a mixture source that changed
     │   └── UnfinishedDataset   (also FileNotFoundError) a directory without a manifest:
     │                           the job has not finished (no directory: FileNotFoundError)

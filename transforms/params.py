@@ -31,7 +31,7 @@ UTF8_POLICIES = ("replace", "reject")
 
 _UINT64 = 1 << 64
 # Window origins, lengths and strides are int64 in the planning arithmetic and the shards
-# (`transforms.windows`, the ``start`` column): a larger value cannot be stored.
+# (`transforms.plan.windows`, the ``start`` column): a larger value cannot be stored.
 _INT64 = 1 << 63
 
 

@@ -1,10 +1,11 @@
 """Write a valid dataset without running the job: for tests, benchmarks and examples.
 
 `write_dataset` goes through the very code the job uses after its shuffle (seeded keys,
-window plans, parcels by shard, `transforms.rows.ShardRows`, `transforms.parquet.write_rows`,
-`transforms.manifest.build_manifest`), so what it writes is what the job would write for the
-same documents and parameters, but for the manifest's ``inputs``, ``reading`` and
-``versions``. It writes to a local directory with plain file calls (no Beam).
+window plans, parcels by shard, `transforms.shards.rows.ShardRows`,
+`transforms.shards.parquet.write_rows`, `transforms.shards.manifest_build.build_manifest`), so what
+it writes is what the job would write for the same documents and parameters, but for the manifest's
+``inputs``, ``reading`` and ``versions``. It writes to a local directory with plain file calls (no
+Beam).
 
 Example::
 
@@ -21,16 +22,16 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from transforms.keys import doc_keys
-from transforms.manifest import MANIFEST_NAME, Manifest, TokenizerInfo, dumps_manifest
-from transforms.manifest_build import WrittenShard, build_manifest, shard_metadata
+from transforms.dataset.manifest import MANIFEST_NAME, Manifest, TokenizerInfo, dumps_manifest
+from transforms.dataset.schema import shard_file_name
 from transforms.params import WindowSpec
-from transforms.parcels import pack_parcels
-from transforms.parquet import row_group_rows, write_rows
-from transforms.rows import ShardRows
-from transforms.schema import shard_file_name
-from transforms.tokenizers import ByteTokenizer
-from transforms.windows import plan_windows_batch
+from transforms.plan.keys import doc_keys
+from transforms.plan.windows import plan_windows_batch
+from transforms.shards.manifest_build import WrittenShard, build_manifest, shard_metadata
+from transforms.shards.parcels import pack_parcels
+from transforms.shards.parquet import row_group_rows, write_rows
+from transforms.shards.rows import ShardRows
+from transforms.tokenize.tokenizers import ByteTokenizer
 
 __all__ = ["write_dataset"]
 
@@ -56,7 +57,7 @@ def write_dataset(
         rows_per_group: rows per Parquet row group (default: the job's, from the window);
             small values give many row groups.
         fingerprint: the job fingerprint to record in the manifest and the shards' footers
-            (`transforms.manifest.shard_metadata`); None records none.
+            (`transforms.shards.manifest_build.shard_metadata`); None records none.
     """
     root = os.fspath(directory)
     os.makedirs(root, exist_ok=True)

@@ -1,0 +1,3 @@
+"""What ``python -m reader.inspect`` runs: the summary, ``--check``, ``--plot`` and the report
+of removed documents.
+"""

@@ -1,0 +1,105 @@
+"""The pure side of dedup and decontamination in the job (`transforms.dedup.removal`): buckets,
+clusters, the band keys, what the encoding step skips, the manifest's object."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from transforms.dedup.duplicates import DedupSpec
+from transforms.dedup.removal import (
+    ChunkIds,
+    KeyBlock,
+    Removal,
+    RemovalSpec,
+    bucket_edges,
+    chunk_keys,
+    cluster_removals,
+    drop_removed,
+    named,
+)
+from transforms.inputs.documents import Document
+
+
+def _block(chunk: str, positions: list[int], keys: bytes) -> KeyBlock:
+    return KeyBlock(chunk=(chunk, 0), positions=np.array(positions, np.int32).tobytes(),
+                    keys=keys, width=16)
+
+
+def test_buckets_link_each_document_to_its_first_whatever_the_block_order():
+    blocks = [_block("f.jsonl", [0, 1, 2], b"K" * 16 + b"L" * 16 + b"M" * 16),
+              _block("g.jsonl", [0, 1], b"L" * 16 + b"K" * 16)]
+    edges = list(bucket_edges(blocks))
+    assert edges == list(bucket_edges(blocks[::-1]))
+    assert sorted(edges) == [((("g.jsonl", 0), 0), (("f.jsonl", 0), 1)),
+                             ((("g.jsonl", 0), 1), (("f.jsonl", 0), 0))]
+
+
+def test_named_gives_the_doc_ids_of_the_wanted_positions_only():
+    ids = ChunkIds(positions=[0, 2, 5], ids=["x", "y", "z"])
+    assert list(named(("f", 0), ids, [5, 0, 5])) == [((("f", 0), 0), "x"), ((("f", 0), 5), "z")]
+
+
+def test_a_chain_is_one_cluster_kept_by_the_smallest_doc_id():
+    # a ~ b (near), b = c (exact), d = e (exact): a keeps b and c; d keeps e. The documents'
+    # places say nothing of the order: the doc_ids do.
+    ref = {name: (("f.jsonl", 0), 9 - i) for i, name in enumerate("abcde")}
+    ids = {r: name for name, r in ref.items()}
+    edges = [(0, ref["b"], ref["a"]), (-1, ref["c"], ref["b"]), (-1, ref["d"], ref["e"])]
+    removed = {r.doc_id: (r.reason, r.kept) for _, r in cluster_removals(edges, ids)}
+    assert removed == {"b": ("near_duplicate", "a"), "c": ("near_duplicate", "a"),
+                       "e": ("exact_duplicate", "d")}
+    # The same, edges in another order and the other way round.
+    flipped = [(band, y, x) for band, x, y in edges[::-1]]
+    assert {r.doc_id: (r.reason, r.kept) for _, r in cluster_removals(flipped, ids)} == removed
+
+
+def test_drop_removed_keeps_aside_by_position_and_refuses_a_moved_document():
+    docs = [Document(doc_id=i, text=f"text {i}", source=f"f.jsonl:{n}")
+            for n, i in enumerate("abc", 1)]
+    removal = Removal(position=5, doc_id="b", reason="exact_duplicate", kept="a")
+    kept, gone = drop_removed(docs, 4, {5: removal})
+    assert [d.doc_id for d in kept] == ["a", "c"]
+    assert gone[0].to_json() == {"reason": "exact_duplicate", "source": "f.jsonl:2",
+                                 "detail": "the same normalized text as 'a', which is kept",
+                                 "record": "text b", "truncated": False, "doc_id": "b",
+                                 "kept": "a"}
+    with pytest.raises(RuntimeError, match="the input changed while the job ran"):
+        drop_removed(docs, 3, {5: removal})
+
+
+def test_removal_spec_manifest_object_and_validation():
+    spec = RemovalSpec(dedup=DedupSpec(mode="exact"), eval_files=(("/x/e.jsonl", "e.jsonl", 9),))
+    assert spec.to_json({"e.jsonl": 2}) == {
+        "mode": "exact", "decontaminate": {"ngram": 13, "files": {"e.jsonl": 2}}}
+    assert spec.fingerprint_json()["decontaminate"]["files"] == {"e.jsonl": 9}
+    with pytest.raises(ValueError, match="`decontaminate_ngram` must be at most 64"):
+        RemovalSpec(eval_ngram=65)
+    with pytest.raises(ValueError, match="both named e.jsonl"):
+        RemovalSpec(eval_files=(("/x/e.jsonl", "e.jsonl", 1), ("/y/e.jsonl", "e.jsonl", 1)))
+
+
+def test_chunk_keys_one_block_per_band_keys_of_the_kept_documents():
+    docs = [Document(doc_id=f"d{i}", text=f"same words here {i % 2}", source=f"f:{i}")
+            for i in range(5)]
+    removals, blocks, ids = chunk_keys(docs, chunk=("f", 0), spec=RemovalSpec(
+        dedup=DedupSpec(mode="near", bands=4, rows=2)), index=None, batch=2)
+    assert removals == []
+    assert ids == ChunkIds(positions=[0, 1, 2, 3, 4], ids=[d.doc_id for d in docs])
+    assert [band for band, _ in blocks] == [-1, 0, 1, 2, 3]
+    assert all(b.size == 5 and len(b.keys) == 16 * 5 for _, b in blocks)
+    edges = sorted(bucket_edges([blocks[0][1]]))
+    assert [(a[1], b[1]) for a, b in edges] == [(2, 0), (3, 1), (4, 0)]
+
+
+def test_every_removal_must_be_kept_aside_by_reason():
+    from transforms.dedup.removal import check_removals_kept_aside
+
+    check_removals_kept_aside({"exact_duplicate": 2, "contaminated": 1},
+                              {"exact_duplicate": 2, "contaminated": 1, "empty": 4})
+    with pytest.raises(RuntimeError, match=r"the dedup pass removed \{'contaminated': 0, "
+                       r"'exact_duplicate': 2, 'near_duplicate': 1\}, but the encoding step "
+                       r"kept aside \{'contaminated': 0, 'exact_duplicate': 2, "
+                       r"'near_duplicate': 0\}"):
+        check_removals_kept_aside({"exact_duplicate": 2, "near_duplicate": 1},
+                                  {"exact_duplicate": 2})

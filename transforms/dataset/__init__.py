@@ -1,0 +1,3 @@
+"""The dataset on disk, defined once for the writer and the reader: the shard schema, the
+directory's names and the manifest's records (docs/format.md).
+"""

@@ -1,0 +1,479 @@
+"""Which documents the job removes before tokenizing them: copies and benchmark text.
+
+The job's side of ``--dedup`` and ``--decontaminate`` (docs/dedup.md#in-the-job); the
+hashing, signatures, bands and the evaluation index are `transforms.dedup.duplicates` and
+`transforms.dedup.contamination`. Everything here is pure and deterministic, so the removed set
+depends only on the corpus and these parameters (never on the runner, bundles, seed, window
+or tokenizer).
+
+The job's dedup pass (`pipeline.steps.dedup`) works in three steps:
+
+1. `chunk_keys`: one chunk's documents → the contaminated ones (removed at once) and, for
+   every other document, its exact key and (``near``) its band keys, as one `KeyBlock` per
+   band, holding the chunk's keys end to end, never the texts.
+2. `bucket_edges`: every block of one band → edges from each document of a bucket
+   (documents sharing that band's key) to the bucket's first. Only documents with a copy
+   produce edges; `named` then gives those documents' doc_ids from their chunk's `ChunkIds`
+   (the only place a doc_id travels: once per document, not once per band).
+3. `cluster_removals`: every edge of the job → connected components; each component keeps
+   its smallest member (by doc_id, then chunk and position), every other member is
+   `Removed`: ``exact_duplicate`` when its normalized text equals the kept one's, else
+   ``near_duplicate``.
+
+A document is ``(chunk, position)`` (`Ref`): the chunk's ``(path, start)`` and its position
+among the chunk's documents (rejects not counted), which the encoding step counts again to
+skip it (`drop_removed`); a `Member` puts its doc_id first, for the keeper's order.
+
+Example: documents ``a`` = "x y z", ``b`` = "x  y z" (one more space), ``c`` = "q": with
+``--dedup exact``, ``a`` and ``b`` share an exact key; ``b`` is removed as
+``exact_duplicate`` with ``kept == "a"``; ``c`` is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Executor, Future
+from typing import NamedTuple
+
+import numpy as np
+
+from transforms.dedup.contamination import DEFAULT_NGRAM, EvalNgramIndex
+from transforms.dedup.duplicates import (
+    MAX_NGRAM,
+    DedupSpec,
+    Scratch,
+    band_key_matrix,
+    exact_key,
+    signatures,
+)
+from transforms.inputs.documents import MAX_REJECT_RECORD_CHARS, Document, Reject
+from transforms.json_fields import JsonObject
+from transforms.params import check_positive_int
+
+__all__ = [
+    "CONTAMINATED",
+    "DECONTAMINATE_NGRAM",
+    "EXACT",
+    "EXACT_DUPLICATE",
+    "MAX_DECONTAMINATE_NGRAM",
+    "NEAR_DUPLICATE",
+    "REMOVAL_REASONS",
+    "ChunkIds",
+    "check_removals_kept_aside",
+    "ChunkRef",
+    "KeyBlock",
+    "Member",
+    "Ref",
+    "Removal",
+    "RemovalSpec",
+    "Removed",
+    "bucket_edges",
+    "chunk_keys",
+    "cluster_removals",
+    "drop_removed",
+    "named",
+]
+
+EXACT_DUPLICATE = "exact_duplicate"
+NEAR_DUPLICATE = "near_duplicate"
+CONTAMINATED = "contaminated"
+REMOVAL_REASONS = (CONTAMINATED, EXACT_DUPLICATE, NEAR_DUPLICATE)
+# The band label of the exact keys (bands are numbered 0 … bands − 1).
+EXACT = -1
+# GPT-3's rule: a 13-gram of words shared with an evaluation text.
+DECONTAMINATE_NGRAM = DEFAULT_NGRAM
+MAX_DECONTAMINATE_NGRAM = MAX_NGRAM
+
+ChunkRef = tuple[str, int]  # a chunk's (path, start): which chunk a member was read from
+Ref = tuple[ChunkRef, int]  # (chunk, position among its documents): a document in the pass
+Member = tuple[str, ChunkRef, int]  # (doc_id, chunk, position): a document, in keeper order
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RemovalSpec:
+    """What the job removes before tokenizing: ``--dedup`` and ``--decontaminate``.
+
+    Attributes:
+        dedup: the dedup parameters (mode off, exact or near;
+            `transforms.dedup.duplicates.DedupSpec`).
+        eval_files: ``(path, name, size)`` of each evaluation file the launcher matched, in
+            name order: ``name`` is the path relative to its pattern's directory (what the
+            manifest and the kept-aside records show).
+        eval_ngram: the n of the word n-grams shared with an evaluation text.
+    """
+
+    dedup: DedupSpec = dataclasses.field(default_factory=lambda: DedupSpec(mode="off"))
+    eval_files: tuple[tuple[str, str, int], ...] = ()
+    eval_ngram: int = DECONTAMINATE_NGRAM
+
+    def __post_init__(self) -> None:
+        check_positive_int("decontaminate_ngram", self.eval_ngram)
+        if self.eval_ngram > MAX_DECONTAMINATE_NGRAM:
+            raise ValueError(f"`decontaminate_ngram` must be at most "
+                             f"{MAX_DECONTAMINATE_NGRAM}, but got {self.eval_ngram}")
+        names = [name for _, name, _ in self.eval_files]
+        if len(set(names)) != len(names):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise ValueError(f"two evaluation files are both named {twice[0]} (relative to "
+                             "their patterns): give each --decontaminate pattern files of "
+                             "distinct names")
+
+    @property
+    def dedup_active(self) -> bool:
+        return self.dedup.mode != "off"
+
+    @property
+    def active(self) -> bool:
+        """Whether the job removes anything: without either flag it has no dedup pass."""
+        return self.dedup_active or bool(self.eval_files)
+
+    def fingerprint_json(self) -> JsonObject:
+        """What the job's fingerprint holds of it: the parameters and each evaluation file's
+        name and size (not its path, which differs between machines)."""
+        out = self.to_json()
+        if self.eval_files:
+            out["decontaminate"]["files"] = {name: size for _, name, size in self.eval_files}
+        return out
+
+    def to_json(self, removed_by_file: Mapping[str, int] | None = None) -> JsonObject:
+        """The manifest's ``dedup`` object: the parameters and, given them, how many documents
+        each evaluation file removed (every file listed, zeros too)."""
+        out: JsonObject = {"mode": self.dedup.mode}
+        if self.dedup.mode == "near":  # exact copies need no parameter
+            out.update({k: v for k, v in self.dedup.to_json().items() if k != "mode"})
+        if self.eval_files:
+            counts = removed_by_file or {}
+            out["decontaminate"] = {
+                "ngram": self.eval_ngram,
+                "files": {name: int(counts.get(name, 0)) for _, name, _ in self.eval_files},
+            }
+        return out
+
+
+class Removed(NamedTuple):
+    """A document removed before tokenization, kept aside like a reject
+    (``_rejects/<reason>.jsonl``): a `transforms.inputs.documents.Reject` with what it was removed
+    for. ``record`` is the document's text."""
+
+    reason: str
+    source: str
+    detail: str
+    record: str
+    truncated: bool = False
+    doc_id: str = ""  # the removed document's
+    kept: str | None = None  # the doc_id of the document kept in its place (copies)
+    eval_file: str | None = None  # where the shared n-gram was found (contaminated)
+    eval_line: int | None = None
+    ngram: str | None = None
+
+    def to_json(self) -> JsonObject:
+        """`Reject.to_json` plus ``doc_id`` and ``kept`` (copies) or ``eval_file``,
+        ``eval_line`` and ``ngram`` (contaminated)."""
+        out = Reject.to_json(self)  # type: ignore[arg-type]
+        out["doc_id"] = self.doc_id
+        if self.kept is not None:
+            out["kept"] = self.kept
+        if self.eval_file is not None:
+            out.update(eval_file=self.eval_file, eval_line=self.eval_line, ngram=self.ngram)
+        return out
+
+    def to_line(self) -> bytes:
+        """Its line of ``_rejects/<reason>.jsonl``: `Reject.to_line` of this `to_json`."""
+        return Reject.to_line(self)  # type: ignore[arg-type]
+
+
+class Removal(NamedTuple):
+    """Why the document at ``position`` of its chunk is removed: what the encoding step
+    needs to skip it and keep it aside (the text it has)."""
+
+    position: int
+    doc_id: str
+    reason: str
+    kept: str | None = None
+    eval_file: str | None = None
+    eval_line: int | None = None
+    ngram: str | None = None
+
+    def removed(self, doc: Document) -> Removed:
+        """The kept-aside record of ``doc``, the document this removal names."""
+        if self.reason == CONTAMINATED:
+            detail = (f"shares the word {len(self.ngram.split())}-gram {self.ngram!r} with "
+                      f"{self.eval_file}:{self.eval_line}")
+        elif self.reason == EXACT_DUPLICATE:
+            detail = f"the same normalized text as {self.kept!r}, which is kept"
+        else:
+            detail = f"a near copy of {self.kept!r} (same cluster), which is kept"
+        return Removed(reason=self.reason, source=doc.source, detail=detail,
+                       record=doc.text[:MAX_REJECT_RECORD_CHARS],
+                       truncated=len(doc.text) > MAX_REJECT_RECORD_CHARS,
+                       doc_id=doc.doc_id, kept=self.kept,
+                       eval_file=self.eval_file, eval_line=self.eval_line, ngram=self.ngram)
+
+
+class KeyBlock(NamedTuple):
+    """One chunk's keys for one band: the documents' keys end to end (each ``width`` bytes)
+    and their positions in the chunk (int32, end to end), in the chunk's order. No doc_id:
+    only the documents that turn out to have a copy are named (`ChunkIds`)."""
+
+    chunk: ChunkRef
+    positions: bytes
+    keys: bytes
+    width: int
+    ids_at: tuple[str, int, int] | None = None  # where the chunk's doc_ids were spilled
+
+    @property
+    def size(self) -> int:
+        """How many documents it holds."""
+        return len(self.positions) // 4
+
+
+class ChunkIds(NamedTuple):
+    """One chunk's clustered documents: their positions and doc_ids, in the chunk's order."""
+
+    positions: list[int]
+    ids: list[str]
+
+
+def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
+               index: EvalNgramIndex | None, batch: int = 512,
+               pool: Executor | None = None,
+               ahead: int = 2,
+               scratches: queue.SimpleQueue[Scratch] | None = None,
+               ) -> tuple[list[Removal], list[tuple[int, KeyBlock]], ChunkIds | None]:
+    """A chunk's documents → the contaminated ones, (band, `KeyBlock`) for every band
+    (`EXACT` first, then 0 … bands − 1; none without ``--dedup``) over the others, and
+    those others' doc_ids (None if there are none).
+
+    ``index`` is the evaluation texts' n-gram index, None without ``--decontaminate``.
+    Documents are looked up (`EvalNgramIndex.first_matches`) and hashed ``batch`` at a time
+    (`transforms.dedup.duplicates.exact_key`, `transforms.dedup.duplicates.signatures`) on
+    ``pool``'s threads if given, at most ``ahead`` batches at once, while this thread parses; only
+    their keys are held, never their texts. (With the exact keys taken on this thread, two hashing
+    threads took the wall time of none: they release the GIL in every NumPy step and wait for it
+    again while this thread runs Python code.) Each batch is hashed with a
+    `Scratch` taken from ``scratches`` (a new one if none is free) and put back after: give
+    the same queue to every call of a worker to reuse its work arrays from chunk to chunk.
+    """
+    free: queue.SimpleQueue[Scratch] = queue.SimpleQueue() if scratches is None else scratches
+    removals: list[Removal] = []
+    ids: list[str] = []
+    positions: list[int] = []
+    keyed: list[_Keys | Future[_Keys]] = []
+
+    def take(batch_docs: list[Document], first: int) -> None:
+        """A batch of documents, the first at ``first`` among the chunk's."""
+        matches = (index.first_matches([d.text for d in batch_docs]) if index is not None
+                   else [None] * len(batch_docs))
+        texts = []
+        for position, (doc, match) in enumerate(zip(batch_docs, matches, strict=True), first):
+            if match is not None:
+                removals.append(Removal(position=position, doc_id=doc.doc_id,
+                                        reason=CONTAMINATED, eval_file=match.eval_file,
+                                        eval_line=match.eval_line, ngram=match.ngram))
+            elif spec.dedup_active:
+                ids.append(doc.doc_id)
+                positions.append(position)
+                texts.append(doc.text)
+        if texts:
+            keyed.append(_start(pool, texts, spec.dedup, free))
+            if pool is not None and len(keyed) > ahead:  # the oldest in flight, done
+                keyed[-ahead - 1] = _done(keyed[-ahead - 1])
+
+    pending: list[Document] = []
+    read = 0
+    for doc in docs:
+        pending.append(doc)
+        if len(pending) >= batch:
+            take(pending, read)
+            read += len(pending)
+            pending = []
+    if pending:
+        take(pending, read)
+    if not ids:
+        return removals, [], None
+    done = [_done(k) for k in keyed]
+    exact = [key for batch_keys in done for key in batch_keys.exact]
+    at = np.array(positions, np.int32).tobytes()
+    blocks = [(EXACT, KeyBlock(chunk=chunk, positions=at, keys=b"".join(exact),
+                               width=len(exact[0])))]
+    if spec.dedup.mode == "near":
+        keys = band_key_matrix(np.concatenate([k.sigs for k in done]), spec.dedup)
+        for band in range(spec.dedup.bands):
+            blocks.append((band, KeyBlock(chunk=chunk, positions=at,
+                                          keys=keys[:, band].tobytes(), width=16)))
+    return removals, blocks, ChunkIds(positions=positions, ids=ids)
+
+
+class _Keys(NamedTuple):
+    """A batch's exact keys and, with ``near``, its signatures."""
+
+    exact: list[bytes]
+    sigs: np.ndarray | None
+
+
+def _start(pool: Executor | None, texts: list[str], spec: DedupSpec,
+           free: queue.SimpleQueue[Scratch]) -> _Keys | Future[_Keys]:
+    return (_keys(texts, spec, free) if pool is None
+            else pool.submit(_keys, texts, spec, free))
+
+
+def _keys(texts: list[str], spec: DedupSpec, free: queue.SimpleQueue[Scratch]) -> _Keys:
+    """The exact keys and `signatures` of a batch, with a free `Scratch` (one batch at a
+    time uses each)."""
+    exact = [exact_key(text) for text in texts]
+    if spec.mode != "near":
+        return _Keys(exact, None)
+    try:
+        scratch = free.get_nowait()
+    except queue.Empty:
+        scratch = Scratch()
+    try:
+        return _Keys(exact, signatures(texts, spec, scratch=scratch))
+    finally:
+        free.put(scratch)
+
+
+def _done(keys: _Keys | Future[_Keys]) -> _Keys:
+    return keys.result() if isinstance(keys, Future) else keys
+
+
+def bucket_edges(blocks: Iterable[KeyBlock]) -> Iterator[tuple[Ref, Ref]]:
+    """Every block of one band → (document, the first document of its bucket) for each
+    other document of a bucket of two or more (documents sharing the band's key).
+
+    Buckets are found by sorting the band's keys (NumPy), so a band of n documents costs
+    O(n log n) and holds 20 bytes per document; only documents with a candidate copy yield
+    an edge. The edges' components do not depend on the blocks' order (which member a
+    bucket links to does not matter: `cluster_removals` keeps each component's smallest).
+    """
+    blocks = sorted(blocks)  # the edges themselves, too, whatever the runner's order
+    if not blocks:
+        return
+    width = blocks[0].width
+    keys = np.frombuffer(b"".join(b.keys for b in blocks), dtype=f"S{width}")
+    sizes = np.array([b.size for b in blocks], np.int64)
+    block_of = np.repeat(np.arange(len(blocks)), sizes)
+    within = np.frombuffer(b"".join(b.positions for b in blocks), np.int32)
+    _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    shared = counts[inverse] > 1
+    if not shared.any():
+        return
+    rows = np.flatnonzero(shared)
+    order = rows[np.argsort(inverse[rows], kind="stable")]
+    labels = inverse[order]
+    cuts = np.flatnonzero(np.diff(labels)) + 1
+    for bucket in np.split(order, cuts):
+        refs = [(blocks[b].chunk, p)
+                for b, p in zip(block_of[bucket].tolist(), within[bucket].tolist(), strict=True)]
+        first = min(refs)
+        for ref in refs:
+            if ref != first:
+                yield ref, first
+
+
+def named(chunk: ChunkRef, ids: ChunkIds, wanted: Iterable[int]) -> Iterator[tuple[Ref, str]]:
+    """(document, its doc_id) for each of a chunk's ``wanted`` positions (those with an
+    edge)."""
+    of = dict(zip(ids.positions, ids.ids, strict=True))
+    for position in sorted(set(wanted)):
+        yield (chunk, position), of[position]
+
+
+def _find(parent: dict[Member, Member], x: Member) -> Member:
+    root = x
+    while parent[root] != root:
+        root = parent[root]
+    while parent[x] != root:  # path compression
+        parent[x], x = root, parent[x]
+    return root
+
+
+def _components(edges: Iterable[tuple[Member, Member]]) -> dict[Member, Member]:
+    """member → the smallest member of its connected component (union by smallest root)."""
+    parent: dict[Member, Member] = {}
+    for a, b in edges:
+        parent.setdefault(a, a)
+        parent.setdefault(b, b)
+        ra, rb = _find(parent, a), _find(parent, b)
+        if ra != rb:
+            if rb < ra:
+                ra, rb = rb, ra
+            parent[rb] = ra  # the root is always its component's smallest member
+    return {m: _find(parent, m) for m in parent}
+
+
+def cluster_removals(edges: Iterable[tuple[int, Ref, Ref]], ids: Mapping[Ref, str]
+                     ) -> Iterator[tuple[ChunkRef, Removal]]:
+    """(band, document, document) edges of the whole job and the doc_ids of their documents
+    → (chunk, `Removal`) for every document that is not its cluster's smallest (by doc_id,
+    then chunk and position), in that order.
+
+    Clusters are the connected components of every edge (a chain of copies is one
+    cluster); a removed member is an ``exact_duplicate`` when it is in the same component
+    of the `EXACT` edges alone as the member kept, else a ``near_duplicate``.
+    """
+    every: list[tuple[Member, Member]] = []
+    exact: list[tuple[Member, Member]] = []
+    for band, a, b in edges:
+        pair = (ids[a], *a), (ids[b], *b)
+        every.append(pair)
+        if band == EXACT:
+            exact.append(pair)
+    kept = _components(every)
+    same_text = _components(exact)
+    del every, exact
+    for member in sorted(kept):
+        keeper = kept[member]
+        if keeper == member:
+            continue
+        text_of = same_text.get(member)
+        reason = (EXACT_DUPLICATE if text_of is not None and text_of == same_text.get(keeper)
+                  else NEAR_DUPLICATE)
+        doc_id, chunk, position = member
+        yield chunk, Removal(position=position, doc_id=doc_id, reason=reason,
+                             kept=keeper[0])
+
+
+def drop_removed(docs: Sequence[Document], first: int, removals: Mapping[int, Removal]
+                 ) -> tuple[list[Document], list[Removed]]:
+    """A batch of a chunk's documents (the first at position ``first`` of the chunk) → those
+    kept, and the kept-aside records of those removed.
+
+    Raises:
+        RuntimeError: a removal names another document than the one at its position (the
+            chunk was read differently in the two passes).
+    """
+    if not removals or not any(p in removals for p in range(first, first + len(docs))):
+        return list(docs), []
+    kept: list[Document] = []
+    gone: list[Removed] = []
+    for position, doc in enumerate(docs, first):
+        removal = removals.get(position)
+        if removal is None:
+            kept.append(doc)
+            continue
+        if removal.doc_id != doc.doc_id:
+            raise RuntimeError(
+                f"the dedup pass found {removal.doc_id!r} at {doc.source}, where the job now "
+                f"reads {doc.doc_id!r}: the input changed while the job ran; rerun it")
+        gone.append(removal.removed(doc))
+    return kept, gone
+
+
+def check_removals_kept_aside(removed: Mapping[str, int], kept_aside: Mapping[str, int]) -> None:
+    """Every document the dedup pass removed was kept aside by the encoding step, by reason:
+    ``removed`` the pass's counts, ``kept_aside`` the job's skipped counts.
+
+    Raises:
+        RuntimeError: the two differ (a removal the encoding step never reached: the input
+            changed while the job ran, or a runner lost or repeated work).
+    """
+    decided = {r: removed.get(r, 0) for r in REMOVAL_REASONS}
+    done = {r: kept_aside.get(r, 0) for r in REMOVAL_REASONS}
+    if decided != done:
+        raise RuntimeError(
+            f"the dedup pass removed {decided}, but the encoding step kept aside {done}: the "
+            "input changed while the job ran, or the runner lost work; no manifest was "
+            "written: rerun the job")
