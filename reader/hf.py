@@ -140,7 +140,9 @@ class _Stream:
     """
 
     def __init__(self, loader: DataLoader) -> None:
-        self.loader, self.dataset, self.batch_sampler = loader, loader.dataset, loader.batch_sampler
+        self.loader = loader
+        self.dataset = loader.dataset
+        self.batch_sampler = loader.batch_sampler
 
     def __iter__(self) -> Iterator[Any]:
         while True:

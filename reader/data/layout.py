@@ -227,10 +227,17 @@ class LayoutCache:
             return None
         expected = {"version": LAYOUT_VERSION, "sha256": source.sha256, "rows": source.rows,
                     "source": list(source.stamp), "checked": source.checked()}
-        if not isinstance(meta, dict) or any(meta.get(k) != v for k, v in expected.items()) or (
-                meta.get("token_dtype") not in _TOKEN_DTYPES) or not isinstance(
-                meta.get("content"), dict) or sorted(meta.get("files") or ()) != sorted(FILES):
-            return None  # stale (another manifest, a rewritten shard) or another version
+        # Stale (another manifest, a rewritten shard) or another version: not used.
+        if not isinstance(meta, dict):
+            return None
+        if any(meta.get(key) != value for key, value in expected.items()):
+            return None
+        if meta.get("token_dtype") not in _TOKEN_DTYPES:
+            return None
+        if not isinstance(meta.get("content"), dict):
+            return None
+        if sorted(meta.get("files") or ()) != sorted(FILES):
+            return None
         if not files:
             return meta
         problem = files_problem(directory, meta["files"], verify=self.verify)

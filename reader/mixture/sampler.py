@@ -90,9 +90,7 @@ class _Stream:
         self._taken = [0] * len(names)  # windows drawn this batch, not yet taken
         self.weights = {n: Fraction(snap["weights"].get(n, 0)) for n in names}
         self.since = dict(snap["since"])
-        cursors, taken = self.cursors, self._taken
-        self._size_of = ((lambda d: cursors[d].targets_at(taken[d]))
-                         if sampler.unit == "targets" else (lambda d: 1))
+        self._size_of = self._targets_of_next if sampler.unit == "targets" else self._one
         self._blend = self._new_blend()
         self._check = True
         # Unpacked, batches are drawn ``_CHUNK`` positions at a time (see _draw_batches);
@@ -106,6 +104,15 @@ class _Stream:
 
     def _units(self, c: Cursor) -> int:
         return c.targets if self._s.unit == "targets" else c.windows
+
+    def _targets_of_next(self, d: int) -> int:
+        """The scored targets of source ``d``'s next window not yet taken (unit: targets)."""
+        return self.cursors[d].targets_at(self._taken[d])
+
+    @staticmethod
+    def _one(d: int) -> int:
+        """Every window counts one (unit: windows)."""
+        return 1
 
     def _new_blend(self) -> Blend:
         names = self._s.mixed.names
@@ -124,9 +131,11 @@ class _Stream:
 
     def next_batch(self) -> list[Any]:
         """The next global batch: G global indices, or G packed rows of them."""
+        # The weights are applied at the first batch from a snapshot and where the schedule
+        # changes; elsewhere the weights in force stay.
         if self._check or self.batch in self._s._changes:
-            self._apply_weights()  # the first batch from a snapshot, or where the schedule
-            self._check = False    # changes: elsewhere the weights in force stay
+            self._apply_weights()
+            self._check = False
         if self._s.seq_len is None:
             if self._at == self._drawn:
                 self._draw_batches()
@@ -135,9 +144,16 @@ class _Stream:
             self.batch += 1
             self._ledger = functools.partial(chunk.ledger, j)
             return GroupedIndices(chunk.batch_list(j), (self._s.mixed.key, *chunk.rank_batch(j)))
-        g, pick, size_of, taken = self._s.global_batch, self._blend.pick, self._size_of, self._taken
-        rows, closed = self.open, []
-        seq_len, open_rows, cursors = self._s.seq_len, self._s.open_rows, self.cursors
+        # Local names for the loop below, which runs once per window of the batch.
+        g = self._s.global_batch
+        pick = self._blend.pick
+        size_of = self._size_of
+        taken = self._taken
+        rows = self.open
+        closed: list[list[tuple[int, int, int]]] = []
+        seq_len = self._s.seq_len
+        open_rows = self._s.open_rows
+        cursors = self.cursors
         while len(closed) < g:
             d = pick(size_of)[0]
             local, length = cursors[d].at(taken[d])
@@ -174,20 +190,23 @@ class _Stream:
         later = [c for c in s._changes if c > self.batch]
         if later:
             k = min(k, min(later) - self.batch)
-        need, cursors, blend = k * g, self.cursors, self._blend
+        need = k * g
+        cursors = self.cursors
+        blend = self._blend
         base = [c.ledger() for c in cursors]
         active = [d for d, n in enumerate(s.mixed.names) if self.weights[n]]
         produced = [0] * len(cursors)
         srcs: list[Any] = []
-        indices, targets = list(srcs), list(srcs)
+        indices: list[Any] = []
+        targets: list[Any] = []
         counting_targets = s.unit == "targets"
         got = 0
         weights = [float(self.weights[n]) for n in s.mixed.names]
         while got < need:
             for d in active:  # about the windows the rest of the batches take of d, or more
-                c, ahead = cursors[d], min(_AHEAD, int(1.5 * weights[d] * (need - got)) + 16)
-                if c.known() - produced[d] < ahead:
-                    c.ahead(produced[d] + ahead)
+                ahead = min(_AHEAD, int(1.5 * weights[d] * (need - got)) + 16)
+                if cursors[d].known() - produced[d] < ahead:
+                    cursors[d].ahead(produced[d] + ahead)
             tg = [c.targets_array[c._k + p :] for c, p in zip(cursors, produced, strict=True)]
             gl = [c.global_array[c._k + p :] for c, p in zip(cursors, produced, strict=True)]
             drawn = blend.run(tg if counting_targets else None, need - got, (gl, tg))

@@ -277,16 +277,23 @@ class SplitInfo:
         listed = f.value.get("splits", [])
         if not isinstance(listed, list):
             raise f.fail("splits", f"must be a list, but got {listed!r}")
-        each = [Fields(s, f"split.splits[{i}]", where) for i, s in enumerate(listed)]
-        splits = tuple(SplitFraction(name=g.text("name"), fraction=g.fraction("fraction"))
-                       for g in each)
-        job = SplitJob.from_json(f.value["job"], where=where) if "job" in f.value else None
-        return cls(name=name, splits=splits, split_seed=f.count("split_seed", 0, None), job=job)
+        splits = []
+        for i, entry in enumerate(listed):
+            g = Fields(entry, f"split.splits[{i}]", where)
+            splits.append(SplitFraction(name=g.text("name"), fraction=g.fraction("fraction")))
+        job = None
+        if "job" in f.value:
+            job = SplitJob.from_json(f.value["job"], where=where)
+        return cls(name=name, splits=tuple(splits), split_seed=f.count("split_seed", 0, None),
+                   job=job)
 
     def to_json(self) -> JsonObject:
         """The manifest's ``split`` object (what is unset left out)."""
-        out = {**_set(self), "splits": [dataclasses.asdict(s) for s in self.splits]}
-        return out if self.splits else {k: v for k, v in out.items() if k != "splits"}
+        out = _set(self)
+        out["splits"] = [dataclasses.asdict(s) for s in self.splits]
+        if not self.splits:
+            del out["splits"]
+        return out
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -265,9 +265,10 @@ def _ranks(keep: dict[str, int], made: dict[str, int]) -> tuple[list[int], dict[
 
 
 _CORES: dict[int, tuple[BpeTables, Any]] = {}
-# tiktoken's one special token: it joins a batch's texts (`TiktokenEngine.encode_batch`), allowed
-# only there; with none allowed, tiktoken's buffer encode is `encode_ordinary` into an array (an
-# empty special set: a pattern matching everywhere). Its first character occurs in it once.
+# tiktoken's one special token: it joins a batch's texts (`TiktokenEngine.encode_batch`) and
+# is allowed only there; with none allowed, tiktoken's buffer encode is `encode_ordinary` into
+# an array (an empty special set would be a pattern matching everywhere). Its first character
+# occurs in it once, so two of its occurrences never overlap.
 _SEP = "\x00<|token-windows: a text ends here|>\x01"
 _NONE_ALLOWED: frozenset[str] = frozenset()
 _SEP_ALLOWED = frozenset({_SEP})
@@ -290,10 +291,13 @@ def _core(tables: BpeTables) -> Any:
 
 
 def _splitter(tokens: Sequence[AddedToken]) -> re.Pattern[str] | None:
-    # Longest first, so that the leftmost match is also the longest there (tokenizers'
-    # Aho-Corasick LeftmostLongest); one group, so that `re.split` keeps the matches.
-    return re.compile("(" + "|".join(re.escape(t.content) for t in tokens) + ")") if (
-        tokens) else None
+    """One pattern matching any of ``tokens`` (None for none), which the caller has sorted
+    longest first, so that the leftmost match is also the longest there (tokenizers'
+    Aho-Corasick LeftmostLongest); one group, so that `re.split` keeps the matches."""
+    if not tokens:
+        return None
+    alternatives = "|".join(re.escape(t.content) for t in tokens)
+    return re.compile("(" + alternatives + ")")
 
 
 class TiktokenEngine:
@@ -322,8 +326,10 @@ class TiktokenEngine:
                 dataclasses.replace(a, content=self._normalize(a.content))
                 for a in tables.added if a.normalized]
         late.sort(key=lambda a: -len(a.content))
-        self._raw, self._late = _splitter(raw), _splitter(late)
-        self._ids, self._late_ids = ({a.content: a.id for a in x} for x in (raw, late))
+        self._raw = _splitter(raw)
+        self._late = _splitter(late)
+        self._ids = {a.content: a.id for a in raw}
+        self._late_ids = {a.content: a.id for a in late}
         self._prefix = tables.add_prefix_space
         self._plain = self._normalize is None and not self._prefix
         # The rank tables with one more place, the separator's (`_SEP`): no id, no bytes.
@@ -342,12 +348,16 @@ class TiktokenEngine:
 
     def encode_array(self, text: str) -> npt.NDArray[np.integer]:
         """`encode` as an array, made from tiktoken's own buffer: no Python int per token."""
-        try:  # the common case: one piece, nothing to split out
-            ids = (self._piece(text) if self._plain and not self._added_in(text) else
-                   self._encode(text))
+        try:
+            if self._plain and not self._added_in(text):
+                ids = self._piece(text)  # the common case: one piece, nothing to split out
+            else:
+                ids = self._encode(text)
         except UnicodeEncodeError:  # a lone surrogate: whatever tokenizers does with it
             ids = None
-        return np.asarray(self._fallback(text), np.int64) if ids is None else ids
+        if ids is None:
+            return np.asarray(self._fallback(text), np.int64)
+        return ids
 
     def encode_batch(self, texts: Sequence[str], *, bos: int,
                      eos: int) -> list[npt.NDArray[np.int32]]:
@@ -359,7 +369,8 @@ class TiktokenEngine:
         alone = [not self._plain or _SEP in t or self._added_in(t) for t in texts]
         joined = self._joined([t for t, a in zip(texts, alone, strict=True) if not a], bos, eos)
         if joined is None:  # a lone surrogate, or a gap between matches (`_piece`)
-            alone, joined = [True] * len(alone), []
+            alone = [True] * len(alone)
+            joined = []
         rest = iter(joined)
         return [with_ends(self.encode_array(t), bos, eos) if a else next(rest)
                 for t, a in zip(texts, alone, strict=True)]
@@ -374,9 +385,10 @@ class TiktokenEngine:
         except UnicodeEncodeError:
             return None
         n = len(texts)
-        if self._lengths is not None and int(self._lengths[ranks].sum()) != (
-                len(joined.encode("utf-8")) - (n - 1) * len(_SEP)):
-            return None
+        if self._lengths is not None:
+            covered = int(self._lengths[ranks].sum())  # the separators' length counts 0
+            if covered != len(joined.encode("utf-8")) - (n - 1) * len(_SEP):
+                return None  # a gap between matches (`_piece`)
         cuts = np.flatnonzero(ranks == self._sep)
         ids = ranks.astype(np.int32) if self._rank_ids is None else self._rank_ids[ranks]
         ids[cuts] = eos  # each separator becomes the EOS of the text before it
@@ -385,7 +397,10 @@ class TiktokenEngine:
         return np.split(z, (starts + np.arange(n))[1:])  # text i's z starts i places later
 
     def _added_in(self, text: str) -> bool:
-        return bool(self._raw and self._raw.search(text) or self._late and self._late.search(text))
+        """Whether ``text`` holds an added token (of either pass)."""
+        if self._raw is not None and self._raw.search(text):
+            return True
+        return self._late is not None and self._late.search(text) is not None
 
     def _encode(self, text: str) -> npt.NDArray[np.integer] | None:
         out: list[npt.NDArray[np.integer]] = []
@@ -408,23 +423,27 @@ class TiktokenEngine:
     def _piece(self, text: str) -> npt.NDArray[np.integer] | None:
         ranks = np.frombuffer(self._core.encode_to_tiktoken_buffer(text, _NONE_ALLOWED),
                               np.uint32)
-        if self._lengths is not None and int(self._lengths[ranks].sum()) != len(
-                text.encode("utf-8")):
-            return None  # a gap between matches: tokenizers keeps it, tiktoken drops it
+        if self._lengths is not None:
+            covered = int(self._lengths[ranks].sum())
+            if covered != len(text.encode("utf-8")):
+                return None  # a gap between matches: tokenizers keeps it, tiktoken drops it
         return ranks if self._rank_ids is None else self._rank_ids[ranks]
 
 
 def with_ends(ids: Sequence[int] | np.ndarray, bos: int, eos: int) -> npt.NDArray[np.int32]:
     """A document's z, ``[bos, *ids, eos]``, as one int32 array (every tokenizer kind's)."""
     z = np.empty(len(ids) + 2, np.int32)
-    z[0], z[1:-1], z[-1] = bos, ids, eos
+    z[0] = bos
+    z[1:-1] = ids
+    z[-1] = eos
     return z
 
 
 def _split(pattern: re.Pattern[str] | None, text: str) -> list[tuple[str, bool]]:
     """``text`` as (piece, is an added token) in order; no empty piece."""
-    return [(p, i % 2 == 1) for i, p in enumerate(pattern.split(text) if pattern else [text])
-            if p]
+    pieces = pattern.split(text) if pattern else [text]
+    # re.split with one group: the matches (the added tokens) at the odd places.
+    return [(piece, i % 2 == 1) for i, piece in enumerate(pieces) if piece]
 
 
 def first_difference(texts: Sequence[str], a: Any, b: Any) -> str | None:
