@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from reader.data.dataset import RAW, WindowBatch, WindowRows
+from reader.data.dataset import RAW, WindowBatch, WindowDataset, WindowRows
 from reader.data.layout import RECORD
 from reader.mixture.report import check_compatible
 from transforms.dataset.manifest import TokenizerInfo
@@ -58,7 +58,7 @@ class MixedDataset:
             window differ (naming both sources and both values).
     """
 
-    def __init__(self, sources: Mapping[str, Any]) -> None:
+    def __init__(self, sources: Mapping[str, WindowDataset]) -> None:
         if not isinstance(sources, Mapping) or not sources:
             raise ValueError(f"`sources` must be a non-empty mapping of names to datasets, but "
                              f"got {sources!r}")
@@ -66,7 +66,7 @@ class MixedDataset:
             if not isinstance(name, str) or not name or any(c in name for c in "=,"):
                 raise ValueError(f"a source name must be non-empty text without '=' or ',', "
                                  f"but got {name!r}")
-        self.sources: dict[str, Any] = dict(sources)
+        self.sources: dict[str, WindowDataset] = dict(sources)
         self.names: tuple[str, ...] = tuple(self.sources)
         check_compatible({name: _described(name, ds) for name, ds in self.sources.items()})
         first = self.sources[self.names[0]]
