@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from transforms.dedup import DedupSpec
 from transforms.documents import Document
@@ -33,6 +35,42 @@ def test_buckets_link_each_document_to_its_first_whatever_the_block_order():
     assert edges == list(bucket_edges(blocks[::-1]))
     assert sorted(edges) == [((("g.jsonl", 0), 0), (("f.jsonl", 0), 1)),
                              ((("g.jsonl", 0), 1), (("f.jsonl", 0), 0))]
+
+
+def _edges_by_unique(blocks: list[KeyBlock]):
+    """`bucket_edges` as it was first written (np.unique of the byte strings): the reference
+    its integer sort must equal, edge for edge and in the same order."""
+    blocks = sorted(blocks)
+    width = blocks[0].width
+    keys = np.frombuffer(b"".join(b.keys for b in blocks), dtype=f"S{width}")
+    block_of = np.repeat(np.arange(len(blocks)), [b.size for b in blocks])
+    within = np.frombuffer(b"".join(b.positions for b in blocks), np.int32)
+    _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    rows = np.flatnonzero(counts[inverse] > 1)
+    order = rows[np.argsort(inverse[rows], kind="stable")]
+    for bucket in np.split(order, np.flatnonzero(np.diff(inverse[order])) + 1):
+        refs = [(blocks[b].chunk, int(within[b_row]))
+                for b, b_row in zip(block_of[bucket].tolist(), bucket.tolist(), strict=True)]
+        for ref in refs:
+            if ref != min(refs):
+                yield ref, min(refs)
+
+
+# Keys from a few bytes, so that many are equal, and some differ only in trailing zeros.
+_KEY_BYTES = st.sampled_from([b"\0", b"\1", b"\xff", b"a"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from([16, 5, 8, 20]),
+       st.lists(st.lists(st.lists(_KEY_BYTES, min_size=1, max_size=20), max_size=12),
+                min_size=1, max_size=4))
+def test_buckets_equal_those_of_a_sort_of_the_key_bytes(width, chunks):
+    blocks = []
+    for c, keys in enumerate(chunks):
+        keys = [b"".join(k)[:width].ljust(width, b"\0") for k in keys]
+        blocks.append(KeyBlock(chunk=(f"f{c % 2}", c), keys=b"".join(keys), width=width,
+                               positions=np.arange(0, 3 * len(keys), 3, dtype=np.int32).tobytes()))
+    assert list(bucket_edges(blocks)) == list(_edges_by_unique(blocks))
 
 
 def test_named_gives_the_doc_ids_of_the_wanted_positions_only():

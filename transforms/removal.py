@@ -38,6 +38,7 @@ from concurrent.futures import Executor, Future
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import NDArray
 
 from transforms.contamination import DEFAULT_NGRAM, EvalNgramIndex
 from transforms.dedup import (
@@ -351,25 +352,58 @@ def bucket_edges(blocks: Iterable[KeyBlock]) -> Iterator[tuple[Ref, Ref]]:
     if not blocks:
         return
     width = blocks[0].width
-    keys = np.frombuffer(b"".join(b.keys for b in blocks), dtype=f"S{width}")
+    keys = b"".join(b.keys for b in blocks)
     sizes = np.array([b.size for b in blocks], np.int64)
     block_of = np.repeat(np.arange(len(blocks)), sizes)
     within = np.frombuffer(b"".join(b.positions for b in blocks), np.int32)
-    _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
-    shared = counts[inverse] > 1
-    if not shared.any():
-        return
-    rows = np.flatnonzero(shared)
-    order = rows[np.argsort(inverse[rows], kind="stable")]
-    labels = inverse[order]
-    cuts = np.flatnonzero(np.diff(labels)) + 1
-    for bucket in np.split(order, cuts):
+    columns = _key_columns(keys, width)
+    order = _byte_order(columns)
+    ranked = columns[order]
+    new = np.empty(len(order), dtype=bool)
+    new[:1] = True
+    np.any(ranked[1:] != ranked[:-1], axis=1, out=new[1:])
+    starts = np.flatnonzero(new)
+    counts = np.diff(np.append(starts, len(order)))
+    for lo, count in zip(starts[counts > 1].tolist(), counts[counts > 1].tolist(), strict=True):
+        bucket = order[lo : lo + count]
         refs = [(blocks[b].chunk, p)
                 for b, p in zip(block_of[bucket].tolist(), within[bucket].tolist(), strict=True)]
         first = min(refs)
         for ref in refs:
             if ref != first:
                 yield ref, first
+
+
+def _key_columns(keys: bytes, width: int) -> NDArray[np.uint64]:
+    """The keys (``width`` bytes each, end to end) as rows of big-endian 64-bit words, zero
+    padded: rows compare (lexicographically) as the keys' bytes do, and sort in a few
+    integer passes instead of string comparisons."""
+    words = -(-width // 8)
+    if width != words * 8:
+        keys = b"".join(keys[i : i + width].ljust(words * 8, b"\0")
+                        for i in range(0, len(keys), width))
+    return np.frombuffer(keys, dtype=">u8").reshape(-1, words).astype(np.uint64)
+
+
+def _byte_order(columns: NDArray[np.uint64]) -> NDArray[np.intp]:
+    """The rows of ``columns`` in the order of their bytes, equal rows in row order (the
+    order np.unique ranks the keys in): one fast unstable sort of the first word (the keys
+    are hashes, so equal first words are rare), then each run of equal first words sorted
+    again by all words and the row."""
+    order = np.argsort(columns[:, 0])
+    first = columns[order, 0]
+    tied = np.flatnonzero(first[1:] == first[:-1])
+    if not len(tied):
+        return order
+    # The slots of every run of equal first words (runs are in first-word order already),
+    # their rows sorted again by all words, then the row, in one sort.
+    slots = np.zeros(len(order), dtype=bool)
+    slots[tied] = True
+    slots[tied + 1] = True
+    at = np.flatnonzero(slots)
+    rows = order[at]
+    order[at] = rows[np.lexsort((rows, *columns[rows].T[::-1]))]
+    return order
 
 
 def named(chunk: ChunkRef, ids: ChunkIds, wanted: Iterable[int]) -> Iterator[tuple[Ref, str]]:
