@@ -75,6 +75,7 @@ from transforms.removal import (
     bucket_edges,
     chunk_keys,
     cluster_removals,
+    component_edges,
     named,
 )
 
@@ -285,17 +286,31 @@ def _edges(item: tuple[int, Iterable[KeyBlock]]) -> Iterator[tuple[str, Any]]:
 
 
 def _band_jobs(item: tuple[None, Iterable[str]], bands: list[int]
-               ) -> Iterator[tuple[int, list[str]]]:
-    """Every key spill file → (band, every file) for each band."""
-    paths = sorted(item[1])
-    for band in bands:
-        yield band, paths
+               ) -> Iterator[tuple[list[int], list[str]]]:
+    """Every key spill file → (every band, every file): one job, so that the edges of all
+    bands are joined before they go on (`transforms.removal.component_edges`)."""
+    yield bands, sorted(item[1])
 
 
-def _spilled_band(item: tuple[int, list[str]]) -> Iterator[tuple[str, Any]]:
-    """`_edges` of one band's blocks, read from every key spill file."""
-    band, paths = item
-    return _edges((band, read_band(paths, band, fs.open_raw)))
+def _spilled_bands(item: tuple[list[int], list[str]]) -> Iterator[tuple[str, Any]]:
+    """Every band's blocks, read one band at a time from every key spill file →
+    (EDGES, (band, document, document)) with the components of all bands' buckets, at most
+    two per document, and (WANTED, …) once per document with an edge, as `_edges`."""
+    bands, paths = item
+    ids_at: dict[ChunkRef, tuple[str, int, int] | None] = {}
+
+    def each() -> Iterator[tuple[int, list[KeyBlock]]]:
+        for band in bands:
+            blocks = list(read_band(paths, band, fs.open_raw))
+            ids_at.update((block.chunk, block.ids_at) for block in blocks)
+            yield band, blocks
+
+    wanted: set[Ref] = set()
+    for band, a, b in component_edges(each()):
+        yield EDGES, (band, a, b)
+        wanted.update((a, b))
+    for chunk, position in sorted(wanted):
+        yield WANTED, (chunk, (WANTED, position, ids_at[chunk]))
 
 
 def _names(item: tuple[ChunkRef, Iterable[tuple[str, Any]]]) -> Iterator[tuple[str, Any]]:
@@ -382,7 +397,7 @@ class FindRemovals(beam.PTransform):
                      | "KeySpills" >> beam.Map(_one_key)
                      | "AllKeySpills" >> beam.GroupByKey()
                      | "EveryBand" >> beam.FlatMap(_band_jobs, bands)
-                     | "BucketEdges" >> beam.FlatMap(_spilled_band)
+                     | "BucketEdges" >> beam.FlatMap(_spilled_bands)
                      | "EdgesByTag" >> SplitTags([EDGES, WANTED]))
             wanted = found[WANTED]
         else:

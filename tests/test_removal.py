@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from transforms.dedup import DedupSpec
 from transforms.documents import Document
 from transforms.removal import (
+    EXACT,
     ChunkIds,
     KeyBlock,
     Removal,
@@ -18,6 +19,7 @@ from transforms.removal import (
     bucket_edges,
     chunk_keys,
     cluster_removals,
+    component_edges,
     drop_removed,
     named,
 )
@@ -71,6 +73,41 @@ def test_buckets_equal_those_of_a_sort_of_the_key_bytes(width, chunks):
         blocks.append(KeyBlock(chunk=(f"f{c % 2}", c), keys=b"".join(keys), width=width,
                                positions=np.arange(0, 3 * len(keys), 3, dtype=np.int32).tobytes()))
     assert list(bucket_edges(blocks)) == list(_edges_by_unique(blocks))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=4), st.integers(0, 4),
+       st.integers(1, 6), st.integers(0, 2**32))
+def test_component_edges_give_the_clusters_of_every_bands_edges(sizes, near_bands, keys_per,
+                                                               seed):
+    """A few chunks, the exact band and up to 4 near bands whose keys come from a few
+    values (so buckets overlap across bands and chain documents together): the removals
+    from `component_edges` are those from every band's `bucket_edges`, and the documents
+    that have an edge (whose doc_ids are looked up) are the same."""
+    rnd = np.random.default_rng(seed)
+    chunks = [(f"f{c}.jsonl", 100 * c) for c in range(len(sizes))]
+    positions = [sorted(rnd.choice(40, size=n, replace=False).tolist()) for n in sizes]
+    bands = []
+    for band in [EXACT, *range(near_bands)]:
+        blocks = [KeyBlock(chunk=chunk, positions=np.array(at, np.int32).tobytes(), width=16,
+                           keys=b"".join(int(k).to_bytes(16, "big")
+                                         for k in rnd.integers(0, keys_per, size=len(at))))
+                  for chunk, at in zip(chunks, positions, strict=True)]
+        bands.append((band, blocks[::-1] if band % 2 else blocks))
+    ids = {(chunk, p): f"d{rnd.integers(0, 30)}" for chunk, at in zip(chunks, positions,
+                                                                    strict=True) for p in at}
+    every = [(band, a, b) for band, blocks in bands for a, b in bucket_edges(blocks)]
+    fewer = list(component_edges(iter(bands)))
+    assert {r for _, a, b in fewer for r in (a, b)} == {r for _, a, b in every for r in (a, b)}
+    assert len(fewer) <= 2 * len(ids)
+    assert list(cluster_removals(fewer, ids)) == list(cluster_removals(every, ids))
+
+
+def test_component_edges_refuse_bands_of_other_documents():
+    one = _block("f.jsonl", [0, 1], b"K" * 32)
+    other = _block("f.jsonl", [0, 2], b"K" * 32)
+    with pytest.raises(RuntimeError, match="band 0 holds other documents"):
+        list(component_edges([(EXACT, [one]), (0, [other])]))
 
 
 def test_named_gives_the_doc_ids_of_the_wanted_positions_only():

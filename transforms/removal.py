@@ -73,6 +73,7 @@ __all__ = [
     "bucket_edges",
     "chunk_keys",
     "cluster_removals",
+    "component_edges",
     "drop_removed",
     "named",
 ]
@@ -351,27 +352,112 @@ def bucket_edges(blocks: Iterable[KeyBlock]) -> Iterator[tuple[Ref, Ref]]:
     blocks = sorted(blocks)  # the edges themselves, too, whatever the runner's order
     if not blocks:
         return
-    width = blocks[0].width
-    keys = b"".join(b.keys for b in blocks)
-    sizes = np.array([b.size for b in blocks], np.int64)
-    block_of = np.repeat(np.arange(len(blocks)), sizes)
-    within = np.frombuffer(b"".join(b.positions for b in blocks), np.int32)
-    columns = _key_columns(keys, width)
+    ref = _Refs(blocks)
+    rows, firsts = _band_pairs(blocks)
+    for row, first in zip(rows.tolist(), firsts.tolist(), strict=True):
+        yield ref(row), ref(first)
+
+
+def component_edges(bands: Iterable[tuple[int, Iterable[KeyBlock]]]
+                    ) -> Iterator[tuple[int, Ref, Ref]]:
+    """Every band's blocks (one band at a time) → (band, document, document) edges with the
+    same connected components as every band's `bucket_edges`, both for the `EXACT` band's
+    edges alone and for all of them: each document of a component of two or more, but its
+    first, linked to that first, once (labelled `EXACT` for the exact band's components and
+    with the smallest other band for all bands' components). So `cluster_removals` gets at
+    most two edges per document, not one per band its copy shares: on a corpus whose
+    documents have many copies, the edges were most of the pass's cost.
+
+    Each band's blocks must hold the same documents (as `chunk_keys` makes them: one block
+    per band per chunk). Holds 20 bytes per document of the band being read and two 8-byte
+    labels per document.
+
+    Raises:
+        RuntimeError: two bands hold different documents.
+    """
+    layout: list[tuple[ChunkRef, bytes]] | None = None
+    blocks: list[KeyBlock] = []
+    every: NDArray[np.intp] | None = None
+    exact: NDArray[np.intp] | None = None
+    near_band: int | None = None
+    for band, band_blocks in bands:
+        blocks = sorted(band_blocks)
+        shape = [(b.chunk, b.positions) for b in blocks]
+        if layout is None:
+            layout = shape
+            every = np.arange(sum(b.size for b in blocks))
+        elif shape != layout:
+            raise RuntimeError(f"the dedup pass's band {band} holds other documents than its "
+                               "first band")
+        rows, firsts = _band_pairs(blocks) if blocks else (every[:0], every[:0])
+        if band == EXACT:
+            exact = np.arange(len(every))
+            _union(exact, rows, firsts)
+        else:
+            near_band = band if near_band is None else min(near_band, band)
+        _union(every, rows, firsts)
+    if layout is None or not blocks:
+        return
+    ref = _Refs(blocks)
+    for label, parent in ((EXACT, exact), (near_band, every)):
+        if label is None or parent is None:
+            continue
+        roots = _roots(parent, np.arange(len(parent)))
+        for row in np.flatnonzero(roots != np.arange(len(roots))).tolist():
+            yield label, ref(row), ref(int(roots[row]))
+
+
+class _Refs:
+    """A row of sorted blocks' documents (end to end) → its `Ref`."""
+
+    def __init__(self, blocks: list[KeyBlock]) -> None:
+        self._chunks = [b.chunk for b in blocks]
+        self._block_of = np.repeat(np.arange(len(blocks)), [b.size for b in blocks]).tolist()
+        self._within = np.frombuffer(b"".join(b.positions for b in blocks), np.int32).tolist()
+
+    def __call__(self, row: int) -> Ref:
+        return self._chunks[self._block_of[row]], self._within[row]
+
+
+def _band_pairs(blocks: list[KeyBlock]) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """Sorted blocks of one band → (rows, firsts): every document of a bucket of two or more
+    but its first, and that first, by row of the blocks' documents end to end (whose order
+    is their `Ref` order, as positions rise within a block); buckets in key order, each
+    bucket's rows in row order."""
+    columns = _key_columns(b"".join(b.keys for b in blocks), blocks[0].width)
     order = _byte_order(columns)
     ranked = columns[order]
-    new = np.empty(len(order), dtype=bool)
-    new[:1] = True
-    np.any(ranked[1:] != ranked[:-1], axis=1, out=new[1:])
-    starts = np.flatnonzero(new)
-    counts = np.diff(np.append(starts, len(order)))
-    for lo, count in zip(starts[counts > 1].tolist(), counts[counts > 1].tolist(), strict=True):
-        bucket = order[lo : lo + count]
-        refs = [(blocks[b].chunk, p)
-                for b, p in zip(block_of[bucket].tolist(), within[bucket].tolist(), strict=True)]
-        first = min(refs)
-        for ref in refs:
-            if ref != first:
-                yield ref, first
+    first = np.empty(len(order), dtype=bool)
+    first[:1] = True
+    np.any(ranked[1:] != ranked[:-1], axis=1, out=first[1:])
+    start = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+    rest = ~first
+    return order[rest], order[start[rest]]
+
+
+def _roots(parent: NDArray[np.intp], rows: NDArray[np.intp]) -> NDArray[np.intp]:
+    """The root of each row in the forest ``parent``."""
+    at = parent[rows]
+    while True:
+        up = parent[at]
+        if np.array_equal(up, at):
+            return at
+        at = up
+
+
+def _union(parent: NDArray[np.intp], a: NDArray[np.intp], b: NDArray[np.intp]) -> None:
+    """Join the trees of ``a[i]`` and ``b[i]`` for every i, in place, in the forest
+    ``parent`` whose roots are always their trees' smallest rows (``parent[i] <= i``): each
+    round hooks every larger root to the smallest root it is paired with, until every pair
+    shares a root (each round joins at least one pair's trees)."""
+    while len(a):
+        ra, rb = _roots(parent, a), _roots(parent, b)
+        low, high = np.minimum(ra, rb), np.maximum(ra, rb)
+        apart = low != high
+        if not apart.any():
+            return
+        a, b = a[apart], b[apart]
+        np.minimum.at(parent, high[apart], low[apart])
 
 
 def _key_columns(keys: bytes, width: int) -> NDArray[np.uint64]:
