@@ -473,22 +473,30 @@ def _key_columns(keys: bytes, width: int) -> NDArray[np.uint64]:
 
 def _byte_order(columns: NDArray[np.uint64]) -> NDArray[np.intp]:
     """The rows of ``columns`` in the order of their bytes, equal rows in row order (the
-    order np.unique ranks the keys in): one fast unstable sort of the first word (the keys
-    are hashes, so equal first words are rare), then each run of equal first words sorted
-    again by all words and the row."""
+    order np.unique ranks the keys in): one fast unstable sort of the first word, then each
+    run of equal first words in row order (the keys are hashes: equal first words are
+    copies' equal keys, but for a 2**-64 chance, which gets a full sort of the runs)."""
     order = np.argsort(columns[:, 0])
     first = columns[order, 0]
     tied = np.flatnonzero(first[1:] == first[:-1])
     if not len(tied):
         return order
-    # The slots of every run of equal first words (runs are in first-word order already),
-    # their rows sorted again by all words, then the row, in one sort.
+    # The slots of every run of equal first words (runs are in first-word order already).
     slots = np.zeros(len(order), dtype=bool)
     slots[tied] = True
     slots[tied + 1] = True
     at = np.flatnonzero(slots)
     rows = order[at]
-    order[at] = rows[np.lexsort((rows, *columns[rows].T[::-1]))]
+    # A run starts after a gap between slots or where the first word changes.
+    starts = np.ones(len(at), dtype=bool)
+    starts[1:] = (np.diff(at) > 1) | (first[at[1:]] != first[at[:-1]])
+    run = np.cumsum(starts) - 1
+    rest = columns[rows, 1:]
+    if (rest == rest[np.flatnonzero(starts)[run]]).all():
+        # Every run's keys are equal (copies, the usual tie): by run, then by row.
+        order[at] = rows[np.argsort(run.astype(np.int64) << 32 | rows)]
+    else:  # equal first words of different keys too: sort the runs by all words, then row
+        order[at] = rows[np.lexsort((rows, *columns[rows].T[::-1]))]
     return order
 
 
