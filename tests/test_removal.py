@@ -103,6 +103,47 @@ def test_component_edges_give_the_clusters_of_every_bands_edges(sizes, near_band
     assert list(cluster_removals(fewer, ids)) == list(cluster_removals(every, ids))
 
 
+def _removals_by_dict(edges, ids):
+    """`cluster_removals` as it was first written (a union-find over dicts of members): the
+    reference its NumPy components must equal, removal for removal and in the same order."""
+    def components(pairs):
+        parent = {}
+
+        def find(x):
+            while parent[x] != x:
+                x = parent[x]
+            return x
+        for a, b in pairs:
+            parent.setdefault(a, a)
+            parent.setdefault(b, b)
+            ra, rb = sorted((find(a), find(b)))
+            parent[rb] = ra
+        return {m: find(m) for m in parent}
+    pairs = [(band, (ids[a], *a), (ids[b], *b)) for band, a, b in edges]
+    kept = components([(a, b) for _, a, b in pairs])
+    same_text = components([(a, b) for band, a, b in pairs if band == EXACT])
+    for member in sorted(kept):
+        keeper = kept[member]
+        if keeper != member:
+            text_of = same_text.get(member)
+            exact = text_of is not None and text_of == same_text.get(keeper)
+            yield member[1], Removal(position=member[2], doc_id=member[0], kept=keeper[0],
+                                     reason="exact_duplicate" if exact else "near_duplicate")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([EXACT, 0, 3]), st.integers(0, 25),
+                          st.integers(0, 25)), max_size=60),
+       st.lists(st.sampled_from(["a", "b", "c", "d", "e", "f"]), min_size=26, max_size=26))
+def test_cluster_removals_equal_a_union_find_over_members(links, names):
+    """Random edges between 26 documents of 3 chunks (doc_ids repeated across documents, so
+    the keeper order falls back to chunk and position), exact and near ones."""
+    ref = [(("f.jsonl", 10 * (d % 3)), d // 3) for d in range(26)]
+    ids = {ref[d]: names[d] for d in range(26)}
+    edges = [(band, ref[a], ref[b]) for band, a, b in links if a != b]
+    assert list(cluster_removals(edges, ids)) == list(_removals_by_dict(edges, ids))
+
+
 def test_component_edges_refuse_bands_of_other_documents():
     one = _block("f.jsonl", [0, 1], b"K" * 32)
     other = _block("f.jsonl", [0, 2], b"K" * 32)

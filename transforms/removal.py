@@ -508,29 +508,6 @@ def named(chunk: ChunkRef, ids: ChunkIds, wanted: Iterable[int]) -> Iterator[tup
         yield (chunk, position), of[position]
 
 
-def _find(parent: dict[Member, Member], x: Member) -> Member:
-    root = x
-    while parent[root] != root:
-        root = parent[root]
-    while parent[x] != root:  # path compression
-        parent[x], x = root, parent[x]
-    return root
-
-
-def _components(edges: Iterable[tuple[Member, Member]]) -> dict[Member, Member]:
-    """member → the smallest member of its connected component (union by smallest root)."""
-    parent: dict[Member, Member] = {}
-    for a, b in edges:
-        parent.setdefault(a, a)
-        parent.setdefault(b, b)
-        ra, rb = _find(parent, a), _find(parent, b)
-        if ra != rb:
-            if rb < ra:
-                ra, rb = rb, ra
-            parent[rb] = ra  # the root is always its component's smallest member
-    return {m: _find(parent, m) for m in parent}
-
-
 def cluster_removals(edges: Iterable[tuple[int, Ref, Ref]], ids: Mapping[Ref, str]
                      ) -> Iterator[tuple[ChunkRef, Removal]]:
     """(band, document, document) edges of the whole job and the doc_ids of their documents
@@ -539,28 +516,39 @@ def cluster_removals(edges: Iterable[tuple[int, Ref, Ref]], ids: Mapping[Ref, st
 
     Clusters are the connected components of every edge (a chain of copies is one
     cluster); a removed member is an ``exact_duplicate`` when it is in the same component
-    of the `EXACT` edges alone as the member kept, else a ``near_duplicate``.
+    of the `EXACT` edges alone as the member kept, else a ``near_duplicate``. The
+    documents are ranked in that order once, and the components found in NumPy
+    (`_union`: each tree's root is its smallest rank, so its smallest member).
     """
-    every: list[tuple[Member, Member]] = []
-    exact: list[tuple[Member, Member]] = []
+    index: dict[Ref, int] = {}
+    ends: list[int] = []
+    exact_edge: list[bool] = []
     for band, a, b in edges:
-        pair = (ids[a], *a), (ids[b], *b)
-        every.append(pair)
-        if band == EXACT:
-            exact.append(pair)
-    kept = _components(every)
-    same_text = _components(exact)
-    del every, exact
-    for member in sorted(kept):
-        keeper = kept[member]
-        if keeper == member:
-            continue
-        text_of = same_text.get(member)
-        reason = (EXACT_DUPLICATE if text_of is not None and text_of == same_text.get(keeper)
-                  else NEAR_DUPLICATE)
-        doc_id, chunk, position = member
+        ends.append(index.setdefault(a, len(index)))
+        ends.append(index.setdefault(b, len(index)))
+        exact_edge.append(band == EXACT)
+    if not index:
+        return
+    members: list[Member] = [(ids[ref], *ref) for ref in index]
+    order = sorted(range(len(members)), key=members.__getitem__)
+    rank = np.empty(len(order), dtype=np.intp)
+    rank[order] = np.arange(len(order))
+    pairs = rank[np.array(ends, dtype=np.intp)].reshape(-1, 2)
+    exact = np.array(exact_edge, dtype=bool)
+    del index, ends, exact_edge
+    everyone = np.arange(len(order))
+    kept, same_text = everyone.copy(), everyone.copy()
+    _union(kept, pairs[:, 0], pairs[:, 1])
+    _union(same_text, pairs[exact, 0], pairs[exact, 1])
+    kept, same_text = _roots(kept, everyone), _roots(same_text, everyone)
+    ranked = [members[i] for i in order]
+    for r in np.flatnonzero(kept != everyone).tolist():
+        keeper = int(kept[r])
+        # A document without an exact edge is its own root there, never the keeper's.
+        reason = EXACT_DUPLICATE if same_text[r] == same_text[keeper] else NEAR_DUPLICATE
+        doc_id, chunk, position = ranked[r]
         yield chunk, Removal(position=position, doc_id=doc_id, reason=reason,
-                             kept=keeper[0])
+                             kept=ranked[keeper][0])
 
 
 def drop_removed(docs: Sequence[Document], first: int, removals: Mapping[int, Removal]
