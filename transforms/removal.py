@@ -15,6 +15,8 @@ The job's dedup pass (`pipeline.dedup`) works in three steps:
    (documents sharing that band's key) to the bucket's first. Only documents with a copy
    produce edges; `named` then gives those documents' doc_ids from their chunk's `ChunkIds`
    (the only place a doc_id travels: once per document, not once per band).
+   `component_edges` does it for every band at once (read one band at a time) and keeps
+   only a spanning star of each component: at most two edges per document.
 3. `cluster_removals`: every edge of the job → connected components; each component keeps
    its smallest member (by doc_id, then chunk and position), every other member is
    `Removed`: ``exact_duplicate`` when its normalized text equals the kept one's, else
