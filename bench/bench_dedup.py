@@ -36,6 +36,12 @@ median wall and CPU seconds and MB of JSONL per CPU-second, ``--mode near`` or `
 
     python bench/bench_dedup.py --pass --corpus bench/work/corpus-v1-pkg-20mb --rounds 4
 
+``--split``: the same work on one thread, part by part (reading and parsing, exact keys,
+the near form, word boundaries and hashes, n-gram hashes, the MinHash products, band
+keys), each timed alone over the job's batches: where the pass's CPU goes.
+
+    python bench/bench_dedup.py --split --corpus bench/work/corpus-v1-pkg-100mb --rounds 3
+
 ``--job --datatrove``: the job's removed set (``--dedup near``) against datatrove's MinHash
 pipeline (its four stages on the local executor, 2 tasks, the same parameters) on ``--mb`` MB
 of ``--corpus`` with a planted near copy of every 20th document: both removed sets, their
@@ -66,6 +72,7 @@ from transforms.dedup.duplicates import DedupSpec, band_keys, signatures  # noqa
 
 SPEC = DedupSpec(mode="near", ngram=5, bands=14, rows=8)
 BATCH_BYTES = 1 << 20
+BATCH_DOCS = 512  # the job's batches (transforms.dedup.removal.chunk_keys)
 AGREE_DOCS = 300
 
 
@@ -299,6 +306,90 @@ def run_pass_bench(corpus: Path, *, rounds: int, mode: str, threads: int) -> Non
           f"wall {wall:.3f} s, cpu {cpu:.3f} s ({size / cpu:.0f} MB per CPU-second)")
 
 
+def run_split(corpus: Path, rounds: int) -> None:
+    """``--split``: the dedup pass's work on one thread, part by part (each part timed
+    alone over every batch of `BATCH_DOCS` documents, as the job hashes them): the median
+    CPU seconds of each over ``rounds`` rounds, and its share."""
+    import numpy as np
+
+    from pipeline import fs
+    from transforms import dedup, dedup_words
+    from transforms.inputs.chunks import plan_chunks, read_chunk
+    from transforms.inputs.documents import Document
+    from transforms.params import ReadSpec
+
+    read = ReadSpec(id_field="id")
+    chunks = [chunk for path in sorted(corpus.glob("*.jsonl"))
+              for chunk in plan_chunks(str(path), rel=path.name, size=path.stat().st_size,
+                                       spec=read, open_file=fs.open_raw)]
+    size = sum(p.stat().st_size for p in corpus.glob("*.jsonl")) / 1e6
+
+    def parse() -> list[str]:
+        return [d.text for c in chunks for d in read_chunk(c, read, fs.open_raw)
+                if isinstance(d, Document)]
+
+    texts = parse()
+    batches = [texts[i : i + BATCH_DOCS] for i in range(0, len(texts), BATCH_DOCS)]
+    scratch = dedup_words.Scratch()
+    grams = [dedup_words.word_batch(b, scratch).text_ngrams(SPEC.ngram) for b in batches]
+    sigs = [dedup.signatures(b, SPEC, scratch=scratch) for b in batches]
+
+    def each(fn: Callable[[Any], object], items: list[Any]) -> Callable[[], None]:
+        def run() -> None:
+            for item in items:  # each result dropped at once, as the job drops it
+                fn(item)
+        return run
+
+    def min_hash(item: tuple[Any, list[str]]) -> None:
+        (g, owners), b = item
+        out = np.full((len(b), SPEC.num_hashes), (1 << 32) - 1, dtype=np.uint32)
+        dedup._min_hash(g, owners, out, scratch)
+
+    parts: dict[str, Callable[[], object]] = {
+        "read + parse (read_chunk)": parse,
+        "exact keys (NFC, whitespace, BLAKE2b)": each(dedup.exact_key, texts),
+        "  of which NFC + whitespace": each(dedup.normalize, texts),
+        "near form (casefold, NFC)": each(dedup_words._near_form, texts),
+        "words: boundaries and hashes": each(lambda b: dedup_words.word_batch(b, scratch),
+                                             batches),
+        "n-grams (words again)": each(
+            lambda b: dedup_words.word_batch(b, scratch).text_ngrams(SPEC.ngram), batches),
+        "MinHash products and minima": each(min_hash, list(zip(grams, batches, strict=True))),
+        "band keys": each(lambda s: dedup.band_key_matrix(s, SPEC), sigs),
+        "signatures, all of it": each(lambda b: dedup.signatures(b, SPEC, scratch=scratch),
+                                      batches),
+    }
+    took: dict[str, list[float]] = {name: [] for name in parts}
+    for _ in range(rounds):
+        for name, fn in parts.items():
+            took[name].append(_cpu(fn))
+    med = {name: statistics.median(values) for name, values in took.items()}
+    # The parts timed alone overlap (the word pass includes the near form, the n-grams the
+    # word pass): each row below is its own share.
+    words = med["words: boundaries and hashes"] - med["near form (casefold, NFC)"]
+    grams = med["n-grams (words again)"] - med["words: boundaries and hashes"]
+    sig = med["signatures, all of it"]
+    rows = [
+        ("read + parse (read_chunk)", med["read + parse (read_chunk)"]),
+        ("exact keys (NFC, whitespace, BLAKE2b)", med["exact keys (NFC, whitespace, BLAKE2b)"]),
+        ("  of which NFC + whitespace", med["  of which NFC + whitespace"]),
+        ("signatures", sig),
+        ("  near form (casefold, NFC)", med["near form (casefold, NFC)"]),
+        ("  word boundaries and hashes", words),
+        ("  n-gram hashes", grams),
+        ("  MinHash products and minima", med["MinHash products and minima"]),
+        ("  the rest (short texts, bookkeeping)",
+         sig - med["n-grams (words again)"] - med["MinHash products and minima"]),
+        ("band keys", med["band keys"]),
+    ]
+    whole = (med["read + parse (read_chunk)"] + med["exact keys (NFC, whitespace, BLAKE2b)"]
+             + sig + med["band keys"])
+    print(f"{size:.0f} MB of JSONL, {len(texts)} documents, {rounds} rounds, one thread: "
+          f"CPU s (medians) and share of the whole, {whole:.2f} s")
+    for name, value in rows:
+        print(f"  {name:40s}{value:7.3f} s {100 * value / whole:5.0f} %")
+
+
 def _write_planted(corpus: Path, out: Path, mb: float) -> tuple[Path, int]:
     """``mb`` MB of ``corpus``'s texts as ``{"id", "text"}`` JSONL, and for every 20th text
     of 100 words or more a near copy (1 word in 100 changed, a header and a footer added)
@@ -437,7 +528,12 @@ def main() -> None:
                         help="--pass: the dedup mode")
     parser.add_argument("--threads", type=int, default=2,
                         help="--pass: hashing threads (the job's --encode-threads)")
+    parser.add_argument("--split", action="store_true",
+                        help="the pass's work part by part, one thread (CPU s)")
     args = parser.parse_args()
+    if args.split:
+        run_split(args.corpus, args.rounds)
+        return
     if args.pass_once:
         print(*pass_once(args.corpus, args.mode, args.threads))
         return

@@ -31,8 +31,13 @@ EncodeChunks with the removals of its documents::
 * With the file shuffle (the local runner's default, whose GroupByKey holds its input in
   memory), KeyChunks writes each bundle's blocks and doc_ids to a key spill file
   (`transforms.dedup.key_spill`) and only its path goes on; **BucketEdges** then reads one band
-  at a time from every file, and **Names** reads a chunk's doc_ids back only if one of its
-  documents has an edge.
+  at a time from every file and joins all bands' buckets before anything goes on
+  (`transforms.dedup.removal.component_edges`: at most two edges per document, not one per band
+  a copy shares), and **Names** reads a chunk's doc_ids back only if one of its documents
+  has an edge.
+* Edges, wanted positions, names and removals travel in lists (per band, per chunk), not
+  one element each: on a corpus with many copies, the runner's cost per element was most
+  of the pass.
 * **JoinRemovals**: the chunks and the removals grouped by chunk (a GroupByKey, not a side
   input, which Beam's DaskRunner would compute again inside every task reading it).
 
@@ -72,6 +77,7 @@ from transforms.dedup.removal import (
     bucket_edges,
     chunk_keys,
     cluster_removals,
+    component_edges,
     named,
 )
 from transforms.inputs.chunks import Chunk, detect_format, plan_chunks, read_chunk
@@ -271,53 +277,75 @@ class _Holder:
 
 
 def _edges(item: tuple[int, Iterable[KeyBlock]]) -> Iterator[tuple[str, Any]]:
-    """A band's blocks → (EDGES, (band, document, document)) and, once per document with an
-    edge, (WANTED, (chunk, (WANTED, position, where its chunk's doc_ids were spilled)))."""
+    """A band's blocks → (EDGES, [(band, document, document), …]) with all its edges and,
+    per chunk with a document with an edge, (WANTED, (chunk, (WANTED, [position, …], where
+    the chunk's doc_ids were spilled))): a few elements, not one per edge (each costs the
+    runner more than the edge's own work)."""
     band, blocks = item
     blocks = list(blocks)
     ids_at = {block.chunk: block.ids_at for block in blocks}
-    wanted: set[Ref] = set()
-    for a, b in bucket_edges(blocks):
-        yield EDGES, (band, a, b)
-        wanted.update((a, b))
-    for chunk, position in sorted(wanted):
-        yield WANTED, (chunk, (WANTED, position, ids_at[chunk]))
+    yield from _edges_and_wanted([(band, a, b) for a, b in bucket_edges(blocks)], ids_at)
+
+
+def _edges_and_wanted(edges: list[tuple[int, Ref, Ref]],
+                      ids_at: dict[ChunkRef, tuple[str, int, int] | None]
+                      ) -> Iterator[tuple[str, Any]]:
+    """The edges as one (EDGES, edges) and each chunk's documents with an edge as one
+    (WANTED, (chunk, (WANTED, positions, ids_at)))."""
+    if not edges:
+        return
+    yield EDGES, edges
+    wanted: dict[ChunkRef, set[int]] = {}
+    for _, a, b in edges:
+        wanted.setdefault(a[0], set()).add(a[1])
+        wanted.setdefault(b[0], set()).add(b[1])
+    for chunk in sorted(wanted):
+        yield WANTED, (chunk, (WANTED, sorted(wanted[chunk]), ids_at[chunk]))
 
 
 def _band_jobs(item: tuple[None, Iterable[str]], bands: list[int]
-               ) -> Iterator[tuple[int, list[str]]]:
-    """Every key spill file → (band, every file) for each band."""
-    paths = sorted(item[1])
-    for band in bands:
-        yield band, paths
+               ) -> Iterator[tuple[list[int], list[str]]]:
+    """Every key spill file → (every band, every file): one job, so that the edges of all
+    bands are joined before they go on (`transforms.dedup.removal.component_edges`)."""
+    yield bands, sorted(item[1])
 
 
-def _spilled_band(item: tuple[int, list[str]]) -> Iterator[tuple[str, Any]]:
-    """`_edges` of one band's blocks, read from every key spill file."""
-    band, paths = item
-    return _edges((band, read_band(paths, band, fs.open_raw)))
+def _spilled_bands(item: tuple[list[int], list[str]]) -> Iterator[tuple[str, Any]]:
+    """Every band's blocks, read one band at a time from every key spill file → the edges
+    with the components of all bands' buckets (at most two per document), and the wanted
+    documents, as `_edges` gives them."""
+    bands, paths = item
+    ids_at: dict[ChunkRef, tuple[str, int, int] | None] = {}
+
+    def each() -> Iterator[tuple[int, list[KeyBlock]]]:
+        for band in bands:
+            blocks = list(read_band(paths, band, fs.open_raw))
+            ids_at.update((block.chunk, block.ids_at) for block in blocks)
+            yield band, blocks
+
+    edges = list(component_edges(each()))
+    yield from _edges_and_wanted(edges, ids_at)
 
 
 def _names(item: tuple[ChunkRef, Iterable[tuple[str, Any]]]) -> Iterator[tuple[str, Any]]:
-    """A chunk's doc_ids and the positions wanted → (NAMES, (document, doc_id)) for each."""
+    """A chunk's doc_ids and the positions wanted → (NAMES, [(document, doc_id), …])."""
     chunk, values = item
     ids, wanted, at = None, [], None
     for value in values:
         if value[0] == IDS:
             ids = value[1]
         else:
-            wanted.append(value[1])
+            wanted.extend(value[1])
             at = value[2]
     if wanted:
         if ids is None and at is not None:  # spilled: read back for this chunk only
             ids = read_record(at, fs.open_raw)
         if ids is None:
             raise RuntimeError(f"the dedup pass lost the doc_ids of chunk {chunk}")
-        for ref, doc_id in named(chunk, ids, wanted):
-            yield NAMES, (ref, doc_id)
+        yield NAMES, list(named(chunk, ids, wanted))
 
 
-def _tagged_edge(value: tuple[int, Ref, Ref]) -> tuple[str, tuple[int, Ref, Ref]]:
+def _tagged_edge(value: list[tuple[int, Ref, Ref]]) -> tuple[str, list[tuple[int, Ref, Ref]]]:
     return EDGES, value
 
 
@@ -330,35 +358,38 @@ def _one_key(value: Any) -> tuple[None, Any]:
 
 
 def _clusters(item: tuple[None, Iterable[tuple[str, Any]]]) -> Iterator[tuple[str, Any]]:
-    """Every edge and contaminated removal → (REMOVALS, (chunk, Removal)) for each document
-    removed, and one (SUMMARY, RemovalSummary)."""
-    edges = []
+    """Every edge and contaminated removal → (REMOVALS, (chunk, [Removal, …])) per chunk
+    with a document removed, and one (SUMMARY, RemovalSummary)."""
+    edges: list[tuple[int, Ref, Ref]] = []
     ids: dict[Ref, str] = {}
     by_reason: dict[str, int] = {}
     by_file: dict[str, int] = {}
+    by_chunk: dict[ChunkRef, list[Removal]] = {}
     for tag, value in item[1]:
         if tag == EDGES:
-            edges.append(value)
+            edges.extend(value)
             continue
         if tag == NAMES:
-            ids[value[0]] = value[1]
+            ids.update(value)
             continue
         if tag == _START:
             continue
         ref, removal = value
         by_reason[CONTAMINATED] = by_reason.get(CONTAMINATED, 0) + 1
         by_file[removal.eval_file] = by_file.get(removal.eval_file, 0) + 1
-        yield REMOVALS, (ref, removal)
+        by_chunk.setdefault(ref, []).append(removal)
     for ref, removal in cluster_removals(edges, ids):
         by_reason[removal.reason] = by_reason.get(removal.reason, 0) + 1
-        yield REMOVALS, (ref, removal)
+        by_chunk.setdefault(ref, []).append(removal)
+    for ref in sorted(by_chunk):
+        yield REMOVALS, (ref, by_chunk[ref])
     yield SUMMARY, RemovalSummary(by_reason=dict(sorted(by_reason.items())),
                                   by_eval_file=dict(sorted(by_file.items())))
 
 
 class FindRemovals(beam.PTransform):
-    """Chunks → `pipeline.steps.tagged.Outputs`: ``removals`` ((chunk, `Removal`) for every
-    document the job removes) and ``summary`` (one `RemovalSummary`).
+    """Chunks → `pipeline.steps.tagged.Outputs`: ``removals`` ((chunk, [`Removal`, …]) per chunk
+    with a document the job removes) and ``summary`` (one `RemovalSummary`).
 
     What it reads of the `pipeline.launch.context.JobContext`: how to read the inputs and the
     removal parameters (``removal``: the dedup mode, n-gram, bands and rows; the
@@ -382,7 +413,7 @@ class FindRemovals(beam.PTransform):
                      | "KeySpills" >> beam.Map(_one_key)
                      | "AllKeySpills" >> beam.GroupByKey()
                      | "EveryBand" >> beam.FlatMap(_band_jobs, bands)
-                     | "BucketEdges" >> beam.FlatMap(_spilled_band)
+                     | "BucketEdges" >> beam.FlatMap(_spilled_bands)
                      | "EdgesByTag" >> SplitTags([EDGES, WANTED]))
             wanted = found[WANTED]
         else:
@@ -409,7 +440,8 @@ def _key_chunk(chunk: Chunk) -> tuple[ChunkRef, tuple[str, Chunk]]:
     return chunk_ref(chunk), ("chunk", chunk)
 
 
-def _key_removal(item: tuple[ChunkRef, Removal]) -> tuple[ChunkRef, tuple[str, Removal]]:
+def _key_removal(item: tuple[ChunkRef, list[Removal]]
+                 ) -> tuple[ChunkRef, tuple[str, list[Removal]]]:
     return item[0], ("removal", item[1])
 
 
@@ -420,7 +452,7 @@ def _joined(item: tuple[ChunkRef, Iterable[tuple[str, Any]]]
         if kind == "chunk":
             chunks.append(value)
         else:
-            removals[value.position] = value
+            removals.update((removal.position, removal) for removal in value)
     if len(chunks) != 1:
         raise RuntimeError(f"the dedup pass named chunk {item[0]}, which the job has "
                            f"{len(chunks)} times")
@@ -428,8 +460,8 @@ def _joined(item: tuple[ChunkRef, Iterable[tuple[str, Any]]]
 
 
 class JoinRemovals(beam.PTransform):
-    """(chunks, removals) → (chunk, {position: `Removal`}) for each chunk, through a
-    GroupByKey by chunk (not a side input)."""
+    """(chunks, removals: (chunk, [`Removal`, …])) → (chunk, {position: `Removal`}) for each
+    chunk, through a GroupByKey by chunk (not a side input)."""
 
     def expand(self, pcolls: tuple[beam.PCollection, beam.PCollection]) -> beam.PCollection:
         chunks, removals = pcolls

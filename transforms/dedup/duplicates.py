@@ -230,15 +230,25 @@ def _min_hash(
         buf = np.empty((out.shape[1], width), dtype=_U32)
     else:
         buf = scratch.take("minhash", out.shape[1] * width, _U32).reshape(out.shape[1], width)
-    for lo in range(0, len(top), _BLOCK):
+    # Where each row's shingles start, for all blocks at once: heads[begin[k]:end[k]] are
+    # those inside block k after its first shingle (whose row may go on from the last block:
+    # the only row a block can share with another, as owners never decrease).
+    count = len(top)
+    heads = np.flatnonzero(owners[1:] != owners[:-1]) + 1
+    los = np.arange(0, count, _BLOCK)
+    begin = np.searchsorted(heads, los, side="right").tolist()
+    end = np.searchsorted(heads, los + _BLOCK, side="left").tolist()
+    for k, lo in enumerate(los.tolist()):
         x = top[lo : lo + _BLOCK]
-        own = owners[lo : lo + _BLOCK]
         values = buf[:, : len(x)]
         np.multiply(a, x, out=values)
-        heads = np.flatnonzero(np.diff(own)) + 1
-        heads = np.concatenate((np.zeros(1, dtype=heads.dtype), heads))
-        rows = own[heads]
-        out[rows] = np.minimum(out[rows], np.minimum.reduceat(values, heads, axis=1).T)
+        starts = np.empty(end[k] - begin[k] + 1, dtype=np.intp)
+        starts[0] = 0
+        np.subtract(heads[begin[k] : end[k]], lo, out=starts[1:])
+        rows = owners[starts + lo]
+        mins = np.minimum.reduceat(values, starts, axis=1).T
+        out[rows[0]] = np.minimum(out[rows[0]], mins[0])
+        out[rows[1:]] = mins[1:]
 
 
 def minhash(hashes: NDArray[np.uint64], spec: DedupSpec) -> NDArray[np.uint64]:

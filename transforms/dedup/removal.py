@@ -15,6 +15,8 @@ The job's dedup pass (`pipeline.steps.dedup`) works in three steps:
    (documents sharing that band's key) to the bucket's first. Only documents with a copy
    produce edges; `named` then gives those documents' doc_ids from their chunk's `ChunkIds`
    (the only place a doc_id travels: once per document, not once per band).
+   `component_edges` does it for every band at once (read one band at a time) and keeps
+   only a spanning star of each component: at most two edges per document.
 3. `cluster_removals`: every edge of the job → connected components; each component keeps
    its smallest member (by doc_id, then chunk and position), every other member is
    `Removed`: ``exact_duplicate`` when its normalized text equals the kept one's, else
@@ -38,6 +40,7 @@ from concurrent.futures import Executor, Future
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import NDArray
 
 from transforms.dedup.contamination import DEFAULT_NGRAM, EvalNgramIndex
 from transforms.dedup.duplicates import (
@@ -72,6 +75,7 @@ __all__ = [
     "bucket_edges",
     "chunk_keys",
     "cluster_removals",
+    "component_edges",
     "drop_removed",
     "named",
 ]
@@ -351,26 +355,152 @@ def bucket_edges(blocks: Iterable[KeyBlock]) -> Iterator[tuple[Ref, Ref]]:
     blocks = sorted(blocks)  # the edges themselves, too, whatever the runner's order
     if not blocks:
         return
-    width = blocks[0].width
-    keys = np.frombuffer(b"".join(b.keys for b in blocks), dtype=f"S{width}")
-    sizes = np.array([b.size for b in blocks], np.int64)
-    block_of = np.repeat(np.arange(len(blocks)), sizes)
-    within = np.frombuffer(b"".join(b.positions for b in blocks), np.int32)
-    _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
-    shared = counts[inverse] > 1
-    if not shared.any():
+    ref = _Refs(blocks)
+    rows, firsts = _band_pairs(blocks)
+    for row, first in zip(rows.tolist(), firsts.tolist(), strict=True):
+        yield ref(row), ref(first)
+
+
+def component_edges(bands: Iterable[tuple[int, Iterable[KeyBlock]]]
+                    ) -> Iterator[tuple[int, Ref, Ref]]:
+    """Every band's blocks (one band at a time) → (band, document, document) edges with the
+    same connected components as every band's `bucket_edges`, both for the `EXACT` band's
+    edges alone and for all of them: each document of a component of two or more, but its
+    first, linked to that first, once (labelled `EXACT` for the exact band's components and
+    with the smallest other band for all bands' components). So `cluster_removals` gets at
+    most two edges per document, not one per band its copy shares: on a corpus whose
+    documents have many copies, the edges were most of the pass's cost.
+
+    Each band's blocks must hold the same documents (as `chunk_keys` makes them: one block
+    per band per chunk). Holds 20 bytes per document of the band being read and two 8-byte
+    labels per document.
+
+    Raises:
+        RuntimeError: two bands hold different documents.
+    """
+    layout: list[tuple[ChunkRef, bytes]] | None = None
+    blocks: list[KeyBlock] = []
+    every: NDArray[np.intp] | None = None
+    exact: NDArray[np.intp] | None = None
+    near_band: int | None = None
+    for band, band_blocks in bands:
+        blocks = sorted(band_blocks)
+        shape = [(b.chunk, b.positions) for b in blocks]
+        if layout is None:
+            layout = shape
+            every = np.arange(sum(b.size for b in blocks))
+        elif shape != layout:
+            raise RuntimeError(f"the dedup pass's band {band} holds other documents than its "
+                               "first band")
+        rows, firsts = _band_pairs(blocks) if blocks else (every[:0], every[:0])
+        if band == EXACT:
+            exact = np.arange(len(every))
+            _union(exact, rows, firsts)
+        else:
+            near_band = band if near_band is None else min(near_band, band)
+        _union(every, rows, firsts)
+    if layout is None or not blocks:
         return
-    rows = np.flatnonzero(shared)
-    order = rows[np.argsort(inverse[rows], kind="stable")]
-    labels = inverse[order]
-    cuts = np.flatnonzero(np.diff(labels)) + 1
-    for bucket in np.split(order, cuts):
-        refs = [(blocks[b].chunk, p)
-                for b, p in zip(block_of[bucket].tolist(), within[bucket].tolist(), strict=True)]
-        first = min(refs)
-        for ref in refs:
-            if ref != first:
-                yield ref, first
+    ref = _Refs(blocks)
+    for label, parent in ((EXACT, exact), (near_band, every)):
+        if label is None or parent is None:
+            continue
+        roots = _roots(parent, np.arange(len(parent)))
+        for row in np.flatnonzero(roots != np.arange(len(roots))).tolist():
+            yield label, ref(row), ref(int(roots[row]))
+
+
+class _Refs:
+    """A row of sorted blocks' documents (end to end) → its `Ref`."""
+
+    def __init__(self, blocks: list[KeyBlock]) -> None:
+        self._chunks = [b.chunk for b in blocks]
+        self._block_of = np.repeat(np.arange(len(blocks)), [b.size for b in blocks]).tolist()
+        self._within = np.frombuffer(b"".join(b.positions for b in blocks), np.int32).tolist()
+
+    def __call__(self, row: int) -> Ref:
+        return self._chunks[self._block_of[row]], self._within[row]
+
+
+def _band_pairs(blocks: list[KeyBlock]) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """Sorted blocks of one band → (rows, firsts): every document of a bucket of two or more
+    but its first, and that first, by row of the blocks' documents end to end (whose order
+    is their `Ref` order, as positions rise within a block); buckets in key order, each
+    bucket's rows in row order."""
+    columns = _key_columns(b"".join(b.keys for b in blocks), blocks[0].width)
+    order = _byte_order(columns)
+    ranked = columns[order]
+    first = np.empty(len(order), dtype=bool)
+    first[:1] = True
+    np.any(ranked[1:] != ranked[:-1], axis=1, out=first[1:])
+    start = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+    rest = ~first
+    return order[rest], order[start[rest]]
+
+
+def _roots(parent: NDArray[np.intp], rows: NDArray[np.intp]) -> NDArray[np.intp]:
+    """The root of each row in the forest ``parent``."""
+    at = parent[rows]
+    while True:
+        up = parent[at]
+        if np.array_equal(up, at):
+            return at
+        at = up
+
+
+def _union(parent: NDArray[np.intp], a: NDArray[np.intp], b: NDArray[np.intp]) -> None:
+    """Join the trees of ``a[i]`` and ``b[i]`` for every i, in place, in the forest
+    ``parent`` whose roots are always their trees' smallest rows (``parent[i] <= i``): each
+    round hooks every larger root to the smallest root it is paired with, until every pair
+    shares a root (each round joins at least one pair's trees)."""
+    while len(a):
+        ra, rb = _roots(parent, a), _roots(parent, b)
+        low, high = np.minimum(ra, rb), np.maximum(ra, rb)
+        apart = low != high
+        if not apart.any():
+            return
+        a, b = a[apart], b[apart]
+        np.minimum.at(parent, high[apart], low[apart])
+
+
+def _key_columns(keys: bytes, width: int) -> NDArray[np.uint64]:
+    """The keys (``width`` bytes each, end to end) as rows of big-endian 64-bit words, zero
+    padded: rows compare (lexicographically) as the keys' bytes do, and sort in a few
+    integer passes instead of string comparisons."""
+    words = -(-width // 8)
+    if width != words * 8:
+        keys = b"".join(keys[i : i + width].ljust(words * 8, b"\0")
+                        for i in range(0, len(keys), width))
+    return np.frombuffer(keys, dtype=">u8").reshape(-1, words).astype(np.uint64)
+
+
+def _byte_order(columns: NDArray[np.uint64]) -> NDArray[np.intp]:
+    """The rows of ``columns`` in the order of their bytes, equal rows in row order (the
+    order np.unique ranks the keys in): one fast unstable sort of the first word, then each
+    run of equal first words in row order (the keys are hashes: equal first words are
+    copies' equal keys, but for a 2**-64 chance, which gets a full sort of the runs)."""
+    order = np.argsort(columns[:, 0])
+    first = columns[order, 0]
+    tied = np.flatnonzero(first[1:] == first[:-1])
+    if not len(tied):
+        return order
+    # The slots of every run of equal first words (runs are in first-word order already).
+    slots = np.zeros(len(order), dtype=bool)
+    slots[tied] = True
+    slots[tied + 1] = True
+    at = np.flatnonzero(slots)
+    rows = order[at]
+    # A run starts after a gap between slots or where the first word changes.
+    starts = np.ones(len(at), dtype=bool)
+    starts[1:] = (np.diff(at) > 1) | (first[at[1:]] != first[at[:-1]])
+    run = np.cumsum(starts) - 1
+    rest = columns[rows, 1:]
+    if (rest == rest[np.flatnonzero(starts)[run]]).all():
+        # Every run's keys are equal (copies, the usual tie): by run, then by row.
+        order[at] = rows[np.argsort(run.astype(np.int64) << 32 | rows)]
+    else:  # equal first words of different keys too: sort the runs by all words, then row
+        order[at] = rows[np.lexsort((rows, *columns[rows].T[::-1]))]
+    return order
 
 
 def named(chunk: ChunkRef, ids: ChunkIds, wanted: Iterable[int]) -> Iterator[tuple[Ref, str]]:
@@ -381,29 +511,6 @@ def named(chunk: ChunkRef, ids: ChunkIds, wanted: Iterable[int]) -> Iterator[tup
         yield (chunk, position), of[position]
 
 
-def _find(parent: dict[Member, Member], x: Member) -> Member:
-    root = x
-    while parent[root] != root:
-        root = parent[root]
-    while parent[x] != root:  # path compression
-        parent[x], x = root, parent[x]
-    return root
-
-
-def _components(edges: Iterable[tuple[Member, Member]]) -> dict[Member, Member]:
-    """member → the smallest member of its connected component (union by smallest root)."""
-    parent: dict[Member, Member] = {}
-    for a, b in edges:
-        parent.setdefault(a, a)
-        parent.setdefault(b, b)
-        ra, rb = _find(parent, a), _find(parent, b)
-        if ra != rb:
-            if rb < ra:
-                ra, rb = rb, ra
-            parent[rb] = ra  # the root is always its component's smallest member
-    return {m: _find(parent, m) for m in parent}
-
-
 def cluster_removals(edges: Iterable[tuple[int, Ref, Ref]], ids: Mapping[Ref, str]
                      ) -> Iterator[tuple[ChunkRef, Removal]]:
     """(band, document, document) edges of the whole job and the doc_ids of their documents
@@ -412,28 +519,39 @@ def cluster_removals(edges: Iterable[tuple[int, Ref, Ref]], ids: Mapping[Ref, st
 
     Clusters are the connected components of every edge (a chain of copies is one
     cluster); a removed member is an ``exact_duplicate`` when it is in the same component
-    of the `EXACT` edges alone as the member kept, else a ``near_duplicate``.
+    of the `EXACT` edges alone as the member kept, else a ``near_duplicate``. The
+    documents are ranked in that order once, and the components found in NumPy
+    (`_union`: each tree's root is its smallest rank, so its smallest member).
     """
-    every: list[tuple[Member, Member]] = []
-    exact: list[tuple[Member, Member]] = []
+    index: dict[Ref, int] = {}
+    ends: list[int] = []
+    exact_edge: list[bool] = []
     for band, a, b in edges:
-        pair = (ids[a], *a), (ids[b], *b)
-        every.append(pair)
-        if band == EXACT:
-            exact.append(pair)
-    kept = _components(every)
-    same_text = _components(exact)
-    del every, exact
-    for member in sorted(kept):
-        keeper = kept[member]
-        if keeper == member:
-            continue
-        text_of = same_text.get(member)
-        reason = (EXACT_DUPLICATE if text_of is not None and text_of == same_text.get(keeper)
-                  else NEAR_DUPLICATE)
-        doc_id, chunk, position = member
+        ends.append(index.setdefault(a, len(index)))
+        ends.append(index.setdefault(b, len(index)))
+        exact_edge.append(band == EXACT)
+    if not index:
+        return
+    members: list[Member] = [(ids[ref], *ref) for ref in index]
+    order = sorted(range(len(members)), key=members.__getitem__)
+    rank = np.empty(len(order), dtype=np.intp)
+    rank[order] = np.arange(len(order))
+    pairs = rank[np.array(ends, dtype=np.intp)].reshape(-1, 2)
+    exact = np.array(exact_edge, dtype=bool)
+    del index, ends, exact_edge
+    everyone = np.arange(len(order))
+    kept, same_text = everyone.copy(), everyone.copy()
+    _union(kept, pairs[:, 0], pairs[:, 1])
+    _union(same_text, pairs[exact, 0], pairs[exact, 1])
+    kept, same_text = _roots(kept, everyone), _roots(same_text, everyone)
+    ranked = [members[i] for i in order]
+    for r in np.flatnonzero(kept != everyone).tolist():
+        keeper = int(kept[r])
+        # A document without an exact edge is its own root there, never the keeper's.
+        reason = EXACT_DUPLICATE if same_text[r] == same_text[keeper] else NEAR_DUPLICATE
+        doc_id, chunk, position = ranked[r]
         yield chunk, Removal(position=position, doc_id=doc_id, reason=reason,
-                             kept=keeper[0])
+                             kept=ranked[keeper][0])
 
 
 def drop_removed(docs: Sequence[Document], first: int, removals: Mapping[int, Removal]

@@ -30,6 +30,7 @@ from transforms.dedup.duplicates import (
     signatures,
     words,
 )
+from transforms.dedup.words import fixed_constants
 
 NEAR = DedupSpec(mode="near")
 
@@ -163,6 +164,23 @@ def test_signature_is_the_minhash_of_the_ngram_set():
     grams = ngram_hashes(text, 3)
     assert signature(text, spec).tolist() == minhash(grams, spec).tolist()
     assert minhash(np.unique(grams), spec).tolist() == minhash(grams, spec).tolist()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 9000), min_size=1, max_size=6), st.integers(0, 2**32))
+def test_a_batch_across_minhash_blocks_is_the_minhash_of_each_set(sizes, seed):
+    """Texts of up to 9,000 words in one batch: their n-grams run across the product's
+    blocks of 4,096 (a text may start, span or end several), and each row is still the
+    minimum over its own n-grams, computed here the plain way."""
+    rnd = np.random.default_rng(seed)
+    texts = [" ".join(f"w{v}" for v in rnd.integers(0, 50, size=n)) for n in sizes]
+    a = fixed_constants("tw-minhash-a32", NEAR.num_hashes) >> np.uint64(32) | np.uint64(1)
+    for text, got in zip(texts, signatures(texts, NEAR), strict=True):
+        grams = ngram_hashes(text, NEAR.ngram)
+        if len(grams) == 0:
+            continue
+        want = ((a[:, None] * (grams >> np.uint64(32))[None, :]) & np.uint64(2**32 - 1)).min(axis=1)
+        assert got.tolist() == want.tolist()
 
 
 def test_signature_prefix_is_stable_across_sizes():

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from transforms.dedup.duplicates import DedupSpec
 from transforms.dedup.removal import (
+    EXACT,
     ChunkIds,
     KeyBlock,
     Removal,
@@ -15,6 +18,7 @@ from transforms.dedup.removal import (
     bucket_edges,
     chunk_keys,
     cluster_removals,
+    component_edges,
     drop_removed,
     named,
 )
@@ -33,6 +37,118 @@ def test_buckets_link_each_document_to_its_first_whatever_the_block_order():
     assert edges == list(bucket_edges(blocks[::-1]))
     assert sorted(edges) == [((("g.jsonl", 0), 0), (("f.jsonl", 0), 1)),
                              ((("g.jsonl", 0), 1), (("f.jsonl", 0), 0))]
+
+
+def _edges_by_unique(blocks: list[KeyBlock]):
+    """`bucket_edges` as it was first written (np.unique of the byte strings): the reference
+    its integer sort must equal, edge for edge and in the same order."""
+    blocks = sorted(blocks)
+    width = blocks[0].width
+    keys = np.frombuffer(b"".join(b.keys for b in blocks), dtype=f"S{width}")
+    block_of = np.repeat(np.arange(len(blocks)), [b.size for b in blocks])
+    within = np.frombuffer(b"".join(b.positions for b in blocks), np.int32)
+    _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    rows = np.flatnonzero(counts[inverse] > 1)
+    order = rows[np.argsort(inverse[rows], kind="stable")]
+    for bucket in np.split(order, np.flatnonzero(np.diff(inverse[order])) + 1):
+        refs = [(blocks[b].chunk, int(within[b_row]))
+                for b, b_row in zip(block_of[bucket].tolist(), bucket.tolist(), strict=True)]
+        for ref in refs:
+            if ref != min(refs):
+                yield ref, min(refs)
+
+
+# Keys from a few bytes, so that many are equal, and some differ only in trailing zeros.
+_KEY_BYTES = st.sampled_from([b"\0", b"\1", b"\xff", b"a"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from([16, 5, 8, 20]),
+       st.lists(st.lists(st.lists(_KEY_BYTES, min_size=1, max_size=20), max_size=12),
+                min_size=1, max_size=4))
+def test_buckets_equal_those_of_a_sort_of_the_key_bytes(width, chunks):
+    blocks = []
+    for c, keys in enumerate(chunks):
+        keys = [b"".join(k)[:width].ljust(width, b"\0") for k in keys]
+        blocks.append(KeyBlock(chunk=(f"f{c % 2}", c), keys=b"".join(keys), width=width,
+                               positions=np.arange(0, 3 * len(keys), 3, dtype=np.int32).tobytes()))
+    assert list(bucket_edges(blocks)) == list(_edges_by_unique(blocks))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=4), st.integers(0, 4),
+       st.integers(1, 6), st.integers(0, 2**32))
+def test_component_edges_give_the_clusters_of_every_bands_edges(sizes, near_bands, keys_per,
+                                                               seed):
+    """A few chunks, the exact band and up to 4 near bands whose keys come from a few
+    values (so buckets overlap across bands and chain documents together): the removals
+    from `component_edges` are those from every band's `bucket_edges`, and the documents
+    that have an edge (whose doc_ids are looked up) are the same."""
+    rnd = np.random.default_rng(seed)
+    chunks = [(f"f{c}.jsonl", 100 * c) for c in range(len(sizes))]
+    positions = [sorted(rnd.choice(40, size=n, replace=False).tolist()) for n in sizes]
+    bands = []
+    for band in [EXACT, *range(near_bands)]:
+        blocks = [KeyBlock(chunk=chunk, positions=np.array(at, np.int32).tobytes(), width=16,
+                           keys=b"".join(int(k).to_bytes(16, "big")
+                                         for k in rnd.integers(0, keys_per, size=len(at))))
+                  for chunk, at in zip(chunks, positions, strict=True)]
+        bands.append((band, blocks[::-1] if band % 2 else blocks))
+    ids = {(chunk, p): f"d{rnd.integers(0, 30)}" for chunk, at in zip(chunks, positions,
+                                                                    strict=True) for p in at}
+    every = [(band, a, b) for band, blocks in bands for a, b in bucket_edges(blocks)]
+    fewer = list(component_edges(iter(bands)))
+    assert {r for _, a, b in fewer for r in (a, b)} == {r for _, a, b in every for r in (a, b)}
+    assert len(fewer) <= 2 * len(ids)
+    assert list(cluster_removals(fewer, ids)) == list(cluster_removals(every, ids))
+
+
+def _removals_by_dict(edges, ids):
+    """`cluster_removals` as it was first written (a union-find over dicts of members): the
+    reference its NumPy components must equal, removal for removal and in the same order."""
+    def components(pairs):
+        parent = {}
+
+        def find(x):
+            while parent[x] != x:
+                x = parent[x]
+            return x
+        for a, b in pairs:
+            parent.setdefault(a, a)
+            parent.setdefault(b, b)
+            ra, rb = sorted((find(a), find(b)))
+            parent[rb] = ra
+        return {m: find(m) for m in parent}
+    pairs = [(band, (ids[a], *a), (ids[b], *b)) for band, a, b in edges]
+    kept = components([(a, b) for _, a, b in pairs])
+    same_text = components([(a, b) for band, a, b in pairs if band == EXACT])
+    for member in sorted(kept):
+        keeper = kept[member]
+        if keeper != member:
+            text_of = same_text.get(member)
+            exact = text_of is not None and text_of == same_text.get(keeper)
+            yield member[1], Removal(position=member[2], doc_id=member[0], kept=keeper[0],
+                                     reason="exact_duplicate" if exact else "near_duplicate")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([EXACT, 0, 3]), st.integers(0, 25),
+                          st.integers(0, 25)), max_size=60),
+       st.lists(st.sampled_from(["a", "b", "c", "d", "e", "f"]), min_size=26, max_size=26))
+def test_cluster_removals_equal_a_union_find_over_members(links, names):
+    """Random edges between 26 documents of 3 chunks (doc_ids repeated across documents, so
+    the keeper order falls back to chunk and position), exact and near ones."""
+    ref = [(("f.jsonl", 10 * (d % 3)), d // 3) for d in range(26)]
+    ids = {ref[d]: names[d] for d in range(26)}
+    edges = [(band, ref[a], ref[b]) for band, a, b in links if a != b]
+    assert list(cluster_removals(edges, ids)) == list(_removals_by_dict(edges, ids))
+
+
+def test_component_edges_refuse_bands_of_other_documents():
+    one = _block("f.jsonl", [0, 1], b"K" * 32)
+    other = _block("f.jsonl", [0, 2], b"K" * 32)
+    with pytest.raises(RuntimeError, match="band 0 holds other documents"):
+        list(component_edges([(EXACT, [one]), (0, [other])]))
 
 
 def test_named_gives_the_doc_ids_of_the_wanted_positions_only():
