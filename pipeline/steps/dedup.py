@@ -6,10 +6,10 @@ EncodeChunks with the removals of its documents::
 
     chunks ─▶ KeyChunks ─(band, KeyBlock)─▶ GroupByBand ─▶ BucketEdges ─ edges ──────┐
                  │ └──(chunk, doc_ids)──▶ GroupIdsByChunk ◀─ wanted ─┘               │
-                 │                            └─▶ Names ─ (document, doc_id) ────────┤
-                 └──────────── contaminated (chunk, Removal) ────────────────────────┤
+                 │                            └─▶ Names ─ (chunk, ChunkIds) ─────────┤
+                 └──────────── contaminated (chunk, [Removal]) ──────────────────────┤
                                                         Clusters (one process) ◀─────┘
-    chunks ─┬──────────────────────────────────────── JoinRemovals ◀── (chunk, Removal)
+    chunks ─┬──────────────────────────────────────── JoinRemovals ◀── (chunk, [Removal])
             └▶ EncodeChunks (chunk, {position: Removal}) ─▶ …
 
 * **KeyChunks**: a chunk → its contaminated documents (`transforms.dedup.contamination`'s index
@@ -37,7 +37,10 @@ EncodeChunks with the removals of its documents::
   has an edge.
 * Edges, wanted positions, names and removals travel in lists (per band, per chunk), not
   one element each: on a corpus with many copies, the runner's cost per element was most
-  of the pass.
+  of the pass. What the runner's coder handles slowly does not travel: edges go packed
+  (`transforms.dedup.removal.EdgeBlock`: a chunk table and int32 arrays, not a tuple and
+  a path string per end), names as a chunk's `ChunkIds`, removals as plain tuples (a
+  NamedTuple in a list is pickled one by one).
 * **JoinRemovals**: the chunks and the removals grouped by chunk (a GroupByKey, not a side
   input, which Beam's DaskRunner would compute again inside every task reading it).
 
@@ -69,15 +72,16 @@ from transforms.dedup.key_spill import IDS_BAND, KeySpillWriter, read_band, read
 from transforms.dedup.removal import (
     CONTAMINATED,
     EXACT,
+    ChunkIds,
     ChunkRef,
+    EdgeBlock,
     KeyBlock,
-    Ref,
     Removal,
     RemovalSpec,
     bucket_edges,
     chunk_keys,
     cluster_removals,
-    component_edges,
+    component_edge_block,
     named,
 )
 from transforms.inputs.chunks import Chunk, detect_format, plan_chunks, read_chunk
@@ -163,7 +167,7 @@ def check_eval_files(spec: RemovalSpec, read: ReadSpec) -> None:
 
 class _KeyChunkFn(StepFn):
     """A chunk → (BLOCKS, (band, KeyBlock)) per band, (IDS, (chunk, (IDS, ChunkIds))) once
-    and (REMOVALS, (chunk, Removal)) per contaminated document."""
+    and (REMOVALS, (chunk, rows of its `Removal`s)) once if it has contaminated documents."""
 
     def __init__(self, context: JobContext) -> None:
         self._spec = context.removal
@@ -226,9 +230,9 @@ class _KeyChunkFn(StepFn):
         removals, blocks, ids = chunk_keys(docs, chunk=ref, spec=self._spec,
                                            index=self._index, pool=self._pool,
                                            ahead=self._threads, scratches=self._scratches)
-        for removal in removals:
-            Metrics.counter("dedup", CONTAMINATED).inc()
-            yield REMOVALS, (ref, removal)
+        if removals:
+            Metrics.counter("dedup", CONTAMINATED).inc(len(removals))
+            yield REMOVALS, (ref, _rows(removals))
         if ids is not None:
             self._documents.inc(len(ids.ids))
         if self._spill_dir is None:
@@ -277,30 +281,26 @@ class _Holder:
 
 
 def _edges(item: tuple[int, Iterable[KeyBlock]]) -> Iterator[tuple[str, Any]]:
-    """A band's blocks → (EDGES, [(band, document, document), …]) with all its edges and,
-    per chunk with a document with an edge, (WANTED, (chunk, (WANTED, [position, …], where
-    the chunk's doc_ids were spilled))): a few elements, not one per edge (each costs the
-    runner more than the edge's own work)."""
+    """A band's blocks → (EDGES, `EdgeBlock`) with all its edges and, per chunk with a
+    document with an edge, (WANTED, (chunk, (WANTED, [position, …], where the chunk's doc_ids
+    were spilled))): a few elements, not one per edge (each costs the runner more than the
+    edge's own work)."""
     band, blocks = item
     blocks = list(blocks)
     ids_at = {block.chunk: block.ids_at for block in blocks}
-    yield from _edges_and_wanted([(band, a, b) for a, b in bucket_edges(blocks)], ids_at)
+    edges = EdgeBlock.of((band, a, b) for a, b in bucket_edges(blocks))
+    yield from _edges_and_wanted(edges, ids_at)
 
 
-def _edges_and_wanted(edges: list[tuple[int, Ref, Ref]],
-                      ids_at: dict[ChunkRef, tuple[str, int, int] | None]
+def _edges_and_wanted(edges: EdgeBlock, ids_at: dict[ChunkRef, tuple[str, int, int] | None]
                       ) -> Iterator[tuple[str, Any]]:
     """The edges as one (EDGES, edges) and each chunk's documents with an edge as one
     (WANTED, (chunk, (WANTED, positions, ids_at)))."""
-    if not edges:
+    if not edges.size:
         return
     yield EDGES, edges
-    wanted: dict[ChunkRef, set[int]] = {}
-    for _, a, b in edges:
-        wanted.setdefault(a[0], set()).add(a[1])
-        wanted.setdefault(b[0], set()).add(b[1])
-    for chunk in sorted(wanted):
-        yield WANTED, (chunk, (WANTED, sorted(wanted[chunk]), ids_at[chunk]))
+    for chunk, positions in sorted(edges.wanted().items()):
+        yield WANTED, (chunk, (WANTED, positions, ids_at[chunk]))
 
 
 def _band_jobs(item: tuple[None, Iterable[str]], bands: list[int]
@@ -323,12 +323,12 @@ def _spilled_bands(item: tuple[list[int], list[str]]) -> Iterator[tuple[str, Any
             ids_at.update((block.chunk, block.ids_at) for block in blocks)
             yield band, blocks
 
-    edges = list(component_edges(each()))
-    yield from _edges_and_wanted(edges, ids_at)
+    yield from _edges_and_wanted(component_edge_block(each()), ids_at)
 
 
 def _names(item: tuple[ChunkRef, Iterable[tuple[str, Any]]]) -> Iterator[tuple[str, Any]]:
-    """A chunk's doc_ids and the positions wanted → (NAMES, [(document, doc_id), …])."""
+    """A chunk's doc_ids and the positions wanted → (NAMES, (chunk, `ChunkIds` of those
+    positions))."""
     chunk, values = item
     ids, wanted, at = None, [], None
     for value in values:
@@ -342,15 +342,26 @@ def _names(item: tuple[ChunkRef, Iterable[tuple[str, Any]]]) -> Iterator[tuple[s
             ids = read_record(at, fs.open_raw)
         if ids is None:
             raise RuntimeError(f"the dedup pass lost the doc_ids of chunk {chunk}")
-        yield NAMES, list(named(chunk, ids, wanted))
+        yield NAMES, (chunk, named(ids, wanted))
 
 
-def _tagged_edge(value: list[tuple[int, Ref, Ref]]) -> tuple[str, list[tuple[int, Ref, Ref]]]:
+def _tagged_edge(value: EdgeBlock) -> tuple[str, EdgeBlock]:
     return EDGES, value
 
 
-def _tagged_removal(value: tuple[ChunkRef, Removal]) -> tuple[str, tuple[ChunkRef, Removal]]:
+def _tagged_removal(value: tuple[ChunkRef, list[tuple]]
+                    ) -> tuple[str, tuple[ChunkRef, list[tuple]]]:
     return REMOVALS, value
+
+
+def _rows(removals: list[Removal]) -> list[tuple]:
+    """Removals as plain tuples, as they travel between steps: the runner's coder pickles a
+    NamedTuple in a list one by one, several times slower (`_removals` makes them again)."""
+    return [tuple(removal) for removal in removals]
+
+
+def _removals(rows: list[tuple]) -> list[Removal]:
+    return [Removal._make(row) for row in rows]
 
 
 def _one_key(value: Any) -> tuple[None, Any]:
@@ -358,31 +369,32 @@ def _one_key(value: Any) -> tuple[None, Any]:
 
 
 def _clusters(item: tuple[None, Iterable[tuple[str, Any]]]) -> Iterator[tuple[str, Any]]:
-    """Every edge and contaminated removal → (REMOVALS, (chunk, [Removal, …])) per chunk
-    with a document removed, and one (SUMMARY, RemovalSummary)."""
-    edges: list[tuple[int, Ref, Ref]] = []
-    ids: dict[Ref, str] = {}
+    """Every edge, name and contaminated removal → (REMOVALS, (chunk, rows of its
+    `Removal`s)) per chunk with a document removed, and one (SUMMARY, RemovalSummary)."""
+    edges: list[EdgeBlock] = []
+    names: list[tuple[ChunkRef, ChunkIds]] = []
     by_reason: dict[str, int] = {}
     by_file: dict[str, int] = {}
     by_chunk: dict[ChunkRef, list[Removal]] = {}
     for tag, value in item[1]:
         if tag == EDGES:
-            edges.extend(value)
+            edges.append(value)
             continue
         if tag == NAMES:
-            ids.update(value)
+            names.append(value)
             continue
         if tag == _START:
             continue
-        ref, removal = value
-        by_reason[CONTAMINATED] = by_reason.get(CONTAMINATED, 0) + 1
-        by_file[removal.eval_file] = by_file.get(removal.eval_file, 0) + 1
-        by_chunk.setdefault(ref, []).append(removal)
-    for ref, removal in cluster_removals(edges, ids):
+        ref, rows = value
+        for removal in _removals(rows):
+            by_reason[CONTAMINATED] = by_reason.get(CONTAMINATED, 0) + 1
+            by_file[removal.eval_file] = by_file.get(removal.eval_file, 0) + 1
+            by_chunk.setdefault(ref, []).append(removal)
+    for ref, removal in cluster_removals(edges, names):
         by_reason[removal.reason] = by_reason.get(removal.reason, 0) + 1
         by_chunk.setdefault(ref, []).append(removal)
     for ref in sorted(by_chunk):
-        yield REMOVALS, (ref, by_chunk[ref])
+        yield REMOVALS, (ref, _rows(by_chunk[ref]))
     yield SUMMARY, RemovalSummary(by_reason=dict(sorted(by_reason.items())),
                                   by_eval_file=dict(sorted(by_file.items())))
 
@@ -440,8 +452,7 @@ def _key_chunk(chunk: Chunk) -> tuple[ChunkRef, tuple[str, Chunk]]:
     return chunk_ref(chunk), ("chunk", chunk)
 
 
-def _key_removal(item: tuple[ChunkRef, list[Removal]]
-                 ) -> tuple[ChunkRef, tuple[str, list[Removal]]]:
+def _key_removal(item: tuple[ChunkRef, list[tuple]]) -> tuple[ChunkRef, tuple[str, list[tuple]]]:
     return item[0], ("removal", item[1])
 
 
@@ -452,7 +463,7 @@ def _joined(item: tuple[ChunkRef, Iterable[tuple[str, Any]]]
         if kind == "chunk":
             chunks.append(value)
         else:
-            removals.update((removal.position, removal) for removal in value)
+            removals.update((removal.position, removal) for removal in _removals(value))
     if len(chunks) != 1:
         raise RuntimeError(f"the dedup pass named chunk {item[0]}, which the job has "
                            f"{len(chunks)} times")

@@ -15,8 +15,9 @@ The job's dedup pass (`pipeline.steps.dedup`) works in three steps:
    (documents sharing that band's key) to the bucket's first. Only documents with a copy
    produce edges; `named` then gives those documents' doc_ids from their chunk's `ChunkIds`
    (the only place a doc_id travels: once per document, not once per band).
-   `component_edges` does it for every band at once (read one band at a time) and keeps
-   only a spanning star of each component: at most two edges per document.
+   `component_edge_block` does it for every band at once (read one band at a time) and
+   keeps only a spanning star of each component: at most two edges per document. Edges
+   travel packed (`EdgeBlock`), a few arrays instead of a tuple per edge.
 3. `cluster_removals`: every edge of the job → connected components; each component keeps
    its smallest member (by doc_id, then chunk and position), every other member is
    `Removed`: ``exact_duplicate`` when its normalized text equals the kept one's, else
@@ -24,7 +25,7 @@ The job's dedup pass (`pipeline.steps.dedup`) works in three steps:
 
 A document is ``(chunk, position)`` (`Ref`): the chunk's ``(path, start)`` and its position
 among the chunk's documents (rejects not counted), which the encoding step counts again to
-skip it (`drop_removed`); a `Member` puts its doc_id first, for the keeper's order.
+skip it (`drop_removed`).
 
 Example: documents ``a`` = "x y z", ``b`` = "x  y z" (one more space), ``c`` = "q": with
 ``--dedup exact``, ``a`` and ``b`` share an exact key; ``b`` is removed as
@@ -66,8 +67,8 @@ __all__ = [
     "ChunkIds",
     "check_removals_kept_aside",
     "ChunkRef",
+    "EdgeBlock",
     "KeyBlock",
-    "Member",
     "Ref",
     "Removal",
     "RemovalSpec",
@@ -75,6 +76,7 @@ __all__ = [
     "bucket_edges",
     "chunk_keys",
     "cluster_removals",
+    "component_edge_block",
     "component_edges",
     "drop_removed",
     "named",
@@ -92,7 +94,6 @@ MAX_DECONTAMINATE_NGRAM = MAX_NGRAM
 
 ChunkRef = tuple[str, int]  # a chunk's (path, start): which chunk a member was read from
 Ref = tuple[ChunkRef, int]  # (chunk, position among its documents): a document in the pass
-Member = tuple[str, ChunkRef, int]  # (doc_id, chunk, position): a document, in keeper order
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -240,6 +241,55 @@ class ChunkIds(NamedTuple):
     ids: list[str]
 
 
+class EdgeBlock(NamedTuple):
+    """(band, document, document) edges as they travel between the dedup pass's steps: the
+    chunks they name and two int32 arrays, not a tuple per edge. (The runner's coder rebuilds
+    every tuple and path string of a list of edges: on a corpus of copies, that was most of
+    the pass's time after the hashing, and most of its memory.)
+
+    ``chunks`` are sorted; ``ends`` holds, per edge, the index in ``chunks`` and the position
+    of its first document, then those of its second.
+    """
+
+    chunks: tuple[ChunkRef, ...]
+    bands: bytes
+    ends: bytes
+
+    @classmethod
+    def of(cls, edges: Iterable[tuple[int, Ref, Ref]]) -> EdgeBlock:
+        """The edges, packed (in their order)."""
+        edges = list(edges)
+        chunks = sorted({ref[0] for _, a, b in edges for ref in (a, b)})
+        at = {chunk: i for i, chunk in enumerate(chunks)}
+        bands = np.array([band for band, _, _ in edges], dtype=np.int32)
+        ends = np.array([(at[a[0]], a[1], at[b[0]], b[1]) for _, a, b in edges],
+                        dtype=np.int32).reshape(-1, 4)
+        return cls(tuple(chunks), bands.tobytes(), ends.tobytes())
+
+    @property
+    def size(self) -> int:
+        """How many edges it holds."""
+        return len(self.bands) // 4
+
+    def edges(self) -> Iterator[tuple[int, Ref, Ref]]:
+        """The edges, unpacked, in their order."""
+        bands = np.frombuffer(self.bands, dtype=np.int32).tolist()
+        ends = np.frombuffer(self.ends, dtype=np.int32).reshape(-1, 4).tolist()
+        chunks = self.chunks
+        for band, (a, a_at, b, b_at) in zip(bands, ends, strict=True):
+            yield band, (chunks[a], a_at), (chunks[b], b_at)
+
+    def wanted(self) -> dict[ChunkRef, list[int]]:
+        """{chunk: the positions of its documents at either end of an edge, ascending}, for
+        every chunk with one."""
+        ends = np.frombuffer(self.ends, dtype=np.int32).reshape(-1, 2).astype(np.int64)
+        keys = np.unique(ends[:, 0] << 32 | ends[:, 1])
+        chunk_of = keys >> 32
+        cuts = np.flatnonzero(chunk_of[1:] != chunk_of[:-1]) + 1
+        return {self.chunks[int(part[0] >> 32)]: (part & 0xFFFFFFFF).tolist()
+                for part in np.split(keys, cuts) if len(part)}
+
+
 def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
                index: EvalNgramIndex | None, batch: int = 512,
                pool: Executor | None = None,
@@ -363,6 +413,11 @@ def bucket_edges(blocks: Iterable[KeyBlock]) -> Iterator[tuple[Ref, Ref]]:
 
 def component_edges(bands: Iterable[tuple[int, Iterable[KeyBlock]]]
                     ) -> Iterator[tuple[int, Ref, Ref]]:
+    """`component_edge_block`'s edges, unpacked."""
+    yield from component_edge_block(bands).edges()
+
+
+def component_edge_block(bands: Iterable[tuple[int, Iterable[KeyBlock]]]) -> EdgeBlock:
     """Every band's blocks (one band at a time) → (band, document, document) edges with the
     same connected components as every band's `bucket_edges`, both for the `EXACT` band's
     edges alone and for all of them: each document of a component of two or more, but its
@@ -400,14 +455,23 @@ def component_edges(bands: Iterable[tuple[int, Iterable[KeyBlock]]]
             near_band = band if near_band is None else min(near_band, band)
         _union(every, rows, firsts)
     if layout is None or not blocks:
-        return
-    ref = _Refs(blocks)
+        return EdgeBlock.of([])
+    labels, rows, roots = [], [], []
     for label, parent in ((EXACT, exact), (near_band, every)):
         if label is None or parent is None:
             continue
-        roots = _roots(parent, np.arange(len(parent)))
-        for row in np.flatnonzero(roots != np.arange(len(roots))).tolist():
-            yield label, ref(row), ref(int(roots[row]))
+        root = _roots(parent, np.arange(len(parent)))
+        linked = np.flatnonzero(root != np.arange(len(root)))
+        labels.append(np.full(len(linked), label, dtype=np.int32))
+        rows.append(linked)
+        roots.append(root[linked])
+    row, root = np.concatenate(rows), np.concatenate(roots)
+    # Blocks are sorted by chunk, one per chunk: a block's index is its chunk's.
+    block_of = np.repeat(np.arange(len(blocks)), [b.size for b in blocks])
+    within = np.frombuffer(b"".join(b.positions for b in blocks), dtype=np.int32)
+    ends = np.stack([block_of[row], within[row], block_of[root], within[root]], axis=1)
+    return EdgeBlock(tuple(b.chunk for b in blocks), np.concatenate(labels).tobytes(),
+                     ends.astype(np.int32).tobytes())
 
 
 class _Refs:
@@ -503,55 +567,73 @@ def _byte_order(columns: NDArray[np.uint64]) -> NDArray[np.intp]:
     return order
 
 
-def named(chunk: ChunkRef, ids: ChunkIds, wanted: Iterable[int]) -> Iterator[tuple[Ref, str]]:
-    """(document, its doc_id) for each of a chunk's ``wanted`` positions (those with an
-    edge)."""
+def named(ids: ChunkIds, wanted: Iterable[int]) -> ChunkIds:
+    """The doc_ids of a chunk's ``wanted`` positions (those with an edge), in position
+    order."""
     of = dict(zip(ids.positions, ids.ids, strict=True))
-    for position in sorted(set(wanted)):
-        yield (chunk, position), of[position]
+    positions = sorted(set(wanted))
+    return ChunkIds(positions=positions, ids=[of[p] for p in positions])
 
 
-def cluster_removals(edges: Iterable[tuple[int, Ref, Ref]], ids: Mapping[Ref, str]
+def cluster_removals(edges: Iterable[EdgeBlock], names: Iterable[tuple[ChunkRef, ChunkIds]]
                      ) -> Iterator[tuple[ChunkRef, Removal]]:
-    """(band, document, document) edges of the whole job and the doc_ids of their documents
-    → (chunk, `Removal`) for every document that is not its cluster's smallest (by doc_id,
-    then chunk and position), in that order.
+    """Every edge of the job and the doc_ids of their documents (per chunk) → (chunk,
+    `Removal`) for every document that is not its cluster's smallest (by doc_id, then chunk
+    and position), in that order.
 
     Clusters are the connected components of every edge (a chain of copies is one
     cluster); a removed member is an ``exact_duplicate`` when it is in the same component
-    of the `EXACT` edges alone as the member kept, else a ``near_duplicate``. The
-    documents are ranked in that order once, and the components found in NumPy
-    (`_union`: each tree's root is its smallest rank, so its smallest member).
+    of the `EXACT` edges alone as the member kept, else a ``near_duplicate``. A document is
+    one integer here (its chunk's rank among the chunks, then its position), the documents
+    are ranked in keeper order once, and the components found in NumPy (`_union`: each
+    tree's root is its smallest rank, so its smallest member).
+
+    Raises:
+        RuntimeError: a document of an edge has no doc_id in ``names``.
     """
-    index: dict[Ref, int] = {}
-    ends: list[int] = []
-    exact_edge: list[bool] = []
-    for band, a, b in edges:
-        ends.append(index.setdefault(a, len(index)))
-        ends.append(index.setdefault(b, len(index)))
-        exact_edge.append(band == EXACT)
-    if not index:
+    edges, names = [e for e in edges if e.size], list(names)
+    if not edges:
         return
-    members: list[Member] = [(ids[ref], *ref) for ref in index]
-    order = sorted(range(len(members)), key=members.__getitem__)
+    chunks = sorted({c for block in edges for c in block.chunks} | {c for c, _ in names})
+    rank_of_chunk = {chunk: i for i, chunk in enumerate(chunks)}
+    ends, bands = [], []
+    for block in edges:
+        chunk_rank = np.array([rank_of_chunk[c] for c in block.chunks], dtype=np.int64)
+        pairs = np.frombuffer(block.ends, dtype=np.int32).reshape(-1, 2).astype(np.int64)
+        ends.append(chunk_rank[pairs[:, 0]] << 32 | pairs[:, 1])
+        bands.append(np.frombuffer(block.bands, dtype=np.int32))
+    # The documents in (chunk, position) order, and each edge end's among them.
+    docs, end_doc = np.unique(np.concatenate(ends), return_inverse=True)
+    exact = np.concatenate(bands) == EXACT
+    named_docs = np.concatenate([rank_of_chunk[c] << 32 | np.array(ids.positions, np.int64)
+                                 for c, ids in names] or [np.empty(0, np.int64)])
+    named_ids = [doc_id for _, ids in names for doc_id in ids.ids]
+    by_doc = np.argsort(named_docs, kind="stable")
+    at = np.searchsorted(named_docs[by_doc], docs)
+    hit = at < len(by_doc)
+    hit[hit] = named_docs[by_doc[at[hit]]] == docs[hit]
+    if not hit.all():
+        lost = int(docs[~hit][0])
+        raise RuntimeError(f"the dedup pass lost the doc_id of document {lost & 0xFFFFFFFF} "
+                           f"of chunk {chunks[lost >> 32]}")
+    doc_ids = [named_ids[i] for i in by_doc[at].tolist()]
+    # Keeper order: doc_id, then (stable sort) chunk and position.
+    order = sorted(range(len(docs)), key=doc_ids.__getitem__)
     rank = np.empty(len(order), dtype=np.intp)
     rank[order] = np.arange(len(order))
-    pairs = rank[np.array(ends, dtype=np.intp)].reshape(-1, 2)
-    exact = np.array(exact_edge, dtype=bool)
-    del index, ends, exact_edge
+    pairs = rank[end_doc.reshape(-1)].reshape(-1, 2)
     everyone = np.arange(len(order))
     kept, same_text = everyone.copy(), everyone.copy()
     _union(kept, pairs[:, 0], pairs[:, 1])
     _union(same_text, pairs[exact, 0], pairs[exact, 1])
     kept, same_text = _roots(kept, everyone), _roots(same_text, everyone)
-    ranked = [members[i] for i in order]
     for r in np.flatnonzero(kept != everyone).tolist():
         keeper = int(kept[r])
         # A document without an exact edge is its own root there, never the keeper's.
         reason = EXACT_DUPLICATE if same_text[r] == same_text[keeper] else NEAR_DUPLICATE
-        doc_id, chunk, position = ranked[r]
-        yield chunk, Removal(position=position, doc_id=doc_id, reason=reason,
-                             kept=ranked[keeper][0])
+        doc = int(docs[order[r]])
+        yield chunks[doc >> 32], Removal(position=doc & 0xFFFFFFFF, doc_id=doc_ids[order[r]],
+                                         reason=reason, kept=doc_ids[order[keeper]])
 
 
 def drop_removed(docs: Sequence[Document], first: int, removals: Mapping[int, Removal]

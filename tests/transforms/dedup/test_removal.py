@@ -12,17 +12,30 @@ from transforms.dedup.duplicates import DedupSpec
 from transforms.dedup.removal import (
     EXACT,
     ChunkIds,
+    EdgeBlock,
     KeyBlock,
     Removal,
     RemovalSpec,
     bucket_edges,
     chunk_keys,
     cluster_removals,
+    component_edge_block,
     component_edges,
     drop_removed,
     named,
 )
 from transforms.inputs.documents import Document
+
+
+def _clusters(edges, ids):
+    """`cluster_removals` of edges and doc_ids as tuples and a dict (packed as the job packs
+    them)."""
+    names: dict = {}
+    for (chunk, position), doc_id in sorted(ids.items()):
+        names.setdefault(chunk, ChunkIds(positions=[], ids=[]))
+        names[chunk].positions.append(position)
+        names[chunk].ids.append(doc_id)
+    return list(cluster_removals([EdgeBlock.of(edges)], sorted(names.items())))
 
 
 def _block(chunk: str, positions: list[int], keys: bytes) -> KeyBlock:
@@ -100,7 +113,7 @@ def test_component_edges_give_the_clusters_of_every_bands_edges(sizes, near_band
     fewer = list(component_edges(iter(bands)))
     assert {r for _, a, b in fewer for r in (a, b)} == {r for _, a, b in every for r in (a, b)}
     assert len(fewer) <= 2 * len(ids)
-    assert list(cluster_removals(fewer, ids)) == list(cluster_removals(every, ids))
+    assert _clusters(fewer, ids) == _clusters(every, ids)
 
 
 def _removals_by_dict(edges, ids):
@@ -141,7 +154,7 @@ def test_cluster_removals_equal_a_union_find_over_members(links, names):
     ref = [(("f.jsonl", 10 * (d % 3)), d // 3) for d in range(26)]
     ids = {ref[d]: names[d] for d in range(26)}
     edges = [(band, ref[a], ref[b]) for band, a, b in links if a != b]
-    assert list(cluster_removals(edges, ids)) == list(_removals_by_dict(edges, ids))
+    assert _clusters(edges, ids) == list(_removals_by_dict(edges, ids))
 
 
 def test_component_edges_refuse_bands_of_other_documents():
@@ -153,7 +166,33 @@ def test_component_edges_refuse_bands_of_other_documents():
 
 def test_named_gives_the_doc_ids_of_the_wanted_positions_only():
     ids = ChunkIds(positions=[0, 2, 5], ids=["x", "y", "z"])
-    assert list(named(("f", 0), ids, [5, 0, 5])) == [((("f", 0), 0), "x"), ((("f", 0), 5), "z")]
+    assert named(ids, [5, 0, 5]) == ChunkIds(positions=[0, 5], ids=["x", "z"])
+
+
+def test_edge_blocks_pack_edges_in_order_and_name_the_documents_they_join():
+    f, g = ("f.jsonl", 0), ("f.jsonl", 900)
+    edges = [(EXACT, (g, 3), (f, 1)), (2, (f, 7), (f, 1)), (0, (g, 3), (g, 0))]
+    block = EdgeBlock.of(edges)
+    assert block.chunks == (f, g) and block.size == 3
+    assert list(block.edges()) == edges
+    assert block.wanted() == {f: [1, 7], g: [0, 3]}
+    assert EdgeBlock.of([]).size == 0 and EdgeBlock.of([]).wanted() == {}
+
+
+def test_component_edge_block_is_component_edges_packed():
+    blocks = [_block("f.jsonl", [0, 1, 2], b"K" * 16 + b"L" * 16 + b"K" * 16),
+              _block("g.jsonl", [0, 4], b"L" * 16 + b"K" * 16)]
+    block = component_edge_block([(EXACT, blocks), (0, blocks[::-1])])
+    assert list(block.edges()) == list(component_edges([(EXACT, blocks), (0, blocks)]))
+    f, g = ("f.jsonl", 0), ("g.jsonl", 0)
+    star = [((f, 2), (f, 0)), ((g, 0), (f, 1)), ((g, 4), (f, 0))]
+    assert list(block.edges()) == [(band, a, b) for band in (EXACT, 0) for a, b in star]
+
+
+def test_a_lost_doc_id_is_named():
+    edges = [(EXACT, (("f.jsonl", 0), 1), (("f.jsonl", 0), 4))]
+    with pytest.raises(RuntimeError, match="lost the doc_id of document 4 of chunk"):
+        _clusters(edges, {(("f.jsonl", 0), 1): "a"})
 
 
 def test_a_chain_is_one_cluster_kept_by_the_smallest_doc_id():
@@ -162,12 +201,12 @@ def test_a_chain_is_one_cluster_kept_by_the_smallest_doc_id():
     ref = {name: (("f.jsonl", 0), 9 - i) for i, name in enumerate("abcde")}
     ids = {r: name for name, r in ref.items()}
     edges = [(0, ref["b"], ref["a"]), (-1, ref["c"], ref["b"]), (-1, ref["d"], ref["e"])]
-    removed = {r.doc_id: (r.reason, r.kept) for _, r in cluster_removals(edges, ids)}
+    removed = {r.doc_id: (r.reason, r.kept) for _, r in _clusters(edges, ids)}
     assert removed == {"b": ("near_duplicate", "a"), "c": ("near_duplicate", "a"),
                        "e": ("exact_duplicate", "d")}
     # The same, edges in another order and the other way round.
     flipped = [(band, y, x) for band, x, y in edges[::-1]]
-    assert {r.doc_id: (r.reason, r.kept) for _, r in cluster_removals(flipped, ids)} == removed
+    assert {r.doc_id: (r.reason, r.kept) for _, r in _clusters(flipped, ids)} == removed
 
 
 def test_drop_removed_keeps_aside_by_position_and_refuses_a_moved_document():
