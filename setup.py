@@ -24,6 +24,14 @@ REQUIRES = [
     "zstandard>=0.21",
 ]
 
+# The dedup pass's hashing in C (transforms/dedup/kernel.py), built where a compiler is found:
+# without one the install goes on and the job hashes with NumPy (same keys, slower). -O3 lets
+# gcc vectorize the MinHash loop; the AVX2 clone is chosen at load time, so a wheel stays
+# portable.
+KERNEL = setuptools.Extension(
+    "transforms.dedup._kernel", ["transforms/dedup/_kernel.c"],
+    extra_compile_args=["-O3"], optional=True)
+
 setuptools.setup(
     name="token-windows",
     version=VERSION,
@@ -33,6 +41,7 @@ setuptools.setup(
     python_requires=">=3.10",
     packages=setuptools.find_packages(
         include=["transforms", "transforms.*", "pipeline", "pipeline.*", "reader", "reader.*"]),
+    ext_modules=[KERNEL],
     install_requires=REQUIRES,
     extras_require={
         # The job's launcher: python -m pipeline / token-windows (Beam workers have it).

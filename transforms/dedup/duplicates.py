@@ -105,6 +105,9 @@ _U64 = np.uint64
 _U32 = np.uint32
 # The value of a MinHash number over no n-gram (and the start of every minimum).
 _EMPTY = (1 << 32) - 1
+# The exact keys' BLAKE2b parameters.
+_EXACT_PERSON = b"tw-dedup-exact"
+_EXACT_SIZE = 16
 
 
 @functools.cache
@@ -188,7 +191,7 @@ def normalize(text: str) -> str:
 def exact_key(text: str) -> bytes:
     """The 16-byte BLAKE2b of `normalize` (text) in UTF-8: equal keys, exact duplicates."""
     data = normalize(text).encode("utf-8", "surrogatepass")
-    return hashlib.blake2b(data, digest_size=16, person=b"tw-dedup-exact").digest()
+    return hashlib.blake2b(data, digest_size=_EXACT_SIZE, person=_EXACT_PERSON).digest()
 
 
 def _short_shingle(hashes: NDArray[np.uint64], text: str) -> int:

@@ -43,6 +43,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from transforms.dedup import kernel
 from transforms.dedup.contamination import DEFAULT_NGRAM, EvalNgramIndex
 from transforms.dedup.duplicates import (
     MAX_NGRAM,
@@ -304,9 +305,11 @@ def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
     Documents are looked up (`EvalNgramIndex.first_matches`) and hashed ``batch`` at a time
     (`transforms.dedup.duplicates.exact_key`, `transforms.dedup.duplicates.signatures`) on
     ``pool``'s threads if given, at most ``ahead`` batches at once, while this thread parses; only
-    their keys are held, never their texts. (With the exact keys taken on this thread, two hashing
-    threads took the wall time of none: they release the GIL in every NumPy step and wait for it
-    again while this thread runs Python code.) Each batch is hashed with a
+    their keys are held, never their texts. The hashing is `transforms.dedup.kernel`'s where
+    it is built: it holds the GIL only to read its arguments, so the hashing threads run
+    beside this one's parsing. (The NumPy code does not: with the exact keys taken on this
+    thread, two hashing threads took the wall time of none, each NumPy step waiting for the
+    GIL while this thread ran Python code.) The NumPy code hashes each batch with a
     `Scratch` taken from ``scratches`` (a new one if none is free) and put back after: give
     the same queue to every call of a worker to reuse its work arrays from chunk to chunk.
     """
@@ -374,8 +377,12 @@ def _start(pool: Executor | None, texts: list[str], spec: DedupSpec,
 
 
 def _keys(texts: list[str], spec: DedupSpec, free: queue.SimpleQueue[Scratch]) -> _Keys:
-    """The exact keys and `signatures` of a batch, with a free `Scratch` (one batch at a
+    """The exact keys and `signatures` of a batch: in C where the extension is built
+    (`transforms.dedup.kernel`, the same keys), else with a free `Scratch` (one batch at a
     time uses each)."""
+    if kernel.available:
+        return _Keys(kernel.exact_keys(texts),
+                     kernel.signatures(texts, spec) if spec.mode == "near" else None)
     exact = [exact_key(text) for text in texts]
     if spec.mode != "near":
         return _Keys(exact, None)
