@@ -31,14 +31,17 @@ and CPU time and peak RSS of each, and the ratios (goal: wall ≤ 1.3×).
 
 ``--pass``: the dedup pass's own work alone, as the job's KeyChunks step does it (read every
 chunk, exact keys, signatures on ``--threads`` hashing threads, band keys; no Beam, no
-encoding), once per round in a fresh process (its first batches pay what the job's do):
-median wall and CPU seconds and MB of JSONL per CPU-second, ``--mode near`` or ``exact``.
+encoding), with the C kernel (`transforms.dedup.kernel`, what the job uses where it is
+built) and with the NumPy code (where it is not), alternating, once per round in a fresh
+process (its first batches pay what the job's do): median wall and CPU seconds, MB of
+JSONL per CPU-second and the ratios, ``--mode near`` or ``exact``.
 
     python bench/bench_dedup.py --pass --corpus bench/work/corpus-v1-pkg-20mb --rounds 4
 
 ``--split``: the same work on one thread, part by part (reading and parsing, exact keys,
 the near form, word boundaries and hashes, n-gram hashes, the MinHash products, band
-keys), each timed alone over the job's batches: where the pass's CPU goes.
+keys), each timed alone over the job's batches, and the C kernel's two calls: where the
+pass's CPU goes.
 
     python bench/bench_dedup.py --split --corpus bench/work/corpus-v1-pkg-100mb --rounds 3
 
@@ -258,14 +261,16 @@ def run_job_bench(corpus: Path, *, rounds: int, tokenizer: str, extra: list[str]
           f"{b['peak_rss_mb'] / a['peak_rss_mb']:13.2f}")
 
 
-def pass_once(corpus: Path, mode: str, threads: int) -> tuple[float, float]:
+def pass_once(corpus: Path, mode: str, threads: int, engine: str) -> tuple[float, float]:
     """The KeyChunks work on every chunk of ``corpus``'s ``*.jsonl``, in this process:
-    (wall s, CPU s)."""
+    (wall s, CPU s). ``engine``: ``kernel`` (what the job uses where it is built) or
+    ``numpy`` (what it uses where it is not)."""
     import os
     import queue
     from concurrent.futures import ThreadPoolExecutor
 
     from pipeline.files import fs
+    from transforms.dedup import kernel
     from transforms.dedup.removal import RemovalSpec, chunk_keys
     from transforms.inputs.chunks import plan_chunks, read_chunk
     from transforms.inputs.documents import Document
@@ -276,6 +281,10 @@ def pass_once(corpus: Path, mode: str, threads: int) -> tuple[float, float]:
               for chunk in plan_chunks(str(path), rel=path.name, size=path.stat().st_size,
                                        spec=read, open_file=fs.open_raw)]
     spec = RemovalSpec(dedup=DedupSpec(mode=mode))
+    if engine == "numpy":
+        kernel.available = False  # this process only: chunk_keys asks it at each batch
+    elif not kernel.available:
+        sys.exit("transforms.dedup._kernel is not built: pip install -e . with a C compiler")
     pool = ThreadPoolExecutor(threads) if threads else None
     scratches: queue.SimpleQueue = queue.SimpleQueue()
     wall, cpu = time.perf_counter(), os.times()
@@ -288,22 +297,30 @@ def pass_once(corpus: Path, mode: str, threads: int) -> tuple[float, float]:
 
 
 def run_pass_bench(corpus: Path, *, rounds: int, mode: str, threads: int) -> None:
-    """``--pass``: `pass_once` in a fresh process per round; medians."""
+    """``--pass``: `pass_once` with the C kernel and with the NumPy code, alternating, in a
+    fresh process per round; medians and ratios."""
     import subprocess
 
     size = sum(p.stat().st_size for p in corpus.glob("*.jsonl")) / 1e6
-    runs = []
+    runs: dict[str, list[tuple[float, float]]] = {"kernel": [], "numpy": []}
     for rnd in range(rounds):
-        out = subprocess.run([sys.executable, __file__, "--pass-once", "--corpus", str(corpus),
-                              "--mode", mode, "--threads", str(threads)],
-                             check=True, capture_output=True, text=True).stdout.split()
-        wall, cpu = float(out[0]), float(out[1])
-        runs.append((wall, cpu))
-        print(f"round {rnd}: wall {wall:.3f} s  cpu {cpu:.3f} s", flush=True)
-    wall = statistics.median(r[0] for r in runs)
-    cpu = statistics.median(r[1] for r in runs)
-    print(f"{size:.0f} MB of JSONL, --dedup {mode}, {threads} hashing threads, {rounds} rounds: "
-          f"wall {wall:.3f} s, cpu {cpu:.3f} s ({size / cpu:.0f} MB per CPU-second)")
+        for engine in list(runs) if rnd % 2 == 0 else list(runs)[::-1]:
+            out = subprocess.run([sys.executable, __file__, "--pass-once", "--corpus",
+                                  str(corpus), "--mode", mode, "--threads", str(threads),
+                                  "--engine", engine],
+                                 check=True, capture_output=True, text=True).stdout.split()
+            wall, cpu = float(out[0]), float(out[1])
+            runs[engine].append((wall, cpu))
+            print(f"round {rnd} {engine:6s}: wall {wall:.3f} s  cpu {cpu:.3f} s", flush=True)
+    print(f"{size:.0f} MB of JSONL, --dedup {mode}, {threads} hashing threads, {rounds} rounds:")
+    med = {}
+    for engine, got in runs.items():
+        med[engine] = (statistics.median(r[0] for r in got), statistics.median(r[1] for r in got))
+        wall, cpu = med[engine]
+        print(f"  {engine:6s} wall {wall:.3f} s, cpu {cpu:.3f} s "
+              f"({size / cpu:.0f} MB per CPU-second)")
+    print(f"  numpy / kernel: wall {med['numpy'][0] / med['kernel'][0]:.2f}x, "
+          f"cpu {med['numpy'][1] / med['kernel'][1]:.2f}x")
 
 
 def run_split(corpus: Path, rounds: int) -> None:
@@ -312,8 +329,10 @@ def run_split(corpus: Path, rounds: int) -> None:
     CPU seconds of each over ``rounds`` rounds, and its share."""
     import numpy as np
 
-    from pipeline import fs
-    from transforms import dedup, dedup_words
+    from pipeline.files import fs
+    from transforms.dedup import duplicates as dedup
+    from transforms.dedup import kernel
+    from transforms.dedup import words as dedup_words
     from transforms.inputs.chunks import plan_chunks, read_chunk
     from transforms.inputs.documents import Document
     from transforms.params import ReadSpec
@@ -359,6 +378,9 @@ def run_split(corpus: Path, rounds: int) -> None:
         "signatures, all of it": each(lambda b: dedup.signatures(b, SPEC, scratch=scratch),
                                       batches),
     }
+    if kernel.available:
+        parts["C kernel: exact keys"] = each(kernel.exact_keys, batches)
+        parts["C kernel: signatures"] = each(lambda b: kernel.signatures(b, SPEC), batches)
     took: dict[str, list[float]] = {name: [] for name in parts}
     for _ in range(rounds):
         for name, fn in parts.items():
@@ -385,9 +407,17 @@ def run_split(corpus: Path, rounds: int) -> None:
     whole = (med["read + parse (read_chunk)"] + med["exact keys (NFC, whitespace, BLAKE2b)"]
              + sig + med["band keys"])
     print(f"{size:.0f} MB of JSONL, {len(texts)} documents, {rounds} rounds, one thread: "
-          f"CPU s (medians) and share of the whole, {whole:.2f} s")
+          f"CPU s (medians) and share of the whole, {whole:.2f} s (the NumPy code)")
     for name, value in rows:
         print(f"  {name:40s}{value:7.3f} s {100 * value / whole:5.0f} %")
+    if kernel.available:
+        c_exact, c_sig = med["C kernel: exact keys"], med["C kernel: signatures"]
+        c_whole = med["read + parse (read_chunk)"] + c_exact + c_sig + med["band keys"]
+        print(f"with the C kernel (transforms.dedup.kernel), {c_whole:.2f} s:")
+        for name, value in [("read + parse (read_chunk)", med["read + parse (read_chunk)"]),
+                            ("exact keys (NFC in Python, the rest in C)", c_exact),
+                            ("signatures", c_sig), ("band keys", med["band keys"])]:
+            print(f"  {name:40s}{value:7.3f} s {100 * value / c_whole:5.0f} %")
 
 
 def _write_planted(corpus: Path, out: Path, mb: float) -> tuple[Path, int]:
@@ -528,6 +558,8 @@ def main() -> None:
                         help="--pass: the dedup mode")
     parser.add_argument("--threads", type=int, default=2,
                         help="--pass: hashing threads (the job's --encode-threads)")
+    parser.add_argument("--engine", choices=["kernel", "numpy"], default="kernel",
+                        help=argparse.SUPPRESS)  # --pass-once: which hashing code
     parser.add_argument("--split", action="store_true",
                         help="the pass's work part by part, one thread (CPU s)")
     args = parser.parse_args()
@@ -535,7 +567,7 @@ def main() -> None:
         run_split(args.corpus, args.rounds)
         return
     if args.pass_once:
-        print(*pass_once(args.corpus, args.mode, args.threads))
+        print(*pass_once(args.corpus, args.mode, args.threads, args.engine))
         return
     if args.pass_:
         run_pass_bench(args.corpus, rounds=args.rounds, mode=args.mode, threads=args.threads)

@@ -25,6 +25,7 @@ near form from Python and goes through C again.
 from __future__ import annotations
 
 import functools
+import threading
 import unicodedata
 from collections.abc import Sequence
 
@@ -50,53 +51,69 @@ _UNSAFE = np.uint32(1 << 31)
 # not through a decomposition that `unicodedata.decomposition` lists).
 _HANGUL_SECONDS = (range(0x1161, 0x1176), range(0x11A8, 0x11C3))
 _BLOCK = 256
+# The tables are built once per process; the job's hashing threads ask for them at once.
+_TABLES = threading.Lock()
 
 
-@functools.cache
 def _plain_table() -> NDArray[np.uint32]:
     """Every code point standing for itself, with its word class: for texts that are their
     near form already."""
-    return np.arange(0x110000, dtype=np.uint32) | words._classes().astype(np.uint32) << 24
+    with _TABLES:
+        return _plain()
 
 
 @functools.cache
+def _plain() -> NDArray[np.uint32]:
+    return np.arange(0x110000, dtype=np.uint32) | words._classes().astype(np.uint32) << 24
+
+
 def fold_table() -> NDArray[np.uint32]:
     """Per code point: the code point it stands for in the near form and its word class, or
     ``UNSAFE`` (bit 31) where the text's near form must come from Python (module docstring).
 
-    Built once per process from this Python's `unicodedata` (about 0.1 s), so it agrees with
-    `transforms.dedup.words` whatever the Unicode version. Code points past the planes
-    `transforms.dedup.words` classifies are unassigned or private use: no case, no
-    decomposition, themselves.
+    Built once per process from this Python's `unicodedata` (about 0.05 s), so it agrees with
+    `transforms.dedup.words` whatever the Unicode version; under a lock, as the job's hashing
+    threads ask for it at once. Code points past the planes `transforms.dedup.words`
+    classifies are unassigned or private use: no case, no decomposition, themselves.
     """
+    with _TABLES:
+        return _fold_table()
+
+
+@functools.cache
+def _fold_table() -> NDArray[np.uint32]:
     classes = words._classes().astype(np.uint32)
-    table = _plain_table().copy()
-    cps = [cp for lo, hi in words._PLANES for cp in range(lo, hi)]
-    chars = [chr(cp) for cp in cps]
-    # Which code points NFC could change or join to their neighbour, in any text.
+    table = _plain().copy()
+    # What NFC could change or join to its neighbour in some text: a combining mark, a
+    # decomposable code point NFC does not keep, the second of a canonical pair.
     moving = np.zeros(0x110000, dtype=bool)
     seconds: set[int] = {cp for part in _HANGUL_SECONDS for cp in part}
-    for cp, char in zip(cps, chars, strict=True):
-        decomposition = unicodedata.decomposition(char)
-        if not decomposition or decomposition.startswith("<"):  # none, or compatibility only
-            moving[cp] = unicodedata.combining(char) != 0
-            continue
-        parts = decomposition.split()
-        if len(parts) == 2:
-            seconds.add(int(parts[1], 16))
-        moving[cp] = (unicodedata.combining(char) != 0
-                      or unicodedata.normalize("NFC", char) != char)
-    moving[list(seconds)] = True
-    # What each code point casefolds to: blocks that casefold to themselves, at once.
+    # What each code point casefolds to, -1 for more than one code point.
     folds_to = np.arange(0x110000, dtype=np.int64)
-    for start in range(0, len(chars), _BLOCK):
-        block = "".join(chars[start : start + _BLOCK])
-        if block.casefold() == block:
-            continue
-        for cp, char in zip(cps[start : start + _BLOCK], block, strict=True):
-            folded = char.casefold()
-            folds_to[cp] = ord(folded) if len(folded) == 1 else -1
-    planes = np.array(cps)
+    # Most blocks of code points need no look at each one: none casefolds to another, none
+    # decomposes (NFD leaves the block as it is), none is a combining mark.
+    for lo, hi in words._PLANES:
+        for start in range(lo, hi, _BLOCK):
+            cps = range(start, min(start + _BLOCK, hi))
+            block = "".join(map(chr, cps))
+            if any(map(unicodedata.combining, block)):
+                for cp, char in zip(cps, block, strict=True):
+                    moving[cp] |= unicodedata.combining(char) != 0
+            if unicodedata.normalize("NFD", block) != block:
+                for cp, char in zip(cps, block, strict=True):
+                    decomposition = unicodedata.decomposition(char)
+                    if not decomposition or decomposition.startswith("<"):
+                        continue  # none, or a compatibility one (NFC ignores it)
+                    parts = decomposition.split()
+                    if len(parts) == 2:
+                        seconds.add(int(parts[1], 16))
+                    moving[cp] |= unicodedata.normalize("NFC", char) != char
+            if block.casefold() != block:
+                for cp, char in zip(cps, block, strict=True):
+                    folded = char.casefold()
+                    folds_to[cp] = ord(folded) if len(folded) == 1 else -1
+    moving[list(seconds)] = True
+    planes = np.concatenate([np.arange(lo, hi) for lo, hi in words._PLANES])
     target = folds_to[planes]
     unsafe = (target < 0) | moving[np.maximum(target, 0)]
     target = np.maximum(target, 0).astype(np.uint32)
