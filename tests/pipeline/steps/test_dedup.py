@@ -20,6 +20,7 @@ import pytest
 from pipeline.launch.context import Tuning
 from tests.common.jobs import dir_bytes, read_rows, run_job, run_main, write_jsonl
 from tests.common.runners import cli, needs_dask
+from transforms.dedup import kernel
 
 SPM = str(pathlib.Path(__file__).resolve().parents[3] / "samples" / "spm.model")
 _VOCAB = [f"w{i}" for i in range(3000)]
@@ -176,6 +177,19 @@ def test_same_documents_kept_for_another_window_seed_tokenizer_and_runner(tmp_pa
     for reason in ("exact_duplicate", "near_duplicate", "contaminated"):
         assert (tmp_path / "c" / "_rejects" / f"{reason}.jsonl").read_bytes() == (
             tmp_path / "a" / "_rejects" / f"{reason}.jsonl").read_bytes()
+
+
+@pytest.mark.skipif(not kernel.available, reason="transforms.dedup._kernel is not built")
+def test_the_numpy_hashing_writes_what_the_c_kernel_writes(tmp_path, monkeypatch):
+    """Where the package was built without a C compiler, the pass hashes with NumPy: the
+    same removals and kept-aside records, the same bytes."""
+    corpus, _ = _corpus(tmp_path)
+    evals = _evals(tmp_path)
+    run_job(tmp_path / "kernel", *_job(corpus, evals))
+    monkeypatch.setattr(kernel, "available", False)
+    run_job(tmp_path / "numpy", *_job(corpus, evals))
+    assert dir_bytes(tmp_path / "kernel") == dir_bytes(tmp_path / "numpy")
+    assert (tmp_path / "numpy" / "_rejects" / "near_duplicate.jsonl").stat().st_size > 0
 
 
 @pytest.mark.slow
