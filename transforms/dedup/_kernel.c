@@ -85,10 +85,21 @@ static inline uint64_t mix64(uint64_t z) {  /* SplitMix64's finalizer (words.mix
     return z;
 }
 
+/* On x86-64 with gcc or clang and glibc's ifunc, the MinHash loop gets an AVX2 clone picked at
+ * load time (the build stays portable: SSE2 otherwise); elsewhere (arm64's NEON, other
+ * compilers) the plain loop, vectorized as the target allows. */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__GLIBC__)
+#define CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define CLONES
+#endif
+#if defined(_MSC_VER)
+#define restrict __restrict
+#endif
+
 /* m[i] = min(m[i], A[i] * t mod 2**32) over every t of tops. The inner loop runs over the H
- * values, which gcc vectorizes (AVX2 where the CPU has it: a clone picked at load time, so
- * the build stays portable; SSE2 otherwise). */
-__attribute__((target_clones("avx2", "default")))
+ * values, which the compiler vectorizes. */
+CLONES
 static void minhash(uint32_t *restrict m, const uint32_t *restrict a, Py_ssize_t h,
                     const uint32_t *restrict tops, Py_ssize_t count) {
     for (Py_ssize_t k = 0; k < count; k++) {
