@@ -8,9 +8,10 @@ work and NumPy's many short calls hold the GIL. ``_kernel.c`` does a batch's wor
 hashing and MinHash in one pass over each text's code points, as CPython stores them, with
 the GIL released, so the job's hashing threads run beside its parsing.
 
-The extension is built by ``pip install`` where a C compiler is found (setup.py; Beam's SDK
-worker images have one); where it is not, `available` is False and the job hashes with the
-NumPy code: the same keys, about 3 times slower (docs/dedup.md#costs).
+The extension is built by ``pip install`` where a C compiler is found (setup.py; the worker
+image of the Dockerfile has one, and so do workers that install the package through
+``--setup_file`` on an image with gcc); where it is not, `available` is False and the job
+hashes with the NumPy code: the same keys, about 2.6 times slower (docs/dedup.md#costs).
 
 The near form (`transforms.dedup.words` cuts words from the NFC of the casefolded text) is
 made in C from a table (`fold_table`): per code point, the one code point it casefolds to,
