@@ -74,6 +74,11 @@ class Document(typing.NamedTuple):
 _new_document = tuple.__new__
 
 
+# How a reject's record is written: ``json.dumps(…, ensure_ascii=False, sort_keys=True)``,
+# one encoder for every line (json.dumps builds one per call: a quarter of the time of a
+# corpus of copies' 170 MB of kept-aside records). Records are flat: no cycle to look for.
+_REJECT_LINE = json.JSONEncoder(ensure_ascii=False, sort_keys=True, check_circular=False)
+
 class Reject(typing.NamedTuple):
     """A record that did not become a document, with why and where."""
 
@@ -97,8 +102,7 @@ class Reject(typing.NamedTuple):
     def to_line(self) -> bytes:
         """Its line of ``rejects/<reason>.jsonl``: `to_json`, sorted keys, UTF-8 (a lone
         surrogate in the record, which UTF-8 cannot hold, as its backslash escape)."""
-        return (json.dumps(self.to_json(), ensure_ascii=False, sort_keys=True) + "\n").encode(
-            "utf-8", "backslashreplace")
+        return (_REJECT_LINE.encode(self.to_json()) + "\n").encode("utf-8", "backslashreplace")
 
 
 def source_order(source: str) -> tuple[str, int]:

@@ -270,3 +270,14 @@ def test_a_line_over_the_record_limit_is_too_large_unparsed(fmt, limit):
         record=(over + b"\r")[:4096].decode(), truncated=True)
     (shorter,) = parse(over[:-1] + b"\n", fmt="lines", spec=ReadSpec(max_doc_bytes=limit))
     assert isinstance(shorter, Document)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(), st.text(max_size=20), st.booleans())
+def test_a_reject_line_is_its_json_with_sorted_keys_in_utf8(record, detail, truncated):
+    """What json.dumps writes (non-ASCII as itself, keys sorted), a lone surrogate as its
+    backslash escape: the line every reader of ``_rejects/`` gets."""
+    reject = Reject(reason="malformed_json", source="f.jsonl:3", detail=detail, record=record,
+                    truncated=truncated)
+    want = json.dumps(reject.to_json(), ensure_ascii=False, sort_keys=True) + "\n"
+    assert reject.to_line() == want.encode("utf-8", "backslashreplace")
