@@ -252,8 +252,11 @@ def run_job_bench(corpus: Path, *, rounds: int, tokenizer: str, extra: list[str]
     med = {name: {k: statistics.median(getattr(r, k) for r in rs)
                   for k in ("wall_s", "cpu_s", "peak_rss_mb")} for name, rs in runs.items()}
     a, b = med["without"], med["--dedup near"]
-    print(f"\n{size:.0f} MB of JSONL, {rounds} rounds, {' '.join(extra) or 'in_memory'}; "
-          f"removed {removed}")
+    from transforms.dedup import kernel
+
+    hashing = "the C kernel" if kernel.available else "NumPy (the C kernel is not built)"
+    print(f"\n{size:.0f} MB of JSONL, {rounds} rounds, {' '.join(extra) or 'in_memory'}, "
+          f"hashing with {hashing}; removed {removed}")
     print(f"{'':16s}{'wall s':>9s}{'cpu s':>9s}{'peak RSS MB':>13s}")
     for name, m in med.items():
         print(f"{name:16s}{m['wall_s']:9.1f}{m['cpu_s']:9.1f}{m['peak_rss_mb']:13.0f}")
