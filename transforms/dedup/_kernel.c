@@ -86,9 +86,10 @@ static inline uint64_t mix64(uint64_t z) {  /* SplitMix64's finalizer (words.mix
 }
 
 /* On x86-64 with gcc or clang and glibc's ifunc, the MinHash loop gets an AVX2 clone picked at
- * load time (the build stays portable: SSE2 otherwise); elsewhere (arm64's NEON, other
- * compilers) the plain loop, vectorized as the target allows. */
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__GLIBC__)
+ * load time (the build stays portable: SSE2 otherwise); elsewhere (arm64's NEON, musl, MSVC,
+ * clang before 14) the plain loop, vectorized as the target allows. */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__GLIBC__) && \
+    (!defined(__clang__) || __clang_major__ >= 14)
 #define CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define CLONES
@@ -188,7 +189,9 @@ static PyObject *k_signatures(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!y*Ky*y*iw*w*", &PyList_Type, &list, &table, &p, &cbuf, &abuf,
                           &n, &out, &state))
         return NULL;
-    Py_ssize_t texts = PyList_GET_SIZE(list);
+    own = gather(list, &items);
+    if (!own) goto done;
+    Py_ssize_t texts = PyTuple_GET_SIZE(own);  /* the texts read, whatever the list does */
     Py_ssize_t h = abuf.len / (Py_ssize_t)sizeof(uint32_t);
     if (table.len != 0x110000 * (Py_ssize_t)sizeof(uint32_t) || n < 1 || n > MAXN ||
         cbuf.len < n * (Py_ssize_t)sizeof(uint64_t) || h < 1 ||
@@ -196,8 +199,6 @@ static PyObject *k_signatures(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "signatures: arguments of the wrong size");
         goto done;
     }
-    own = gather(list, &items);
-    if (!own) goto done;
     Py_ssize_t longest = 0;
     for (Py_ssize_t t = 0; t < texts; t++)
         if (items[t].len > longest) longest = items[t].len;

@@ -287,8 +287,12 @@ class EdgeBlock(NamedTuple):
         keys = np.unique(ends[:, 0] << 32 | ends[:, 1])
         chunk_of = keys >> 32
         cuts = np.flatnonzero(chunk_of[1:] != chunk_of[:-1]) + 1
-        return {self.chunks[int(part[0] >> 32)]: (part & 0xFFFFFFFF).tolist()
-                for part in np.split(keys, cuts) if len(part)}
+        wanted: dict[ChunkRef, set[int]] = {}
+        for part in np.split(keys, cuts):
+            if len(part):  # a chunk named twice in ``chunks`` gets the positions of both
+                chunk = self.chunks[int(part[0] >> 32)]
+                wanted.setdefault(chunk, set()).update((part & 0xFFFFFFFF).tolist())
+        return {chunk: sorted(positions) for chunk, positions in wanted.items()}
 
 
 def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
@@ -308,8 +312,8 @@ def chunk_keys(docs: Iterable[Document], *, chunk: ChunkRef, spec: RemovalSpec,
     their keys are held, never their texts. The hashing is `transforms.dedup.kernel`'s where
     it is built: it holds the GIL only to read its arguments, so the hashing threads run
     beside this one's parsing. (The NumPy code does not: with the exact keys taken on this
-    thread, two hashing threads took the wall time of none, each NumPy step waiting for the
-    GIL while this thread ran Python code.) The NumPy code hashes each batch with a
+    thread, two hashing threads took as long as one, each NumPy step waiting for the GIL
+    while this thread ran Python code.) The NumPy code hashes each batch with a
     `Scratch` taken from ``scratches`` (a new one if none is free) and put back after: give
     the same queue to every call of a worker to reuse its work arrays from chunk to chunk.
     """

@@ -79,6 +79,7 @@ _new_document = tuple.__new__
 # corpus of copies' 170 MB of kept-aside records). Records are flat: no cycle to look for.
 _REJECT_LINE = json.JSONEncoder(ensure_ascii=False, sort_keys=True, check_circular=False)
 
+
 class Reject(typing.NamedTuple):
     """A record that did not become a document, with why and where."""
 
