@@ -54,7 +54,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
+import logging
 import queue
 import uuid
 from collections.abc import Iterable, Iterator
@@ -67,6 +69,7 @@ from apache_beam.utils import shared
 
 from pipeline.files import fs
 from pipeline.steps.tagged import SplitTags, StepFn
+from transforms.dedup import kernel
 from transforms.dedup.contamination import EvalNgramIndex
 from transforms.dedup.key_spill import IDS_BAND, KeySpillWriter, read_band, read_record
 from transforms.dedup.removal import (
@@ -93,6 +96,8 @@ if TYPE_CHECKING:
 
 __all__ = ["FindRemovals", "JoinRemovals", "RemovalSummary", "check_eval_files", "chunk_ref",
            "eval_index"]
+
+_LOG = logging.getLogger("token_windows")
 
 # The tags of the dedup pass's multi-output steps (`pipeline.steps.tagged`).
 BLOCKS, IDS, REMOVALS, SUMMARY = "blocks", "ids", "removals", "summary"
@@ -182,6 +187,8 @@ class _KeyChunkFn(StepFn):
         self._spill: _KeySpill | None = None
 
     def setup(self) -> None:
+        if self._spec.dedup_active and not kernel.available:
+            _say_numpy_hashes()
         # Signatures of the next batches on helper threads while this one parses the chunk.
         self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="dedup")
         # The hashing threads' work arrays, reused from batch to batch and chunk to chunk
@@ -249,6 +256,15 @@ class _KeyChunkFn(StepFn):
         at = self._spill.writer.write(IDS_BAND, ids)
         for band, block in blocks:
             self._spill.writer.write(band, block._replace(ids_at=at))
+
+
+@functools.cache
+def _say_numpy_hashes() -> None:
+    """Once per worker process: this one hashes with the NumPy code (the same keys)."""
+    _LOG.warning(
+        "--dedup hashes with NumPy here, about 2.6 times slower than with the C kernel, which "
+        "was not built when token-windows was installed (no C compiler): install gcc and "
+        "reinstall the package (pip install .) to build transforms/dedup/_kernel.c")
 
 
 def spill_dir(context: JobContext) -> str | None:

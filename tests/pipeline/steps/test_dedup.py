@@ -340,3 +340,17 @@ def _check_passes(output: pathlib.Path) -> bool:
     from reader.tools.inspect import run
 
     return run([str(output), "--check"]) == 0
+
+
+def test_a_worker_without_the_c_kernel_says_so_once(tmp_path, monkeypatch, caplog):
+    from pipeline.steps import dedup
+
+    corpus, _ = _corpus(tmp_path)
+    monkeypatch.setattr(kernel, "available", False)
+    dedup._say_numpy_hashes.cache_clear()
+    with caplog.at_level("WARNING", logger="token_windows"):
+        run_job(tmp_path / "out", "--input", str(corpus), "--id-field", "id", "--tokenizer",
+                "bytes", "--dedup", "exact")
+    said = [r.getMessage() for r in caplog.records if "hashes with NumPy" in r.getMessage()]
+    assert len(said) == 1 and "no C compiler" in said[0]
+    dedup._say_numpy_hashes.cache_clear()
