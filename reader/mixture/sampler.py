@@ -54,7 +54,7 @@ import numpy as np
 from reader.mixture.blend import Blend, as_fraction, parse_schedule
 from reader.mixture.dataset import GroupedIndices, MixedDataset
 from reader.mixture.ledger import Cursor, DrawnBatches, Snapshot
-from reader.order.dealing import check_int, rank_span
+from reader.order.dealing import check_int, check_state_header, rank_span
 from reader.order.sampler import EpochSampler
 from reader.order.stepping import CommittedPosition
 from transforms.errors import ForeignDataset, SamplerStateError
@@ -445,12 +445,8 @@ class MixtureSampler(CommittedPosition[dict[str, Any]]):
                 position (named).
             ForeignDataset: a source whose dataset changed since the state was saved (named).
         """
-        if not isinstance(state, Mapping) or state.get("format") != _STATE_FORMAT:
-            raise SamplerStateError(f"not a MixtureSampler state: {str(state)[:200]}")
-        if state.get("version") != _STATE_VERSION:
-            raise SamplerStateError(
-                f"MixtureSampler state version {state.get('version')!r} is not "
-                f"{_STATE_VERSION}; resume with the release that saved it")
+        check_state_header(state, name="MixtureSampler", format=_STATE_FORMAT,
+                           version=_STATE_VERSION)
         for key in (*self._identity(), "batches_seen", "rows", "targets_seen", "weights",
                     "since", "sources", "open_rows_windows"):
             if key not in state:

@@ -17,7 +17,8 @@ from typing import Any
 from reader.order.stepping import CommittedPosition
 from transforms.errors import SamplerStateError
 
-__all__ = ["BatchDealer", "check_fingerprint", "check_int", "rank_span", "tail_repeat"]
+__all__ = ["BatchDealer", "check_fingerprint", "check_int", "check_state_header", "rank_span",
+           "tail_repeat"]
 
 
 def check_int(name: str, value: Any, low: int | None) -> int:
@@ -49,6 +50,21 @@ def check_fingerprint(name: str, value: Any, *, state: Any = None) -> str | None
             f"sampler reads the dataset with fingerprint {value}: it belongs to another "
             "dataset; resume on the dataset that saved it, or start the sampler afresh")
     return value
+
+
+def check_state_header(state: Any, *, name: str, format: str, version: int) -> None:
+    """That ``state`` is a saved state of the sampler ``name`` (its ``format``) and of this
+    release's ``version``.
+
+    Raises:
+        SamplerStateError: not such a state (its start shown), or another version.
+    """
+    if not isinstance(state, Mapping) or state.get("format") != format:
+        raise SamplerStateError(f"not a {name} state: {str(state)[:200]}")
+    if state.get("version") != version:
+        raise SamplerStateError(
+            f"{name} state version {state.get('version')!r} is not {version}; resume with the "
+            "release that saved it")
 
 
 def rank_span(lo: int, hi: int, *, rank: int, world_size: int, per_rank: int,

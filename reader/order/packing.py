@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from reader.order.dealing import BatchDealer, check_fingerprint
+from reader.order.dealing import BatchDealer, check_fingerprint, check_state_header
 from reader.order.dealing import check_int as _check_int
 from reader.order.sampler import EpochSampler
 from transforms.errors import SamplerStateError
@@ -263,12 +263,8 @@ class PackedSampler(BatchDealer):
             SamplerStateError: not a packed sampler state, another version, or another
                 packing.
         """
-        if not isinstance(state, Mapping) or state.get("format") != _STATE_FORMAT:
-            raise SamplerStateError(f"not a PackedSampler state: {state!r}")
-        if state.get("version") != _STATE_VERSION:
-            raise SamplerStateError(
-                f"PackedSampler state version {state.get('version')!r} is not "
-                f"{_STATE_VERSION}; resume with the release that saved it")
+        check_state_header(state, name="PackedSampler", format=_STATE_FORMAT,
+                           version=_STATE_VERSION)
         mine = self._identity()
         for key in (*mine, "epoch", "cursor", "targets_seen", "batches_seen"):
             if key not in state:
