@@ -67,7 +67,8 @@ def _plain_table() -> NDArray[np.uint32]:
 
 @functools.cache
 def _plain() -> NDArray[np.uint32]:
-    return np.arange(0x110000, dtype=np.uint32) | words._classes().astype(np.uint32) << 24
+    classes = words._classes().astype(np.uint32)
+    return np.arange(0x110000, dtype=np.uint32) | classes << _CLASS_SHIFT
 
 
 def fold_table() -> NDArray[np.uint32]:
@@ -130,9 +131,7 @@ def signatures(texts: Sequence[str], spec: duplicates.DedupSpec) -> NDArray[np.u
     Raises:
         RuntimeError: the extension is not built (`available` is False).
     """
-    if _kernel is None:
-        raise RuntimeError("transforms.dedup._kernel is not built (no C compiler when the "
-                           "package was installed): use transforms.dedup.duplicates.signatures")
+    _built("signatures")
     texts = list(texts)
     multipliers = duplicates._multipliers(spec.num_hashes)
     out = np.empty((len(texts), spec.num_hashes), dtype=np.uint32)
@@ -145,8 +144,15 @@ def signatures(texts: Sequence[str], spec: duplicates.DedupSpec) -> NDArray[np.u
         out[slow] = rows
     for i in np.flatnonzero(state == 1).tolist():  # no word: the normalized text's shingle
         shingle = duplicates._short_shingle(np.empty(0, dtype=np.uint64), texts[i])
-        out[i] = multipliers * np.uint32(shingle >> 32)
+        out[i] = duplicates.minhash(np.array([shingle], dtype=np.uint64), spec)
     return out.astype(np.uint64)
+
+
+def _built(name: str) -> None:
+    """Raises RuntimeError naming the NumPy function to use where the extension is not built."""
+    if _kernel is None:
+        raise RuntimeError("transforms.dedup._kernel is not built (no C compiler when the "
+                           f"package was installed): use transforms.dedup.duplicates.{name}")
 
 
 def _hash(texts: list[str], table: NDArray[np.uint32], spec: duplicates.DedupSpec,
@@ -165,8 +171,6 @@ def exact_keys(texts: Sequence[str]) -> list[bytes]:
     Raises:
         RuntimeError: the extension is not built (`available` is False).
     """
-    if _kernel is None:
-        raise RuntimeError("transforms.dedup._kernel is not built (no C compiler when the "
-                           "package was installed): use transforms.dedup.duplicates.exact_key")
+    _built("exact_key")
     nfc = [unicodedata.normalize("NFC", text) for text in texts]
     return _kernel.exact_keys(nfc, duplicates._EXACT_PERSON, duplicates._EXACT_SIZE)
