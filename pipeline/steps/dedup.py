@@ -32,7 +32,7 @@ EncodeChunks with the removals of its documents::
   memory), KeyChunks writes each bundle's blocks and doc_ids to a key spill file
   (`transforms.dedup.key_spill`) and only its path goes on; **BucketEdges** then reads one band
   at a time from every file and joins all bands' buckets before anything goes on
-  (`transforms.dedup.removal.component_edges`: at most two edges per document, not one per band
+  (`transforms.dedup.removal.component_edge_block`: at most two edges per document, not one per band
   a copy shares), and **Names** reads a chunk's doc_ids back only if one of its documents
   has an edge.
 * Edges, wanted positions, names and removals travel in lists (per band, per chunk), not
@@ -322,7 +322,7 @@ def _edges_and_wanted(edges: EdgeBlock, ids_at: dict[ChunkRef, tuple[str, int, i
 def _band_jobs(item: tuple[None, Iterable[str]], bands: list[int]
                ) -> Iterator[tuple[list[int], list[str]]]:
     """Every key spill file → (every band, every file): one job, so that the edges of all
-    bands are joined before they go on (`transforms.dedup.removal.component_edges`)."""
+    bands are joined before they go on (`transforms.dedup.removal.component_edge_block`)."""
     yield bands, sorted(item[1])
 
 

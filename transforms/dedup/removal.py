@@ -78,7 +78,6 @@ __all__ = [
     "chunk_keys",
     "cluster_removals",
     "component_edge_block",
-    "component_edges",
     "drop_removed",
     "named",
 ]
@@ -420,12 +419,6 @@ def bucket_edges(blocks: Iterable[KeyBlock]) -> Iterator[tuple[Ref, Ref]]:
     rows, firsts = _band_pairs(blocks)
     for row, first in zip(rows.tolist(), firsts.tolist(), strict=True):
         yield ref(row), ref(first)
-
-
-def component_edges(bands: Iterable[tuple[int, Iterable[KeyBlock]]]
-                    ) -> Iterator[tuple[int, Ref, Ref]]:
-    """`component_edge_block`'s edges, unpacked."""
-    yield from component_edge_block(bands).edges()
 
 
 def component_edge_block(bands: Iterable[tuple[int, Iterable[KeyBlock]]]) -> EdgeBlock:

@@ -20,7 +20,6 @@ from transforms.dedup.removal import (
     chunk_keys,
     cluster_removals,
     component_edge_block,
-    component_edges,
     drop_removed,
     named,
 )
@@ -91,11 +90,11 @@ def test_buckets_equal_those_of_a_sort_of_the_key_bytes(width, chunks):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(1, 12), min_size=1, max_size=4), st.integers(0, 4),
        st.integers(1, 6), st.integers(0, 2**32))
-def test_component_edges_give_the_clusters_of_every_bands_edges(sizes, near_bands, keys_per,
+def test_component_edge_block_gives_the_clusters_of_every_bands_edges(sizes, near_bands, keys_per,
                                                                seed):
     """A few chunks, the exact band and up to 4 near bands whose keys come from a few
     values (so buckets overlap across bands and chain documents together): the removals
-    from `component_edges` are those from every band's `bucket_edges`, and the documents
+    from `component_edge_block` are those from every band's `bucket_edges`, and the documents
     that have an edge (whose doc_ids are looked up) are the same."""
     rnd = np.random.default_rng(seed)
     chunks = [(f"f{c}.jsonl", 100 * c) for c in range(len(sizes))]
@@ -110,7 +109,7 @@ def test_component_edges_give_the_clusters_of_every_bands_edges(sizes, near_band
     ids = {(chunk, p): f"d{rnd.integers(0, 30)}" for chunk, at in zip(chunks, positions,
                                                                     strict=True) for p in at}
     every = [(band, a, b) for band, blocks in bands for a, b in bucket_edges(blocks)]
-    fewer = list(component_edges(iter(bands)))
+    fewer = list(component_edge_block(iter(bands)).edges())
     assert {r for _, a, b in fewer for r in (a, b)} == {r for _, a, b in every for r in (a, b)}
     assert len(fewer) <= 2 * len(ids)
     assert _clusters(fewer, ids) == _clusters(every, ids)
@@ -157,11 +156,11 @@ def test_cluster_removals_equal_a_union_find_over_members(links, names):
     assert _clusters(edges, ids) == list(_removals_by_dict(edges, ids))
 
 
-def test_component_edges_refuse_bands_of_other_documents():
+def test_component_edge_block_refuses_bands_of_other_documents():
     one = _block("f.jsonl", [0, 1], b"K" * 32)
     other = _block("f.jsonl", [0, 2], b"K" * 32)
     with pytest.raises(RuntimeError, match="band 0 holds other documents"):
-        list(component_edges([(EXACT, [one]), (0, [other])]))
+        component_edge_block([(EXACT, [one]), (0, [other])])
 
 
 def test_named_gives_the_doc_ids_of_the_wanted_positions_only():
@@ -179,11 +178,11 @@ def test_edge_blocks_pack_edges_in_order_and_name_the_documents_they_join():
     assert EdgeBlock.of([]).size == 0 and EdgeBlock.of([]).wanted() == {}
 
 
-def test_component_edge_block_is_component_edges_packed():
+def test_component_edge_block_is_a_star_per_component_whatever_the_blocks_order():
     blocks = [_block("f.jsonl", [0, 1, 2], b"K" * 16 + b"L" * 16 + b"K" * 16),
               _block("g.jsonl", [0, 4], b"L" * 16 + b"K" * 16)]
     block = component_edge_block([(EXACT, blocks), (0, blocks[::-1])])
-    assert list(block.edges()) == list(component_edges([(EXACT, blocks), (0, blocks)]))
+    assert block == component_edge_block([(EXACT, blocks), (0, blocks)])
     f, g = ("f.jsonl", 0), ("g.jsonl", 0)
     star = [((f, 2), (f, 0)), ((g, 0), (f, 1)), ((g, 4), (f, 0))]
     assert list(block.edges()) == [(band, a, b) for band in (EXACT, 0) for a, b in star]
